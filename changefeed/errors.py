@@ -1,0 +1,45 @@
+"""One flat hierarchy of errors; each carries where it happened.
+
+A leaf module (imports nothing of ours), so every layer, the model included, may raise these.
+``where`` names the input position a person needs to find the bad data: a file and byte offset,
+a topic/partition/offset, a binlog file:pos, a line number.
+"""
+
+from __future__ import annotations
+
+
+class ChangefeedError(Exception):
+    """Base of every error changefeed raises on purpose."""
+
+    def __init__(self, message: str, *, where: str | None = None) -> None:
+        self.message = message
+        self.where = where
+        super().__init__(f"{message} (at {where})" if where else message)
+
+
+class ConfigError(ChangefeedError):
+    """A configuration or command-line option is missing, unknown or inconsistent."""
+
+
+class EventFormatError(ChangefeedError):
+    """A line of the JSONL event interchange form is malformed."""
+
+
+class CodecError(ChangefeedError):
+    """A protocol message cannot be encoded or decoded."""
+
+
+class MessageTooLargeError(CodecError):
+    """An event does not fit ``max-message-bytes`` even on its own."""
+
+
+class UnknownSchemaError(CodecError):
+    """A message refers to a table schema (version) the decoder has not seen."""
+
+
+class CaptureError(ChangefeedError):
+    """A source (binlog, KV records) cannot be read or decoded."""
+
+
+class SinkError(ChangefeedError):
+    """A sink cannot write, or found the destination in a state it must not overwrite."""

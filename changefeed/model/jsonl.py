@@ -1,0 +1,328 @@
+"""The JSONL interchange form of the model: one event per line, lossless (docs/events.md).
+
+Used by ``changefeed capture``/``encode``/``decode`` and by people piping events. Row lines carry
+each column's definition beside its value, so a line stands alone; readers share one
+`TableSchema` among lines with the same definitions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from decimal import Decimal
+from typing import IO, Any
+
+import orjson
+
+from ..errors import EventFormatError
+from .events import DDLEvent, Event, Op, Resolved, RowChange
+from .gofloat import format_json
+from .schema import Column, Index, TableSchema
+from .types import STRING_TYPES, ColumnFlag, TypeCode, parse_type_name
+from .values import ABSENT, b64decode, b64encode, check_value
+
+_CHARSET_TYPES = STRING_TYPES | {TypeCode.ENUM, TypeCode.SET}
+
+
+# ---------------------------------------------------------------- writing
+
+
+def _value_to_json(column: Column, value: Any) -> Any:
+    if value is None or isinstance(value, int | str):
+        return value
+    if isinstance(value, float):
+        return orjson.Fragment(format_json(value, float32=column.type_code is TypeCode.FLOAT))
+    if isinstance(value, Decimal):
+        return format(value, "f")
+    if isinstance(value, bytes | bytearray | memoryview):
+        return b64encode(bytes(value))
+    raise TypeError(f"column {column.name!r}: cannot write {value!r} as JSON")
+
+
+def column_definition(column: Column) -> dict[str, Any]:
+    """A column's definition as a JSON object (no value); defaults are left out."""
+    out: dict[str, Any] = {"name": column.name, "type": column.type_name, "flags": int(column.flags)}
+    if column.type_code in _CHARSET_TYPES:
+        out["charset"] = column.charset
+        out["collation"] = column.collation
+    if column.length is not None:
+        out["length"] = column.length
+    if column.decimal is not None:
+        out["decimal"] = column.decimal
+    if column.elements:
+        out["elements"] = list(column.elements)
+    if column.zerofill and column.type_code is not TypeCode.YEAR:
+        out["zerofill"] = True
+    if column.default is not None:
+        out["default"] = column.default
+    if column.column_id is not None:
+        out["column_id"] = column.column_id
+    return out
+
+
+def table_schema_to_json(ts: TableSchema) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "schema": ts.schema,
+        "table": ts.table,
+        "table_id": ts.table_id,
+        "version": ts.version,
+        "columns": [column_definition(c) for c in ts.columns],
+        "indexes": [_index_to_json(i) for i in ts.indexes],
+    }
+    if ts.partitioned:
+        out["partitioned"] = True
+    return out
+
+
+def _index_to_json(idx: Index) -> dict[str, Any]:
+    return {"name": idx.name, "columns": list(idx.columns), "primary": idx.primary, "unique": idx.unique}
+
+
+def event_to_json(event: Event) -> dict[str, Any]:
+    """The JSON object of one event (see docs/events.md)."""
+    if isinstance(event, RowChange):
+        ts = event.table_schema
+        out: dict[str, Any] = {
+            "kind": "row",
+            "op": event.op.value,
+            "schema": ts.schema,
+            "table": ts.table,
+            "table_id": ts.table_id,
+            "schema_version": ts.version,
+            "commit_ts": event.commit_ts,
+        }
+        for key in ("start_ts", "partition_id", "row_id"):
+            val = getattr(event, key)
+            if val:
+                out[key] = val
+        if ts.partitioned:
+            out["partitioned"] = True
+        columns = []
+        for i, col in enumerate(ts.columns):
+            obj = column_definition(col)
+            if event.new is not None and event.new[i] is not ABSENT:
+                obj["value"] = _value_to_json(col, event.new[i])
+            columns.append(obj)
+        out["columns"] = columns
+        if ts.indexes:
+            out["indexes"] = [_index_to_json(i) for i in ts.indexes]
+        if event.old is not None:
+            out["old"] = [
+                {"name": col.name, "value": _value_to_json(col, v)}
+                for col, v in zip(ts.columns, event.old, strict=True)
+                if v is not ABSENT
+            ]
+    elif isinstance(event, DDLEvent):
+        out = {
+            "kind": "ddl",
+            "schema": event.schema,
+            "table": event.table,
+            "query": event.query,
+            "ddl_type": int(event.ddl_type),
+            "commit_ts": event.commit_ts,
+        }
+        if event.start_ts:
+            out["start_ts"] = event.start_ts
+        if event.table_schema is not None:
+            out["table_schema"] = table_schema_to_json(event.table_schema)
+        if event.pre_table_schema is not None:
+            out["pre_table_schema"] = table_schema_to_json(event.pre_table_schema)
+    elif isinstance(event, Resolved):
+        out = {"kind": "resolved", "commit_ts": event.commit_ts}
+    else:
+        raise TypeError(f"not an event: {event!r}")
+    if event.position is not None:
+        out["position"] = dict(event.position)
+    return out
+
+
+def dumps_event(event: Event) -> bytes:
+    """One JSONL line (with the trailing newline)."""
+    return orjson.dumps(event_to_json(event), option=orjson.OPT_APPEND_NEWLINE)
+
+
+def write_events(events: Iterable[Event], out: IO[bytes]) -> int:
+    n = 0
+    for event in events:
+        out.write(dumps_event(event))
+        n += 1
+    return n
+
+
+# ---------------------------------------------------------------- reading
+
+
+class EventReader:
+    """Parses JSONL lines into events, sharing TableSchema objects between lines."""
+
+    def __init__(self, source: str = "<stdin>") -> None:
+        self.source = source
+        self._schemas: dict[Any, TableSchema] = {}
+
+    def read(self, stream: IO[bytes] | Iterable[bytes]) -> Iterator[Event]:
+        for lineno, line in enumerate(stream, 1):
+            if line.strip():
+                yield self.parse(line, where=f"{self.source}:{lineno}")
+
+    def parse(self, line: bytes | str, where: str | None = None) -> Event:
+        try:
+            obj = orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            raise EventFormatError(f"invalid JSON: {exc}", where=where) from None
+        if not isinstance(obj, dict):
+            raise EventFormatError("an event line must be a JSON object", where=where)
+        try:
+            return self._event(obj)
+        except EventFormatError as exc:
+            raise EventFormatError(exc.message, where=where) from None
+        except (KeyError, TypeError, ValueError) as exc:
+            detail = f"missing member {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise EventFormatError(f"bad {obj.get('kind', 'event')} line: {detail}", where=where) from None
+
+    def _event(self, obj: dict[str, Any]) -> Event:
+        kind = obj.get("kind")
+        position = obj.get("position")
+        if kind == "resolved":
+            return Resolved(_uint(obj["commit_ts"], "commit_ts"), position=position)
+        if kind == "ddl":
+            return DDLEvent(
+                schema=_str(obj["schema"], "schema"),
+                table=_str(obj.get("table", ""), "table"),
+                query=_str(obj["query"], "query"),
+                ddl_type=_uint(obj.get("ddl_type", 0), "ddl_type"),
+                commit_ts=_uint(obj["commit_ts"], "commit_ts"),
+                table_schema=self._table_schema(obj["table_schema"]) if obj.get("table_schema") else None,
+                pre_table_schema=(self._table_schema(obj["pre_table_schema"]) if obj.get("pre_table_schema") else None),
+                start_ts=_uint(obj.get("start_ts", 0), "start_ts"),
+                position=position,
+            )
+        if kind == "row":
+            return self._row(obj, position)
+        raise EventFormatError(f"unknown event kind {kind!r} (expected row, ddl or resolved)")
+
+    def _row(self, obj: dict[str, Any], position: Any) -> RowChange:
+        op = Op(obj["op"])
+        cols = obj["columns"]
+        if not isinstance(cols, list) or not cols:
+            raise EventFormatError("a row line needs a non-empty 'columns' list")
+        ts = self._table_schema(
+            {
+                "schema": obj["schema"],
+                "table": obj["table"],
+                "table_id": obj.get("table_id", 0),
+                "version": obj.get("schema_version", 0),
+                "columns": cols,
+                "indexes": obj.get("indexes", []),
+                "partitioned": obj.get("partitioned", False),
+            }
+        )
+        new = None
+        if op is not Op.DELETE:
+            new = tuple(
+                _value_from_json(c, d["value"]) if "value" in d else ABSENT
+                for c, d in zip(ts.columns, cols, strict=True)
+            )
+        elif any("value" in d for d in cols):
+            raise EventFormatError("a delete carries its row in 'old', not in column values")
+        old = None
+        if "old" in obj and obj["old"] is not None:
+            given = {d["name"]: d["value"] for d in obj["old"]}
+            unknown = set(given) - set(ts.column_index)
+            if unknown:
+                raise EventFormatError(f"'old' names unknown columns {sorted(unknown)}")
+            old = tuple(_value_from_json(c, given[c.name]) if c.name in given else ABSENT for c in ts.columns)
+        return RowChange(
+            op=op,
+            table_schema=ts,
+            commit_ts=_uint(obj["commit_ts"], "commit_ts"),
+            new=new,
+            old=old,
+            start_ts=_uint(obj.get("start_ts", 0), "start_ts"),
+            partition_id=obj.get("partition_id"),
+            row_id=obj.get("row_id"),
+            position=position,
+        )
+
+    def _table_schema(self, obj: dict[str, Any]) -> TableSchema:
+        defs = obj["columns"]
+        key = (
+            obj["schema"],
+            obj["table"],
+            obj.get("table_id", 0),
+            obj.get("version", 0),
+            bool(obj.get("partitioned", False)),
+            tuple(tuple(sorted((k, _hashable(v)) for k, v in d.items() if k != "value")) for d in defs),
+            tuple(
+                (i["name"], tuple(i["columns"]), bool(i.get("primary")), bool(i.get("unique")))
+                for i in obj.get("indexes") or ()
+            ),
+        )
+        cached = self._schemas.get(key)
+        if cached is None:
+            cached = TableSchema(
+                schema=_str(obj["schema"], "schema"),
+                table=_str(obj["table"], "table"),
+                columns=tuple(column_from_definition(d) for d in defs),
+                indexes=tuple(
+                    Index(i["name"], tuple(i["columns"]), bool(i.get("primary")), bool(i.get("unique")))
+                    for i in obj.get("indexes") or ()
+                ),
+                table_id=_uint(obj.get("table_id", 0), "table_id"),
+                version=_uint(obj.get("version", 0), "version"),
+                partitioned=bool(obj.get("partitioned", False)),
+            )
+            if len(self._schemas) > 10_000:
+                self._schemas.clear()
+            self._schemas[key] = cached
+        return cached
+
+
+def column_from_definition(d: dict[str, Any]) -> Column:
+    code, binary, _ = parse_type_name(_str(d["type"], "type"))
+    flags = ColumnFlag(_uint(d.get("flags", 0), "flags"))
+    attrs: dict[str, Any] = {}
+    if code in _CHARSET_TYPES:
+        if binary or (flags & ColumnFlag.BINARY and "charset" not in d):
+            attrs["charset"], attrs["collation"] = "binary", "binary"
+        else:
+            attrs["charset"] = d.get("charset", "utf8mb4")
+            attrs["collation"] = d.get("collation", f"{attrs['charset']}_bin")
+    for key in ("length", "decimal", "column_id"):
+        if d.get(key) is not None:
+            attrs[key] = int(d[key])
+    if d.get("elements"):
+        attrs["elements"] = tuple(_str(e, "elements") for e in d["elements"])
+    if d.get("zerofill"):
+        attrs["zerofill"] = True
+    if "default" in d:
+        attrs["default"] = d["default"]
+    return Column.from_flags(_str(d["name"], "name"), code, flags, **attrs)
+
+
+def _value_from_json(column: Column, raw: Any) -> Any:
+    if raw is None:
+        return None
+    if column.is_bytes:
+        return b64decode(_str(raw, column.name))
+    if column.type_code is TypeCode.DECIMAL:
+        return Decimal(_str(raw, column.name))
+    return check_value(column, raw)
+
+
+def _hashable(v: Any) -> Any:
+    if isinstance(v, list):
+        return tuple(_hashable(x) for x in v)
+    if isinstance(v, dict):
+        return tuple(sorted((k, _hashable(x)) for k, x in v.items()))
+    return v
+
+
+def _uint(v: Any, name: str) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        raise EventFormatError(f"{name} must be a non-negative integer, got {v!r}")
+    return v
+
+
+def _str(v: Any, name: str) -> str:
+    if not isinstance(v, str):
+        raise EventFormatError(f"{name} must be a string, got {v!r}")
+    return v
