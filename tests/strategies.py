@@ -31,9 +31,7 @@ text_values = st.text(
 def columns(name: str = "c") -> st.SearchStrategy[Column]:
     """A column of any type the protocols carry, with realistic attributes."""
     ints = st.builds(
-        lambda tc, unsigned, nullable: Column(
-            name, tc, unsigned=unsigned, nullable=nullable, length=None
-        ),
+        lambda tc, unsigned, nullable: Column(name, tc, unsigned=unsigned, nullable=nullable, length=None),
         st.sampled_from(list(_INT_BITS)),
         st.booleans(),
         st.booleans(),
@@ -50,9 +48,7 @@ def columns(name: str = "c") -> st.SearchStrategy[Column]:
         st.booleans(),
     )
     decimal = st.integers(1, 65).flatmap(
-        lambda p: st.integers(0, min(p, 30)).map(
-            lambda s: Column(name, TypeCode.DECIMAL, length=p, decimal=s)
-        )
+        lambda p: st.integers(0, min(p, 30)).map(lambda s: Column(name, TypeCode.DECIMAL, length=p, decimal=s))
     )
     strings = st.builds(
         lambda tc, binary, nullable: Column(

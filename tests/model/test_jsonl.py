@@ -1,0 +1,134 @@
+"""The JSONL interchange form: lossless round trips and clear errors (docs/events.md)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from hypothesis import given, settings
+
+from changefeed.errors import EventFormatError
+from changefeed.model import (
+    ABSENT,
+    ActionType,
+    Column,
+    DDLEvent,
+    Index,
+    Op,
+    Resolved,
+    RowChange,
+    TableSchema,
+    TypeCode,
+)
+from changefeed.model.jsonl import EventReader, dumps_event
+from tests.strategies import row_changes, tables
+
+T1 = TableSchema(
+    "test",
+    "t1",
+    (
+        Column("id", TypeCode.INT, nullable=False),
+        Column("val", TypeCode.VARCHAR, charset="utf8mb4", collation="utf8mb4_bin", length=16),
+    ),
+    (Index("PRIMARY", ("id",), primary=True),),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(row_changes())
+def test_row_round_trip(event: RowChange) -> None:
+    assert EventReader().parse(dumps_event(event)) == event
+
+
+@settings(max_examples=50, deadline=None)
+@given(tables(), tables())
+def test_ddl_round_trip(after: TableSchema, before: TableSchema) -> None:
+    ddl = DDLEvent(after.schema, after.table, "ALTER TABLE t ADD c INT", ActionType.ADD_COLUMN, 7, after, before)
+    assert EventReader().parse(dumps_event(ddl)) == ddl
+
+
+def test_documented_insert_line() -> None:
+    row = RowChange(Op.INSERT, T1, 415508878783938562, new=(1, "aa"), position={"file": "binlog.000001", "pos": 4})
+    line = dumps_event(row)
+    assert line == (
+        b'{"kind":"row","op":"insert","schema":"test","table":"t1","table_id":0,"schema_version":0,'
+        b'"commit_ts":415508878783938562,"columns":[{"name":"id","type":"int","flags":11,"value":1},'
+        b'{"name":"val","type":"varchar","flags":64,"charset":"utf8mb4","collation":"utf8mb4_bin","length":16,'
+        b'"value":"aa"}],"indexes":[{"name":"PRIMARY","columns":["id"],"primary":true,"unique":true}],'
+        b'"position":{"file":"binlog.000001","pos":4}}\n'
+    )
+    assert EventReader().parse(line) == row
+
+
+def test_delete_and_absent_columns() -> None:
+    row = RowChange(Op.DELETE, T1, 5, old=(1, ABSENT))
+    line = dumps_event(row)
+    assert b'"old":[{"name":"id","value":1}]' in line and b'"value"' not in line.split(b'"old"')[0]
+    assert EventReader().parse(line) == row
+
+
+def test_update_without_old_image_is_allowed() -> None:
+    row = RowChange(Op.UPDATE, T1, 5, new=(1, "x"))
+    assert EventReader().parse(dumps_event(row)) == row
+
+
+def test_resolved_and_reader_shares_schemas() -> None:
+    reader = EventReader()
+    lines = [
+        dumps_event(RowChange(Op.INSERT, T1, 1, new=(1, "a"))),
+        dumps_event(RowChange(Op.INSERT, T1, 2, new=(2, "b"))),
+        dumps_event(Resolved(3)),
+    ]
+    a, b, r = list(reader.read(lines))
+    assert a.table_schema is b.table_schema
+    assert r == Resolved(3)
+
+
+def test_values_are_typed_back() -> None:
+    t = TableSchema(
+        "s",
+        "t",
+        (
+            Column("id", TypeCode.BIGINT, unsigned=True, nullable=False),
+            Column("d", TypeCode.DECIMAL, length=65, decimal=30),
+            Column("b", TypeCode.BLOB, charset="binary"),
+            Column("f", TypeCode.FLOAT),
+        ),
+        (Index("PRIMARY", ("id",), primary=True),),
+    )
+    row = RowChange(Op.INSERT, t, 1, new=(2**64 - 1, Decimal("1." + "0" * 30), bytes(range(256)), 0.5))
+    back = EventReader().parse(dumps_event(row))
+    assert back.new == row.new and isinstance(back.new[1], Decimal)
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        (b"{not json", "invalid JSON"),
+        (b"[1]", "must be a JSON object"),
+        (b'{"kind":"nope"}', "unknown event kind"),
+        (b'{"kind":"resolved","commit_ts":-1}', "non-negative integer"),
+        (b'{"kind":"row","op":"insert","schema":"s","table":"t","commit_ts":1,"columns":[]}', "non-empty"),
+        (
+            b'{"kind":"row","op":"insert","schema":"s","table":"t","commit_ts":1,'
+            b'"columns":[{"name":"a","type":"tinyint","flags":0,"value":300}]}',
+            "out of range",
+        ),
+        (
+            b'{"kind":"row","op":"insert","schema":"s","table":"t","commit_ts":1,'
+            b'"columns":[{"name":"a","type":"nosuch","flags":0,"value":1}]}',
+            "unknown MySQL type",
+        ),
+        (
+            b'{"kind":"row","op":"update","schema":"s","table":"t","commit_ts":1,'
+            b'"columns":[{"name":"a","type":"int","flags":0,"value":1}],"old":[{"name":"zz","value":1}]}',
+            "unknown columns",
+        ),
+        (b'{"kind":"row","op":"insert","schema":"s","table":"t","commit_ts":1}', "missing member"),
+    ],
+)
+def test_bad_lines_name_the_line(line: bytes, message: str) -> None:
+    reader = EventReader("events.jsonl")
+    with pytest.raises(EventFormatError, match=message) as info:
+        list(reader.read([b"\n", line]))
+    assert info.value.where == "events.jsonl:2"
