@@ -1,0 +1,28 @@
+"""Where each event goes: TiCDC's partition and topic dispatchers, and update splitting."""
+
+from .partition import (
+    ColumnsDispatcher,
+    IndexValueDispatcher,
+    PartitionDispatcher,
+    TableDispatcher,
+    TsDispatcher,
+    make_partition_dispatcher,
+)
+from .router import DispatchRule, EventRouter
+from .split import split_key_changing_update
+from .tablefilter import TableFilter
+from .topic import TopicDispatcher
+
+__all__ = [
+    "ColumnsDispatcher",
+    "DispatchRule",
+    "EventRouter",
+    "IndexValueDispatcher",
+    "PartitionDispatcher",
+    "TableDispatcher",
+    "TableFilter",
+    "TopicDispatcher",
+    "TsDispatcher",
+    "make_partition_dispatcher",
+    "split_key_changing_update",
+]

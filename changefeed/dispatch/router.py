@@ -1,0 +1,85 @@
+"""Dispatch rules: which topic and partition each table's rows go to (``[[sink.dispatchers]]``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import ConfigError
+from ..model import RowChange
+from .partition import PartitionDispatcher, make_partition_dispatcher
+from .tablefilter import TableFilter
+from .topic import TopicDispatcher
+
+
+@dataclass
+class DispatchRule:
+    """One ``[[sink.dispatchers]]`` entry: ``matcher`` patterns plus partition/topic choices."""
+
+    matcher: Sequence[str]
+    partition: str = "default"
+    topic: str = ""
+    index: str | None = None
+    columns: Sequence[str] = field(default_factory=tuple)
+
+    @classmethod
+    def from_mapping(cls, obj: Mapping[str, Any]) -> DispatchRule:
+        unknown = set(obj) - {"matcher", "partition", "topic", "index", "columns", "dispatcher"}
+        if unknown:
+            raise ConfigError(f"unknown dispatcher keys {sorted(unknown)}")
+        matcher = obj.get("matcher")
+        if not matcher:
+            raise ConfigError("a dispatcher rule needs a `matcher` list such as ['db1.*']")
+        return cls(
+            matcher=list(matcher),
+            partition=str(obj.get("partition") or obj.get("dispatcher") or "default"),
+            topic=str(obj.get("topic") or ""),
+            index=obj.get("index"),
+            columns=tuple(obj.get("columns") or ()),
+        )
+
+
+class EventRouter:
+    """Rules in config order, with TiCDC's implicit final ``*.*`` -> default rule."""
+
+    def __init__(
+        self,
+        default_topic: str,
+        rules: Sequence[DispatchRule] = (),
+        case_sensitive: bool = False,
+        compat: str = "ticdc",
+        require_schema_and_table: bool = False,
+    ) -> None:
+        self.default_topic = default_topic
+        entries = [*rules, DispatchRule(matcher=["*.*"])]
+        self._rules: list[tuple[TableFilter, PartitionDispatcher, TopicDispatcher]] = [
+            (
+                TableFilter(r.matcher, case_sensitive),
+                make_partition_dispatcher(r.partition, index=r.index, columns=r.columns, compat=compat),
+                TopicDispatcher(r.topic, default_topic, require_schema_and_table),
+            )
+            for r in entries
+        ]
+        self._cache: dict[tuple[str, str], tuple[PartitionDispatcher, TopicDispatcher]] = {}
+
+    def _rule(self, schema: str, table: str) -> tuple[PartitionDispatcher, TopicDispatcher]:
+        key = (schema, table)
+        found = self._cache.get(key)
+        if found is None:
+            for flt, partition, topic in self._rules:
+                if flt.match(schema, table):
+                    found = (partition, topic)
+                    break
+            else:  # unreachable: the last rule matches everything
+                raise ConfigError(f"no dispatch rule for {schema}.{table}")
+            self._cache[key] = found
+        return found
+
+    def topic(self, schema: str, table: str = "") -> str:
+        if not table:
+            return self.default_topic
+        return self._rule(schema, table)[1].topic(schema, table)
+
+    def partition(self, row: RowChange, partitions: int) -> int:
+        return self._rule(row.schema, row.table)[0].partition(row, partitions)[0]

@@ -1,0 +1,43 @@
+"""Splitting an UPDATE that changes a key into DELETE + INSERT, as TiCDC's MQ/storage sinks do.
+
+With ``output-raw-change-event = false`` (TiCDC's default) an UPDATE that modifies the primary key
+or a NOT NULL unique key is emitted as a DELETE of the old row followed by an INSERT of the new
+one, so per-key consumers (and key-hashing dispatchers) see each key's history in one place.
+"""
+
+from __future__ import annotations
+
+from ..model import ABSENT, Op, RowChange, TableSchema
+
+_KEY_POSITIONS: dict[int, tuple[TableSchema, tuple[int, ...]]] = {}
+
+
+def _key_positions(table: TableSchema) -> tuple[int, ...]:
+    cached = _KEY_POSITIONS.get(id(table))
+    if cached is None or cached[0] is not table:
+        nullable = {c.name for c in table.columns if c.nullable}
+        names: set[str] = set()
+        for idx in table.indexes:
+            if idx.primary or (idx.unique and not nullable.intersection(idx.columns)):
+                names.update(idx.columns)
+        cached = (table, tuple(sorted(table.column_index[n] for n in names)))
+        _KEY_POSITIONS[id(table)] = cached
+    return cached[1]
+
+
+def split_key_changing_update(row: RowChange) -> list[RowChange]:
+    """[row], or [DELETE(old), INSERT(new)] when the update changes a PK/NOT NULL UK column."""
+    if row.op is not Op.UPDATE or row.old is None or row.new is None:
+        return [row]
+    old, new = row.old, row.new
+    changed = any(old[i] is not ABSENT and old[i] != new[i] for i in _key_positions(row.table_schema))
+    if not changed:
+        return [row]
+    common = {
+        "table_schema": row.table_schema,
+        "commit_ts": row.commit_ts,
+        "start_ts": row.start_ts,
+        "partition_id": row.partition_id,
+        "position": row.position,
+    }
+    return [RowChange(Op.DELETE, old=old, row_id=row.row_id, **common), RowChange(Op.INSERT, new=new, **common)]
