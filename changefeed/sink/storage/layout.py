@@ -1,0 +1,235 @@
+"""TiCDC's storage-sink directory layout: paths, schema files and their checksums (spec §5.2-5.3).
+
+<root>/metadata                                              {"checkpoint-ts":N}
+<root>/<schema>/meta/schema_<tableVersion>_<checksum10>.json   database-level schema file
+<root>/<schema>/<table>/meta/schema_<tableVersion>_<checksum10>.json
+<root>/<schema>/<table>/<tableVersion>/[<partitionID>/][<date>/]CDC<index>.<ext>
+<root>/<schema>/<table>/<tableVersion>/[<partitionID>/][<date>/]meta/CDC.index
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...errors import ChangefeedError
+from ...model import Column, ColumnFlag, Index, TableSchema, TypeCode, parse_type_name, type_name
+from ...model.types import DEFAULT_FLEN, INTEGER_TYPES, UNSIGNED_DEFAULT_FLEN
+
+SCHEMA_FILE_RE = re.compile(r"^schema_(\d+)_(\d{10})\.json$")
+DATA_FILE_RE = re.compile(r"^CDC(?:_(?P<dispatcher>[^_]+)_)?(?P<index>\d+)\.(?P<ext>csv|json)$")
+DATE_FORMATS = {"none": "", "year": "%Y", "month": "%Y-%m", "day": "%Y-%m-%d"}
+EXTENSIONS = {"csv": ".csv", "canal-json": ".json"}
+
+_PRECISION_TYPES = INTEGER_TYPES | {
+    TypeCode.BIT,
+    TypeCode.CHAR,
+    TypeCode.VARCHAR,
+    TypeCode.VAR_STRING,
+    TypeCode.TINYBLOB,
+    TypeCode.BLOB,
+    TypeCode.MEDIUMBLOB,
+    TypeCode.LONGBLOB,
+    TypeCode.YEAR,
+    TypeCode.FLOAT,
+    TypeCode.DOUBLE,
+    TypeCode.DECIMAL,
+}
+_SCALE_WHEN_SET = {TypeCode.FLOAT, TypeCode.DOUBLE, TypeCode.TIME, TypeCode.DATETIME, TypeCode.TIMESTAMP}
+
+
+class LayoutError(ChangefeedError):
+    """A storage directory entry does not follow TiCDC's layout."""
+
+
+def go_marshal_indent(value: Any) -> str:
+    """Go ``json.MarshalIndent(v, "", "    ")`` with std escaping (HTML-escaped ``<>&``)."""
+    text = json.dumps(value, indent=4, ensure_ascii=False, separators=(",", ": "))
+    # < > & U+2028 U+2029 can only occur inside strings, where Go escapes them.
+    for ch, esc in (("<", "\\u003c"), (">", "\\u003e"), ("&", "\\u0026"), ("\u2028", "\\u2028"), ("\u2029", "\\u2029")):
+        text = text.replace(ch, esc)
+    return text
+
+
+def table_col(column: Column, with_elems: bool = True) -> dict[str, Any]:
+    """A ``TableCol`` of the schema file, members in TiCDC's order with omitempty applied."""
+    tc = column.type_code
+    out: dict[str, Any] = {"ColumnName": column.name}
+    ctype = type_name(tc, column.binary).upper()
+    if column.unsigned and tc not in (TypeCode.BIT, TypeCode.YEAR):
+        ctype += " UNSIGNED"
+    out["ColumnType"] = ctype
+    if column.default is not None:
+        out["ColumnDefault"] = column.default
+    if tc in _PRECISION_TYPES:
+        flen = column.length
+        if flen is None or flen < 0:
+            table = UNSIGNED_DEFAULT_FLEN if column.unsigned and tc in UNSIGNED_DEFAULT_FLEN else DEFAULT_FLEN
+            flen = table.get(tc)
+        if flen is not None:
+            out["ColumnPrecision"] = str(flen)
+    if tc is TypeCode.DECIMAL:
+        out["ColumnScale"] = str(column.decimal or 0)
+    elif tc in _SCALE_WHEN_SET and column.decimal not in (None, 0, -1):
+        out["ColumnScale"] = str(column.decimal)
+    if not column.nullable:
+        out["ColumnNullable"] = "false"
+    if column.key_flags & ColumnFlag.PRIMARY_KEY:
+        out["ColumnIsPk"] = "true"
+    # [ticdc] adds ColumnElems for ENUM/SET; [tiflow] has no such member (spec §5.3).
+    if with_elems and column.elements:
+        out["ColumnElems"] = list(column.elements)
+    return out
+
+
+@dataclass
+class SchemaFile:
+    """The content of ``schema_<tableVersion>_<checksum>.json``."""
+
+    schema: str
+    table: str
+    table_version: int
+    query: str = ""
+    ddl_type: int = 0
+    columns: list[dict[str, Any]] | None = field(default=None)
+
+    @classmethod
+    def from_table(
+        cls, ts: TableSchema, table_version: int, query: str = "", ddl_type: int = 0, with_elems: bool = True
+    ) -> SchemaFile:
+        return cls(ts.schema, ts.table, table_version, query, ddl_type, [table_col(c, with_elems) for c in ts.columns])
+
+    def to_json(self) -> str:
+        return go_marshal_indent(
+            {
+                "Table": self.table,
+                "Schema": self.schema,
+                "Version": 1,
+                "TableVersion": self.table_version,
+                "Query": self.query,
+                "Type": self.ddl_type,
+                "TableColumns": self.columns,
+                "TableColumnsTotal": len(self.columns or ()),
+            }
+        )
+
+    @property
+    def checksum(self) -> int:
+        """CRC32 of the payload TiCDC hashes: Version 0, columns sorted by name (spec §5.3)."""
+        cols = sorted(self.columns or (), key=lambda c: c["ColumnName"])
+        payload = {
+            "Table": self.table,
+            "Schema": self.schema,
+            "Version": 0,
+            "TableColumns": cols,
+            "TableColumnsTotal": len(self.columns or ()),
+        }
+        return zlib.crc32(go_marshal_indent(payload).encode())
+
+    def path(self, table_id: int | None = None) -> str:
+        name = f"schema_{self.table_version}_{self.checksum:010d}.json"
+        if table_id is not None:
+            return f"{table_id}/meta/{name}"
+        if not self.table:
+            return f"{self.schema}/meta/{name}"
+        return f"{self.schema}/{self.table}/meta/{name}"
+
+    @classmethod
+    def parse(cls, text: str | bytes, where: str = "") -> SchemaFile:
+        try:
+            obj = json.loads(text)
+            return cls(
+                schema=obj["Schema"],
+                table=obj.get("Table", ""),
+                table_version=int(obj["TableVersion"]),
+                query=obj.get("Query", ""),
+                ddl_type=int(obj.get("Type", 0)),
+                columns=obj.get("TableColumns"),
+            )
+        except (ValueError, KeyError, TypeError) as exc:
+            raise LayoutError(f"bad schema file: {exc}", where=where) from None
+
+    def to_table_schema(self, table_id: int = 0) -> TableSchema:
+        """The model schema a CSV/canal reader decodes with (charsets beyond binary are not kept)."""
+        columns = []
+        pk = []
+        for col in self.columns or ():
+            code, binary, unsigned = parse_type_name(col["ColumnType"])
+            precision = col.get("ColumnPrecision")
+            scale = col.get("ColumnScale")
+            string_like = code in (TypeCode.ENUM, TypeCode.SET) or (
+                not binary
+                and code
+                in (
+                    TypeCode.CHAR,
+                    TypeCode.VARCHAR,
+                    TypeCode.VAR_STRING,
+                    TypeCode.TINYBLOB,
+                    TypeCode.BLOB,
+                    TypeCode.MEDIUMBLOB,
+                    TypeCode.LONGBLOB,
+                )
+            )
+            columns.append(
+                Column(
+                    name=col["ColumnName"],
+                    type_code=code,
+                    charset="utf8mb4" if string_like else "binary",
+                    collation="utf8mb4_bin" if string_like else "binary",
+                    length=int(precision) if precision is not None else None,
+                    decimal=int(scale) if scale is not None else None,
+                    unsigned=unsigned,
+                    nullable=col.get("ColumnNullable") != "false",
+                    default=col.get("ColumnDefault"),
+                    elements=tuple(col.get("ColumnElems") or ()),
+                )
+            )
+            if col.get("ColumnIsPk") == "true":
+                pk.append(col["ColumnName"])
+        indexes = (Index("PRIMARY", tuple(pk), primary=True),) if pk else ()
+        return TableSchema(self.schema, self.table, tuple(columns), indexes, table_id, self.table_version)
+
+
+def date_dir(when: dt.datetime, separator: str) -> str:
+    """The date directory for ``date-separator`` (formatted in the writer's local time zone)."""
+    try:
+        fmt = DATE_FORMATS[separator]
+    except KeyError:
+        raise LayoutError(f"date-separator must be one of {', '.join(DATE_FORMATS)}, not {separator!r}") from None
+    return when.strftime(fmt) if fmt else ""
+
+
+def data_dir(
+    schema: str,
+    table: str,
+    table_version: int,
+    partition_id: int | None = None,
+    date: str = "",
+    table_id: int | None = None,
+) -> str:
+    parts = [str(table_id)] if table_id is not None else [schema, table]
+    parts.append(str(table_version))
+    if partition_id is not None:
+        parts.append(str(partition_id))
+    if date:
+        parts.append(date)
+    return "/".join(parts)
+
+
+def data_file_name(index: int, ext: str, width: int = 20, dispatcher: str | None = None) -> str:
+    # file-index-width outside 6..20 falls back to 20, as TiCDC does.
+    width = width if 6 <= width <= 20 else 20
+    prefix = f"CDC_{dispatcher}_" if dispatcher else "CDC"
+    return f"{prefix}{index:0{width}d}{ext}"
+
+
+def index_file_name(dispatcher: str | None = None) -> str:
+    return f"meta/CDC_{dispatcher}.index" if dispatcher else "meta/CDC.index"
+
+
+def metadata_json(checkpoint_ts: int) -> bytes:
+    return json.dumps({"checkpoint-ts": checkpoint_ts}, separators=(",", ":")).encode()
