@@ -5,7 +5,7 @@ Shared by the model, codec and sink tests so each round-trips the same universe 
 
 from __future__ import annotations
 
-from decimal import Decimal
+from decimal import Context, Decimal
 from typing import Any
 
 from hypothesis import strategies as st
@@ -104,7 +104,8 @@ def values(column: Column) -> st.SearchStrategy[Any]:
         base = st.floats(allow_nan=False, allow_infinity=False)
     elif tc is TypeCode.DECIMAL:
         p, s = column.length or 10, column.decimal or 0
-        base = st.integers(-(10**p) + 1, 10**p - 1).map(lambda n: Decimal(n).scaleb(-s))
+        # scaleb rounds to the context precision (28 digits by default): DECIMAL(65,s) needs more.
+        base = st.integers(-(10**p) + 1, 10**p - 1).map(lambda n: Decimal(n).scaleb(-s, Context(prec=65)))
     elif tc is TypeCode.DATE:
         base = st.one_of(
             st.just("0000-00-00"),

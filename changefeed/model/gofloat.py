@@ -84,11 +84,15 @@ def format_g(value: float, float32: bool = False) -> str:
     return ("-" if neg else "") + body
 
 
+_F32_1E_6 = to_float32(1e-6)
+
+
 def format_json(value: float, float32: bool = False) -> str:
     """Go ``encoding/json`` number: fixed, or ``1e-7``/``1e+21`` when abs < 1e-6 or >= 1e21."""
     neg, digits, dp = shortest_digits(value, float32)
     magnitude = abs(to_float32(value) if float32 else value)
-    if magnitude != 0 and (magnitude < 1e-6 or magnitude >= 1e21):
+    # Go compares a float32 with float32(1e-6), which is just below 1e-6 (spec §0.5).
+    if magnitude != 0 and (magnitude < (_F32_1E_6 if float32 else 1e-6) or magnitude >= 1e21):
         body = _exponent(digits, dp, 1)
     else:
         body = _fixed(digits, dp)

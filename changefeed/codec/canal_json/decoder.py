@@ -1,0 +1,659 @@
+"""Canal-JSON decoder (spec §2.11): TiCDC's output of any release, and official Canal's.
+
+Accepts ``data``/``old`` in either order, the pre-v5.4 forms (``"old":[null]`` on INSERT, DELETE
+``old`` equal to ``data``), Canal's full ``mysqlType`` forms and multi-row ``data`` arrays. Table
+shapes are rebuilt from ``sqlType`` (column order, BLOB = binary), ``mysqlType`` (types) and
+``pkNames`` (primary key = handle key), and shared by every row with the same description.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Any
+
+import orjson
+
+from ...errors import CodecError
+from ...model import (
+    ABSENT,
+    ActionType,
+    Column,
+    DDLEvent,
+    Event,
+    Index,
+    Op,
+    Resolved,
+    RowChange,
+    TableSchema,
+    TypeCode,
+    classify_ddl,
+    ddl_kind,
+)
+from ...model.gofloat import to_float32
+from ...model.types import STRING_TYPES, JavaSQLType
+from ...model.values import b64decode
+from ..base import Decoder, Message
+from ..options import CodecOptions
+from ._support import claim_check_dir, decompressor
+from .mysqltype import ParsedType, parse_mysql_type
+
+Parser = Callable[[str], Any] | None
+
+_MAX_TSO = (1 << 64) - 1
+_MAX_ES = _MAX_TSO >> 18
+_DML_OPS = {"INSERT": Op.INSERT, "UPDATE": Op.UPDATE, "DELETE": Op.DELETE}
+# A DDL ActionType standing for each Canal event type when the SQL text does not classify.
+_KIND_ACTION = {
+    "CREATE": ActionType.CREATE_TABLE,
+    "RENAME": ActionType.RENAME_TABLE,
+    "CINDEX": ActionType.ADD_INDEX,
+    "DINDEX": ActionType.DROP_INDEX,
+    "ERASE": ActionType.DROP_TABLE,
+    "TRUNCATE": ActionType.TRUNCATE_TABLE,
+    "ALTER": ActionType.MODIFY_COLUMN,
+    "QUERY": ActionType.NONE,
+}
+_CACHE_LIMIT = 4096
+_VARIANTS_PER_TABLE = 16  # sqlType differs per value (unsigned promotion), so a table has a few
+_MAX_COLUMNS = 4096  # TiDB's hard limit on columns per table
+_TEXT_CHARSET = ("utf8mb4", "utf8mb4_bin")  # not carried by canal-json; TiDB's default
+
+
+class _BadValueError(ValueError):
+    """A value that does not parse for its column type (becomes a CodecError with context)."""
+
+
+# ------------------------------------------------------------------ value parsers (inverse of §2.5)
+
+_FLOAT_RE = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
+_DATE_RE = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)
+_DATETIME_RE = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{1,6})?", re.ASCII)
+_TIME_RE = re.compile(r"-?\d{2,3}:\d{2}:\d{2}(?:\.\d{1,6})?", re.ASCII)
+_INT_BITS = {TypeCode.TINYINT: 8, TypeCode.SMALLINT: 16, TypeCode.MEDIUMINT: 24, TypeCode.INT: 32, TypeCode.BIGINT: 64}
+
+
+def _uint_text(text: str) -> int:
+    if text.isdigit() and text.isascii() and len(text) <= 40:
+        return int(text)
+    raise _BadValueError(f"{text!r} is not an unsigned integer")
+
+
+def _int_parser(lo: int, hi: int) -> Callable[[str], int]:
+    def parse_int(text: str) -> int:
+        # ASCII digits with an optional "-": int() alone would also take " 1", "1_0", "+1", "١".
+        if text.isascii() and len(text) <= 40 and (text.isdigit() or (text[:1] == "-" and text[1:].isdigit())):
+            v = int(text)
+            if lo <= v <= hi:
+                return v
+            raise _BadValueError(f"{text} is out of range [{lo}, {hi}]")
+        raise _BadValueError(f"{text!r} is not an integer")
+
+    return parse_int
+
+
+def _bounded_uint(hi: int, what: str) -> Callable[[str], int]:
+    def parse_uint(text: str) -> int:
+        if text.isdigit() and text.isascii() and len(text) <= 40:
+            v = int(text)
+            if v <= hi:
+                return v
+            raise _BadValueError(f"{what} {text} is out of range [0, {hi}]")
+        raise _BadValueError(f"{text!r} is not an unsigned integer")
+
+    return parse_uint
+
+
+def _parse_year(text: str) -> int:
+    v = _uint_text(text)
+    if v and not 1901 <= v <= 2155:
+        raise _BadValueError(f"year {text} is out of range (0 or 1901..2155)")
+    return v
+
+
+def _plain_number(text: str) -> bool:
+    """``-?digits[.digits]`` (what TiCDC writes), checked without a regex on the hot path."""
+    body = text[1:] if text[:1] == "-" else text
+    whole, _, frac = body.partition(".")
+    return body.isascii() and (whole.isdigit() or (not whole and frac.isdigit())) and (not frac or frac.isdigit())
+
+
+def _parse_float32(text: str) -> float:
+    # Go ParseFloat(text, 32): reject NaN/Inf spellings and values beyond float32.
+    if not (_plain_number(text) or _FLOAT_RE.fullmatch(text)):
+        raise _BadValueError(f"{text!r} is not a number")
+    try:
+        return to_float32(float(text))
+    except OverflowError:
+        raise _BadValueError(f"{text} overflows a FLOAT") from None
+
+
+def _parse_float64(text: str) -> float:
+    if not (_plain_number(text) or _FLOAT_RE.fullmatch(text)):
+        raise _BadValueError(f"{text!r} is not a number")
+    v = float(text)
+    if v in (_INF, -_INF):
+        raise _BadValueError(f"{text} overflows a DOUBLE")
+    return v
+
+
+_INF = float("inf")
+
+
+def _decimal_parser(scale: int | None) -> Callable[[str], Decimal]:
+    def parse_decimal(text: str) -> Decimal:
+        if len(text) > 100 or not _plain_number(text):
+            raise _BadValueError(f"{text!r} is not a decimal")
+        v = Decimal(text)
+        if scale is not None:
+            frac = text.partition(".")[2]
+            if len(frac) > scale:
+                raise _BadValueError(f"{text} has {len(frac)} fraction digits, the column's scale is {scale}")
+            if len(frac) < scale:
+                v = Decimal(f"{v:.{scale}f}")  # pad to the column's scale (only adds zeros)
+        return v
+
+    return parse_decimal
+
+
+def _regex_parser(regex: re.Pattern[str], what: str) -> Callable[[str], str]:
+    def parse_text(text: str) -> str:
+        if not regex.fullmatch(text):
+            raise _BadValueError(f"{text!r} is not a {what} value")
+        return text
+
+    return parse_text
+
+
+def _parse_json(text: str) -> str:
+    try:
+        orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise _BadValueError(f"{text[:40]!r} is not JSON text") from None
+    return text
+
+
+def _parse_binary(text: str) -> bytes:
+    # Undo the ISO-8859-1 trick: every code point must be one byte.
+    try:
+        return text.encode("latin-1")
+    except UnicodeEncodeError as exc:
+        raise _BadValueError(f"binary value has code point U+{ord(text[exc.start]):04X} above U+00FF") from None
+
+
+def _enum_parser(elements: tuple[str, ...]) -> Callable[[str], int]:
+    """TiCDC writes the 1-based index; official Canal writes the member name (accepted when the
+    full ``enum(...)`` type told us the members)."""
+    names = {e: i for i, e in enumerate(elements, 1)}
+    index = _bounded_uint(len(elements) if elements else 65535, "ENUM index")
+
+    def parse_enum(text: str) -> int:
+        if text.isascii() and text.isdigit():
+            return index(text)
+        if text in names:
+            return names[text]
+        if text == "":
+            return 0
+        raise _BadValueError(f"{text!r} is neither an ENUM index nor a member name")
+
+    return parse_enum
+
+
+def _set_parser(elements: tuple[str, ...]) -> Callable[[str], int]:
+    bits = {e: 1 << i for i, e in enumerate(elements)}
+    bitmask = _bounded_uint((1 << len(elements)) - 1 if elements else (1 << 64) - 1, "SET bitmask")
+
+    def parse_set(text: str) -> int:
+        if text.isascii() and text.isdigit():
+            return bitmask(text)
+        if not elements:
+            raise _BadValueError(f"{text!r} is not a SET bitmask")
+        mask = 0
+        for name in text.split(",") if text else ():
+            if name not in bits:
+                raise _BadValueError(f"{name!r} is not a member of the SET")
+            mask |= bits[name]
+        return mask
+
+    return parse_set
+
+
+def _parser(col: Column) -> Parser:
+    """The parser of one column's value strings; None: the string is the model value."""
+    tc = col.type_code
+    if col.is_bytes:
+        return _parse_binary
+    if tc in _INT_BITS:
+        bits = _INT_BITS[tc]
+        if col.unsigned:
+            return _bounded_uint((1 << bits) - 1, col.type_name + " unsigned")
+        return _int_parser(-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+    if tc is TypeCode.YEAR:
+        return _parse_year
+    if tc is TypeCode.BIT:
+        return _bounded_uint((1 << min(col.length or 64, 64)) - 1, "BIT value")
+    if tc is TypeCode.ENUM:
+        return _enum_parser(col.elements)
+    if tc is TypeCode.SET:
+        return _set_parser(col.elements)
+    if tc is TypeCode.FLOAT:
+        return _parse_float32
+    if tc is TypeCode.DOUBLE:
+        return _parse_float64
+    if tc is TypeCode.DECIMAL:
+        return _decimal_parser(col.decimal)
+    if tc in (TypeCode.DATE, TypeCode.NEWDATE):
+        return _regex_parser(_DATE_RE, "DATE")
+    if tc in (TypeCode.DATETIME, TypeCode.TIMESTAMP):
+        return _regex_parser(_DATETIME_RE, col.type_name.upper())
+    if tc is TypeCode.TIME:
+        return _regex_parser(_TIME_RE, "TIME")
+    if tc is TypeCode.JSON:
+        return _parse_json
+    return None  # text types, VECTOR
+
+
+# ------------------------------------------------------------------ per-table plan
+
+
+class _SlowPathError(Exception):
+    """The generated fast path met something unusual; the careful path decides (and explains)."""
+
+
+def _null_or_slow(v: Any) -> None:
+    if v is None:
+        return None
+    raise _SlowPathError
+
+
+def _compile_reader(names: tuple[str, ...], parsers: tuple[Parser, ...]) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
+    """Generate ``data object -> image`` for one table shape, with each column's parser inlined.
+
+    Handles the common case only (every column present, strings or nulls, values that parse);
+    anything else raises and the careful `_RowPlan.image` loop reports what is wrong. Names and
+    parsers are referred to by index, so message text never becomes source code.
+    """
+    env: dict[str, Any] = {"_Slow": _SlowPathError, "_null": _null_or_slow, "_str": str}
+    fetch, items = [], []
+    for i, (name, parse) in enumerate(zip(names, parsers, strict=True)):
+        env[f"n{i}"] = name
+        fetch.append(f"    v{i} = row[n{i}]\n")
+        if parse is None:
+            items.append(f"v{i} if type(v{i}) is _str else _null(v{i})")
+        else:
+            env[f"p{i}"] = parse
+            items.append(f"p{i}(v{i}) if type(v{i}) is _str else _null(v{i})")
+    src = (
+        "def read(row):\n"
+        f"    if len(row) != {len(names)}:\n"
+        "        raise _Slow\n" + "".join(fetch) + f"    return ({''.join(item + ', ' for item in items)})\n"
+    )
+    exec(compile(src, f"<canal-json reader {len(names)} columns>", "exec"), env)
+    return env["read"]
+
+
+class _RowPlan:
+    """How to read one table's ``data``/``old`` objects into model images."""
+
+    __slots__ = ("columns", "fast", "index", "mysql_types", "schema")
+
+    def __init__(self, schema: TableSchema, mysql_types: dict[str, str]) -> None:
+        self.schema = schema
+        self.columns = tuple((c.name, _parser(c)) for c in schema.columns)
+        self.index = schema.column_index
+        self.mysql_types = mysql_types
+        self.fast = _compile_reader(tuple(n for n, _ in self.columns), tuple(p for _, p in self.columns))
+
+    def image(self, row: Any, where: str, member: str, i: int) -> tuple[Any, ...]:
+        if type(row) is dict:
+            try:
+                return self.fast(row)
+            except (_SlowPathError, KeyError, ValueError, TypeError, AttributeError, OverflowError):
+                pass
+        return self._careful_image(row, where, f"{member}[{i}]")
+
+    def _careful_image(self, row: Any, where: str, label: str) -> tuple[Any, ...]:
+        if type(row) is not dict:
+            raise CodecError(f"{label} is {_json_type(row)}, expected an object", where=where)
+        out: list[Any] = []
+        append = out.append
+        found = 0
+        for name, parse in self.columns:
+            v = row.get(name, ABSENT)
+            if v is ABSENT:
+                append(ABSENT)
+                continue
+            found += 1
+            if v is None:
+                append(None)
+            elif type(v) is not str:
+                raise CodecError(f"{label}: column {name!r} is {_json_type(v)}, expected a string or null", where=where)
+            elif parse is None:
+                append(v)
+            else:
+                try:
+                    append(parse(v))
+                except ValueError as exc:
+                    raise CodecError(
+                        f"{label}: column {name!r} ({self.mysql_types.get(name, '?')}): {exc}", where=where
+                    ) from None
+        if found != len(row):
+            unknown = next(k for k in row if k not in self.index)
+            raise CodecError(f"{label} names column {unknown!r}, which mysqlType does not describe", where=where)
+        return tuple(out)
+
+
+def _json_type(v: Any) -> str:
+    if v is None:
+        return "null"
+    return _JSON_TYPES.get(type(v), type(v).__name__)
+
+
+_JSON_TYPES = {
+    bool: "a boolean",
+    int: "a number",
+    float: "a number",
+    str: "a string",
+    list: "an array",
+    dict: "an object",
+}
+
+
+# ------------------------------------------------------------------ the decoder
+
+
+class CanalJSONDecoder(Decoder):
+    """Canal-JSON messages -> model events. ``decode_lines`` reads storage-sink files."""
+
+    protocol = "canal-json"
+
+    def __init__(self, options: CodecOptions | None = None) -> None:
+        super().__init__(options)
+        opts = self.options
+        self._decompress = decompressor(opts.large_message_handle_compression)
+        self._claim_dir = claim_check_dir(opts.claim_check_storage_uri) if opts.claim_check_storage_uri else None
+        # (db, table) -> recent (sqlType, mysqlType, pkNames, plan) seen; then the normalised shape
+        # -> plan, so that descriptions differing in sqlType promotion share one TableSchema.
+        self._by_table: dict[tuple[str, str], list[tuple[Any, Any, Any, _RowPlan]]] = {}
+        self._by_shape: dict[Any, _RowPlan] = {}
+
+    # -------------------------------------------------------------- entry points
+
+    def decode(self, message: Message, where: str = "") -> list[Event]:
+        value = message.value
+        if value is None:
+            raise CodecError("canal-json message has no value", where=where)
+        if self._decompress is not None:
+            value = self._decompress(bytes(value), where)
+        return self._decode_value(value, where, claim_check=True)
+
+    def decode_lines(self, blob: bytes, where: str = "") -> list[Event]:
+        """A storage-sink data file: one message per line (terminator ``\\r\\n`` by default).
+
+        JSON text cannot hold a raw CR or LF, so splitting on them is safe. Storage files are
+        never large-message compressed, so lines are parsed as they are.
+        """
+        terminator = self.options.terminator.encode()
+        lines = blob.splitlines() if terminator in (b"\r\n", b"\n", b"\r", b"") else blob.split(terminator)
+        events: list[Event] = []
+        for n, line in enumerate(lines, 1):
+            if line.strip():
+                events.extend(self._decode_value(line, f"{where}:line {n}" if where else f"line {n}", claim_check=True))
+        return events
+
+    # -------------------------------------------------------------- one message
+
+    def _decode_value(self, value: bytes | bytearray | memoryview | str, where: str, claim_check: bool) -> list[Event]:
+        try:
+            obj = orjson.loads(value)
+        except orjson.JSONDecodeError as exc:
+            raise CodecError(f"not a JSON document: {exc}", where=where) from None
+        if type(obj) is not dict:
+            raise CodecError(f"canal-json message is {_json_type(obj)}, expected an object", where=where)
+        is_ddl = obj.get("isDdl", False)
+        if type(is_ddl) is not bool:
+            raise CodecError(f"isDdl is {_json_type(is_ddl)}, expected a boolean", where=where)
+        kind = obj.get("type")
+        if type(kind) is not str:
+            raise CodecError(f"type is {_json_type(kind)}, expected a string", where=where)
+        ext = obj.get("_tidb")
+        if ext is not None and type(ext) is not dict:
+            raise CodecError(f"_tidb is {_json_type(ext)}, expected an object", where=where)
+        if is_ddl:
+            return [self._ddl(obj, kind, ext, where)]
+        if kind == "TIDB_WATERMARK":
+            ts = ext.get("watermarkTs") if ext else None
+            if ts is None:
+                raise CodecError("TIDB_WATERMARK message without _tidb.watermarkTs", where=where)
+            return [Resolved(commit_ts=_tso(ts, "_tidb.watermarkTs", where))]
+        op = _DML_OPS.get(kind)
+        if op is None:
+            raise CodecError(f"unknown event type {kind!r} in a DML message", where=where)
+        if ext:
+            location = ext.get("claimCheckLocation")
+            if location is not None:
+                if not claim_check:
+                    raise CodecError("claim-check file holds another claim-check reference", where=where)
+                return self._claim_check(location, where)
+        return self._rows(obj, op, ext, where)
+
+    def _commit_ts(self, obj: dict[str, Any], ext: dict[str, Any] | None, where: str) -> int:
+        if ext is not None and "commitTs" in ext:
+            return _tso(ext["commitTs"], "_tidb.commitTs", where)
+        # Without the extension only the physical milliseconds are known: the order of
+        # transactions inside one millisecond is lost (TiCDC's own consumer has the same limit).
+        es = obj.get("es")
+        if type(es) is not int or not 0 <= es <= _MAX_ES:
+            raise CodecError(f"es is {es!r}, expected milliseconds since the epoch", where=where)
+        return es << 18
+
+    def _ddl(self, obj: dict[str, Any], kind: str, ext: dict[str, Any] | None, where: str) -> DDLEvent:
+        sql = obj.get("sql", "")
+        if type(sql) is not str:
+            raise CodecError(f"sql is {_json_type(sql)}, expected a string", where=where)
+        if kind not in _KIND_ACTION:
+            raise CodecError(f"unknown DDL event type {kind!r}", where=where)
+        action = classify_ddl(sql)
+        if ddl_kind(action) != kind:
+            action = _KIND_ACTION[kind]  # keep the producer's word on the kind
+        return DDLEvent(
+            schema=_str_member(obj, "database", where),
+            table=_str_member(obj, "table", where),
+            query=sql,
+            ddl_type=int(action),
+            commit_ts=self._commit_ts(obj, ext, where),
+        )
+
+    def _rows(self, obj: dict[str, Any], op: Op, ext: dict[str, Any] | None, where: str) -> list[Event]:
+        commit_ts = ext.get("commitTs") if ext else None
+        if type(commit_ts) is not int or not 0 <= commit_ts <= _MAX_TSO:
+            commit_ts = self._commit_ts(obj, ext, where)
+        plan = self._plan(obj, where)
+        schema = plan.schema
+        data = obj.get("data")
+        if type(data) is not list or not data:
+            raise CodecError(f"{op.name} message has data {_json_type(data)}, expected a non-empty array", where=where)
+        old = obj.get("old")
+        if old is not None:
+            if type(old) is not list:
+                raise CodecError(f"old is {_json_type(old)}, expected an array or null", where=where)
+            if len(old) != len(data):
+                raise CodecError(f"old has {len(old)} rows but data has {len(data)}", where=where)
+        events: list[Event] = []
+        for i, drow in enumerate(data):
+            image = plan.image(drow, where, "data", i)
+            if op is Op.INSERT:
+                # Pre-v5.4 INSERTs carry "old":[null]; any old content is ignored.
+                events.append(RowChange(Op.INSERT, schema, commit_ts, new=image))
+            elif op is Op.DELETE:
+                # data holds the deleted row; pre-v5.4 also repeated it in old (ignored).
+                events.append(RowChange(Op.DELETE, schema, commit_ts, old=image))
+            else:
+                orow = old[i] if old is not None else None
+                pre = None
+                if orow is not None:
+                    pre = plan.image(orow, where, "old", i)
+                    # Canal (and only-output-updated-columns) leave unchanged columns out of old:
+                    # their old value is the new one.
+                    if ABSENT in pre:
+                        pre = tuple(n if o is ABSENT else o for o, n in zip(pre, image, strict=True))
+                events.append(RowChange(Op.UPDATE, schema, commit_ts, new=image, old=pre))
+        return events
+
+    # -------------------------------------------------------------- table shapes
+
+    def _plan(self, obj: dict[str, Any], where: str) -> _RowPlan:
+        db, table = obj.get("database"), obj.get("table")
+        sql_type, mysql_type, pk = obj.get("sqlType"), obj.get("mysqlType"), obj.get("pkNames")
+        if type(db) is not str or type(table) is not str:
+            return self._build_plan(obj, where)  # reports the bad member
+        seen = self._by_table.get((db, table))
+        if seen is not None:
+            # Equal descriptions (dict equality: member order aside) were validated before. A
+            # table keeps the column order it was first seen with.
+            for known_sql, known_mysql, known_pk, plan in seen:
+                if known_mysql == mysql_type and known_sql == sql_type and known_pk == pk:
+                    return plan
+        plan = self._build_plan(obj, where)
+        if seen is None:
+            if len(self._by_table) >= _CACHE_LIMIT:
+                self._by_table.clear()
+            seen = self._by_table[(db, table)] = []
+        elif len(seen) >= _VARIANTS_PER_TABLE:
+            del seen[0]
+        seen.append((sql_type, mysql_type, pk, plan))
+        return plan
+
+    def _build_plan(self, obj: dict[str, Any], where: str) -> _RowPlan:
+        db = _str_member(obj, "database", where)
+        table = _str_member(obj, "table", where)
+        mysql_type = obj.get("mysqlType")
+        if type(mysql_type) is not dict:
+            raise CodecError(f"mysqlType is {_json_type(mysql_type)}, expected an object", where=where)
+        sql_type = obj.get("sqlType")
+        if sql_type is not None:
+            if type(sql_type) is not dict:
+                raise CodecError(f"sqlType is {_json_type(sql_type)}, expected an object or null", where=where)
+            for name, code in sql_type.items():
+                if type(code) is not int:
+                    raise CodecError(f"sqlType of {name!r} is {_json_type(code)}, expected a number", where=where)
+            if sql_type.keys() != mysql_type.keys():
+                diff = sorted(sql_type.keys() ^ mysql_type.keys())
+                raise CodecError(f"sqlType and mysqlType describe different columns: {diff}", where=where)
+        pk = obj.get("pkNames")
+        if pk is not None and (type(pk) is not list or any(type(n) is not str for n in pk)):
+            raise CodecError("pkNames must be null or an array of column names", where=where)
+        # sqlType follows table column order in TiCDC; mysqlType's order is Go-map random.
+        order = list(sql_type) if sql_type else list(mysql_type)
+        if len(order) > _MAX_COLUMNS:
+            raise CodecError(f"mysqlType describes {len(order)} columns; TiDB allows {_MAX_COLUMNS}", where=where)
+        columns = []
+        for name in order:
+            text = mysql_type[name]
+            try:
+                parsed = parse_mysql_type(text)
+            except ValueError as exc:
+                raise CodecError(f"mysqlType of column {name!r}: {exc}", where=where) from None
+            binary = parsed.binary or (
+                parsed.type_code in STRING_TYPES and sql_type is not None and sql_type[name] == JavaSQLType.BLOB
+            )
+            columns.append(_column(name, parsed, binary))
+        if pk:
+            missing = [n for n in pk if n not in mysql_type]
+            if missing:
+                raise CodecError(f"pkNames names {missing}, which mysqlType does not describe", where=where)
+        shape = (db, table, tuple(columns), tuple(pk) if pk else None)
+        plan = self._by_shape.get(shape)
+        if plan is None:
+            try:
+                schema = TableSchema(
+                    schema=db,
+                    table=table,
+                    columns=tuple(columns),
+                    indexes=(Index("PRIMARY", tuple(pk), primary=True),) if pk else (),
+                )
+            except ValueError as exc:
+                raise CodecError(f"inconsistent table description: {exc}", where=where) from None
+            plan = _RowPlan(schema, {n: mysql_type[n] for n in order})
+            if len(self._by_shape) >= _CACHE_LIMIT:
+                self._by_shape.clear()
+            self._by_shape[shape] = plan
+        return plan
+
+    # -------------------------------------------------------------- claim check
+
+    def _claim_check(self, location: Any, where: str) -> list[Event]:
+        if type(location) is not str or not location:
+            raise CodecError("_tidb.claimCheckLocation must be a non-empty string", where=where)
+        if self._claim_dir is None:
+            raise CodecError(
+                f"message refers to claim-check file {location!r} but no claim-check-storage-uri is configured",
+                where=where,
+            )
+        # TiCDC reads the file name from the configured storage, whatever the prefix says.
+        name = location.rsplit("/", 1)[-1]
+        if name in ("", ".", ".."):
+            raise CodecError(f"claimCheckLocation {location!r} names no file", where=where)
+        path = os.path.join(self._claim_dir, name)
+        try:
+            with open(path, "rb") as fh:
+                data = fh.read()
+        except OSError as exc:
+            raise CodecError(f"cannot read claim-check file {path}: {exc.strerror or exc}", where=where) from None
+        inner_where = f"{where} -> {path}" if where else path
+        if not self.options.claim_check_raw_value:
+            data = _unwrap_claim_check(data, inner_where)
+        if self._decompress is not None:
+            data = self._decompress(data, inner_where)
+        events = self._decode_value(data, inner_where, claim_check=False)
+        if not all(isinstance(e, RowChange) for e in events):
+            raise CodecError("claim-check file does not hold a DML message", where=inner_where)
+        return events
+
+
+def _unwrap_claim_check(data: bytes, where: str) -> bytes:
+    """``{"key":null,"value":"<base64>"}`` (TiCDC's ClaimCheckMessage) -> the value bytes."""
+    try:
+        wrapper = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise CodecError(f"claim-check file is not JSON: {exc}", where=where) from None
+    value = wrapper.get("value") if type(wrapper) is dict else None
+    if type(value) is not str:
+        raise CodecError('claim-check file lacks a base64 "value" member', where=where)
+    try:
+        return b64decode(value)
+    except ValueError as exc:
+        raise CodecError(f"claim-check value is not base64: {exc}", where=where) from None
+
+
+def _column(name: str, parsed: ParsedType, binary: bool) -> Column:
+    tc = parsed.type_code
+    charset: tuple[str, str] = ("binary", "binary") if binary else _TEXT_CHARSET
+    return Column(
+        name=name,
+        type_code=tc,
+        charset=charset[0],
+        collation=charset[1],
+        length=parsed.length,
+        decimal=parsed.decimal,
+        unsigned=parsed.unsigned,
+        zerofill=parsed.zerofill,
+        elements=parsed.elements,
+    )
+
+
+def _str_member(obj: dict[str, Any], member: str, where: str) -> str:
+    v = obj.get(member, "")
+    if v is None:
+        return ""
+    if type(v) is not str:
+        raise CodecError(f"{member} is {_json_type(v)}, expected a string", where=where)
+    return v
+
+
+def _tso(v: Any, what: str, where: str) -> int:
+    if type(v) is not int or not 0 <= v <= _MAX_TSO:
+        raise CodecError(f"{what} is {v!r}, expected an unsigned 64-bit TSO", where=where)
+    return v

@@ -1,0 +1,534 @@
+"""Canal-JSON encoder: one JSON object per event, byte-compatible with TiCDC (spec §2).
+
+DML bodies imitate TiCDC's hand-rolled easyjson writer; DDL and watermark bodies imitate
+``json.Marshal`` of a struct. Per-table work (header bytes, ``mysqlType``, ``sqlType``
+fragments, value renderers) is done once per `TableSchema` object.
+"""
+
+from __future__ import annotations
+
+import codecs
+import math
+import os
+import re
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import orjson
+
+from ...errors import CodecError, ConfigError, MessageTooLargeError
+from ...model import ABSENT, Column, DDLEvent, Op, Resolved, RowChange, TableSchema, TypeCode, ddl_kind
+from ...model.gofloat import format_f
+from ...model.tso import tso_physical_ms
+from ...model.types import java_sql_type
+from ...model.values import b64encode, decimal_text
+from ..base import Encoder, Message
+from ..options import CodecOptions
+from ._support import claim_check_dir, claim_check_prefix, compressor, int_handle_position, row_key
+from .mysqltype import default_mysql_type, full_mysql_type
+
+Renderer = Callable[[Any], str] | None
+
+_RECORD_OVERHEAD = 36  # Kafka MaxRecordOverhead (spec §0.7), as Message.size counts it
+_TYPE_NAMES = {Op.INSERT: b"INSERT", Op.UPDATE: b"UPDATE", Op.DELETE: b"DELETE"}
+_UNSIGNED_PROMOTION_LIMITS = {
+    TypeCode.TINYINT: 127,
+    TypeCode.SMALLINT: 32767,
+    TypeCode.INT: 2147483647,
+    TypeCode.BIGINT: 9223372036854775807,
+}
+
+# ------------------------------------------------------------------ Go JSON string escaping
+# orjson writes the common core; these passes patch what each Go writer does differently, on
+# the finished bytes (only strings can contain these bytes, so structure is never touched).
+_HTML = {b"<": b"\\u003c", b">": b"\\u003e", b"&": b"\\u0026", b"\xe2\x80\xa8": b"\\u2028", b"\xe2\x80\xa9": b"\\u2029"}
+_EASY = {**_HTML, b"\\\\": b"\\\\", b"\\b": b"\\u0008", b"\\f": b"\\u000c"}
+_EASY_RE = re.compile(rb"\\\\|\\b|\\f|[<>&]|\xe2\x80[\xa8\xa9]")
+_STD_RE = re.compile(rb"[<>&]|\xe2\x80[\xa8\xa9]")
+
+
+def _easy_sub(m: Any) -> bytes:
+    return _EASY[m.group()]
+
+
+def _std_sub(m: Any) -> bytes:
+    return _HTML[m.group()]
+
+
+def easyjson_fix(out: bytes) -> bytes:
+    """orjson output -> mailru/easyjson: HTML-escaped, U+2028/9 escaped, ``\\u0008``/``\\u000c``."""
+    # Single-byte probes are memchr-fast; the two-byte ones run only when a backslash exists.
+    if (
+        b"<" in out
+        or b">" in out
+        or b"&" in out
+        or b"\xe2" in out
+        or (b"\\" in out and (b"\\b" in out or b"\\f" in out))
+    ):
+        return _EASY_RE.sub(_easy_sub, out)
+    return out
+
+
+def std_fix(out: bytes) -> bytes:
+    """orjson output -> Go encoding/json (Go >= 1.22): HTML-escaped, U+2028/9 escaped."""
+    if b"<" in out or b">" in out or b"&" in out or b"\xe2\x80" in out:
+        return _STD_RE.sub(_std_sub, out)
+    return out
+
+
+def _go_replace(exc: UnicodeError) -> tuple[str, int]:
+    assert isinstance(exc, UnicodeDecodeError)
+    return "\ufffd" * (exc.end - exc.start), exc.end
+
+
+codecs.register_error("changefeed.goreplace", _go_replace)
+
+
+def _go_utf8(text: str) -> str:
+    """Go writes U+FFFD for each byte of invalid UTF-8; a Python str carries such bytes as lone
+    surrogates (``surrogateescape``), which orjson refuses. Only called on that rare path."""
+    raw = bytearray()
+    for ch in text:
+        if "\udc80" <= ch <= "\udcff":
+            raw.append(ord(ch) - 0xDC00)
+        else:
+            raw += ch.encode("utf-8", "surrogatepass")
+    return raw.decode("utf-8", "changefeed.goreplace")
+
+
+# ------------------------------------------------------------------ value rendering (spec §2.5)
+
+
+def _render_float32(v: float) -> str:
+    # strconv.FormatFloat(float64(f32), 'f', -1, 32); the mounter maps NaN/Inf to 0.
+    return format_f(v, float32=True) if math.isfinite(v) else "0"
+
+
+def _render_float64(v: float) -> str:
+    # Python's repr has Go's shortest digits; without an exponent it is Go's 'f' form, except
+    # that Go prints integral values without ".0".
+    text = repr(v)
+    if "e" in text or "n" in text:  # exponent, inf, nan
+        return format_f(v) if math.isfinite(v) else "0"
+    return text[:-2] if text.endswith(".0") else text
+
+
+def _render_bytes(v: Any) -> str:
+    # ISO-8859-1 trick: byte 0xNN becomes code point U+00NN.
+    return str(v, "latin-1")
+
+
+# int.__repr__ also prints a bool as 1/0 and refuses anything that is not an int.
+_render_int: Callable[[Any], str] = int.__repr__
+
+_INTEGER_LIKE = frozenset(
+    {
+        TypeCode.TINYINT,
+        TypeCode.SMALLINT,
+        TypeCode.MEDIUMINT,
+        TypeCode.INT,
+        TypeCode.BIGINT,
+        TypeCode.YEAR,
+        TypeCode.ENUM,  # 1-based index as decimal, not the member name
+        TypeCode.SET,  # bitmask as decimal
+        TypeCode.BIT,  # uint64 as decimal
+    }
+)
+
+
+def _renderer(column: Column) -> Renderer:
+    """None means "the model value is already the string to write"."""
+    tc = column.type_code
+    if column.is_bytes:
+        return _render_bytes
+    if tc is TypeCode.FLOAT:
+        return _render_float32
+    if tc is TypeCode.DOUBLE:
+        return _render_float64
+    if tc is TypeCode.DECIMAL:
+        scale = column.decimal
+
+        def render_decimal(v: Decimal) -> str:
+            if type(v) is not Decimal:
+                raise TypeError(f"column {column.name!r} (decimal) needs a Decimal, got {v!r}")
+            text = format(v, "f")
+            dot = text.find(".")
+            if (len(text) - dot - 1 if dot >= 0 else 0) == (scale or 0) or scale is None:
+                return text[1:] if text[0] == "-" and not v else text  # MyDecimal has no -0
+            return decimal_text(v, scale)  # a value not at the column's scale: requantize
+
+        return render_decimal
+    if tc in _INTEGER_LIKE:
+        return _render_int
+    return None
+
+
+# Errors that send a row from the generated fast path to the careful one (ABSENT columns,
+# values of the wrong type, strings orjson refuses); the careful path reports real problems.
+_FAST_ERRORS = (TypeError, ValueError, AttributeError, ArithmeticError, orjson.JSONEncodeError)
+
+
+def _compile_renderer(
+    names: tuple[str, ...], renderers: tuple[Renderer, ...], positions: tuple[int, ...] | None
+) -> Callable[[tuple[Any, ...]], bytes]:
+    """Generate ``image -> JSON object bytes`` for one table, with each column's rendering inlined.
+
+    Done once per TableSchema; the generated code only refers to names/renderers by index, so
+    column names never become source text.
+    """
+    env: dict[str, Any] = {"_dumps": orjson.dumps}
+    members = []
+    for i, (name, r) in enumerate(zip(names, renderers, strict=True)):
+        env[f"n{i}"] = name
+        if r is None:
+            expr = f"v{i}"
+        else:
+            env[f"r{i}"] = r
+            expr = f"(None if v{i} is None else r{i}(v{i}))"
+        members.append(f"n{i}: {expr}")
+    if positions is None:
+        unpack = f"    ({''.join(f'v{i}, ' for i in range(len(names)))}) = image\n"
+    else:
+        unpack = "".join(f"    v{i} = image[{p}]\n" for i, p in enumerate(positions))
+    src = f"def render(image):\n{unpack}    return _dumps({{{', '.join(members)}}})\n"
+    exec(compile(src, f"<canal-json renderer {len(names)} columns>", "exec"), env)
+    return env["render"]
+
+
+# ------------------------------------------------------------------ per-table plans
+
+
+@dataclass(slots=True)
+class _Plan:
+    """The columns one kind of DML message carries (all of them, or only the handle key)."""
+
+    positions: tuple[int, ...]
+    names: tuple[str, ...]
+    renderers: tuple[Renderer, ...]
+    fast: Callable[[tuple[Any, ...]], bytes]
+    sql_fragments: tuple[bytes, ...]
+    promotions: tuple[tuple[int, int, int, bytes], ...]  # (fragment index, position, limit, promoted fragment)
+    sql_type: bytes  # the whole member when nothing is promoted
+    mysql_type: bytes
+
+    def render(self, image: tuple[Any, ...]) -> dict[str, Any]:
+        """Column name -> value string or None, without the columns the image does not carry."""
+        out = {}
+        for name, r, pos in zip(self.names, self.renderers, self.positions, strict=True):
+            v = image[pos]
+            if v is ABSENT:
+                continue
+            out[name] = v if (r is None or v is None) else r(v)
+        return out
+
+    def dump(self, image: tuple[Any, ...]) -> bytes:
+        try:
+            return self.fast(image)
+        except _FAST_ERRORS:
+            return _dump_object(self.render(image))
+
+    def sql_type_for(self, image: tuple[Any, ...]) -> bytes:
+        """``sqlType`` with per-value unsigned promotion (ticdc formatColumnValue)."""
+        if not self.promotions:
+            return self.sql_type
+        fragments = None
+        for k, pos, limit, promoted in self.promotions:
+            v = image[pos]
+            if type(v) is int and v > limit:
+                if fragments is None:
+                    fragments = list(self.sql_fragments)
+                fragments[k] = promoted
+        if fragments is None:
+            return self.sql_type
+        return b"{" + b",".join(fragments) + b"}"
+
+
+def _dump_object(obj: dict[str, Any]) -> bytes:
+    try:
+        return orjson.dumps(obj)
+    except orjson.JSONEncodeError:
+        # Lone surrogates (undecodable bytes carried in a str): Go writes U+FFFD per byte.
+        fixed = {}
+        for k, v in obj.items():
+            if v is not None and not isinstance(v, str):
+                raise TypeError(f"column {k!r}: unsupported value {v!r}") from None
+            fixed[_go_utf8(k)] = v if v is None else _go_utf8(v)
+        return orjson.dumps(fixed)
+
+
+def _build_plan(ts: TableSchema, positions: tuple[int, ...], content_compatible: bool) -> _Plan:
+    columns = [ts.columns[i] for i in positions]
+    fragments = []
+    promotions = []
+    mysql_members = []
+    for k, (pos, col) in enumerate(zip(positions, columns, strict=True)):
+        key = easyjson_fix(_dumps_str(col.name))
+        base = java_sql_type(col.type_code, col.binary, col.unsigned)
+        fragments.append(key + b":" + str(int(base)).encode())
+        if col.unsigned and col.type_code in _UNSIGNED_PROMOTION_LIMITS:
+            limit = _UNSIGNED_PROMOTION_LIMITS[col.type_code]
+            promoted = java_sql_type(col.type_code, col.binary, True, limit + 1)
+            promotions.append((k, pos, limit, key + b":" + str(int(promoted)).encode()))
+        text = full_mysql_type(col) if content_compatible else default_mysql_type(col)
+        mysql_members.append(key + b":" + easyjson_fix(_dumps_str(text)))
+    # ticdc: sqlType null when no column is written; mysqlType is a non-nil Go map, so {}.
+    sql_type = b"{" + b",".join(fragments) + b"}" if fragments else b"null"
+    names = tuple(c.name for c in columns)
+    renderers = tuple(_renderer(c) for c in columns)
+    full = len(positions) == len(ts.columns)
+    return _Plan(
+        positions=positions,
+        names=names,
+        renderers=renderers,
+        fast=_compile_renderer(names, renderers, None if full else positions),
+        sql_fragments=tuple(fragments),
+        promotions=tuple(promotions),
+        sql_type=sql_type,
+        mysql_type=b"{" + b",".join(mysql_members) + b"}",
+    )
+
+
+@dataclass(slots=True)
+class _TablePlan:
+    schema: TableSchema
+    prefixes: dict[Op, bytes]
+    full: _Plan
+    handle: _Plan
+    handle_pos: int | None
+
+
+def _build_table_plan(ts: TableSchema, content_compatible: bool) -> _TablePlan:
+    if not ts.columns:
+        raise CodecError(f"{ts.qualified_name}: canal-json cannot encode a table without columns")
+    pk = [ts.columns[i].name for i in ts.primary_key]
+    head = easyjson_fix(
+        b'{"id":0,"database":'
+        + _dumps_str(ts.schema)
+        + b',"table":'
+        + _dumps_str(ts.table)  # the logical table name, also for partitions
+        + b',"pkNames":'
+        + (b"[" + b",".join(_dumps_str(n) for n in pk) + b"]" if pk else b"null")
+    )
+    head += b',"isDdl":false,"type":"'
+    return _TablePlan(
+        schema=ts,
+        prefixes={op: head + name + b'","es":' for op, name in _TYPE_NAMES.items()},
+        full=_build_plan(ts, tuple(range(len(ts.columns))), content_compatible),
+        handle=_build_plan(ts, ts.handle_key, content_compatible),
+        handle_pos=int_handle_position(ts.columns, ts.primary_key),
+    )
+
+
+# ------------------------------------------------------------------ the encoder
+
+
+class CanalJSONEncoder(Encoder):
+    """TiCDC ``protocol=canal-json`` (spec §2): key None, value one JSON object per event."""
+
+    protocol = "canal-json"
+
+    def __init__(self, options: CodecOptions | None = None) -> None:
+        super().__init__(options)
+        opts = self.options
+        self._ext = opts.enable_tidb_extension
+        self._large = opts.large_message_handle_option
+        if self._large != "none" and not self._ext:
+            # TiCDC refuses the changefeed: the markers live in `_tidb`.
+            raise ConfigError(
+                f"large-message-handle-option={self._large} needs enable-tidb-extension=true for canal-json"
+            )
+        self._compress = compressor(opts.large_message_handle_compression)
+        self._claim_dir: str | None = None
+        self._claim_prefix = ""
+        if self._large == "claim-check":
+            self._claim_dir = claim_check_dir(opts.claim_check_storage_uri)
+            self._claim_prefix = claim_check_prefix(opts.claim_check_storage_uri)
+        self._row_key = opts.output_row_key and self._ext and not opts.tiflow  # [ticdc] only
+        self._tiflow = opts.tiflow
+        self._only_updated = opts.only_output_updated_columns  # content-compatible implies it
+        self._delete_handle_only = opts.delete_only_output_handle_key_columns
+        self._content_compatible = opts.content_compatible
+        self._clock = opts.clock
+        self._plans: dict[int, _TablePlan] = {}
+        self._messages: list[Message] = []
+
+    # -------------------------------------------------------------- rows
+
+    def _plan(self, ts: TableSchema) -> _TablePlan:
+        plan = self._plans.get(id(ts))
+        if plan is None or plan.schema is not ts:
+            if len(self._plans) >= 4096:
+                self._plans.clear()
+            plan = _build_table_plan(ts, self._content_compatible)
+            self._plans[id(ts)] = plan
+        return plan
+
+    def append_row(self, row: RowChange) -> None:
+        self._messages.append(self.encode_row(row))
+
+    def build(self) -> list[Message]:
+        out, self._messages = self._messages, []
+        return out
+
+    def encode_row(self, row: RowChange) -> Message:
+        """One DML message, applying the large-message rules of spec §2.10."""
+        tp = self._plan(row.table_schema)
+        value = self._dml(row, tp, only_handle=False, too_large=False, location=None)
+        if self._compress is not None:
+            value = self._compress(value)
+        limit = self.options.max_message_bytes
+        size = len(value) + _RECORD_OVERHEAD
+        if size > limit:
+            if self._large == "none":
+                raise MessageTooLargeError(f"{_row_label(row)} encodes to {size} bytes, over max-message-bytes {limit}")
+            location = None
+            if self._large == "claim-check":
+                location = self._write_claim_check(value, row)
+            small = self._dml(row, tp, only_handle=True, too_large=True, location=location)
+            if self._compress is not None:
+                small = self._compress(small)
+            if len(small) + _RECORD_OVERHEAD > limit:
+                what = "claim-check reference" if location else "handle-key-only form"
+                raise MessageTooLargeError(
+                    f"{_row_label(row)}: even its {what} is {len(small) + _RECORD_OVERHEAD} bytes,"
+                    f" over max-message-bytes {limit}"
+                )
+            value = small
+        return Message(key=None, value=value, rows=1, commit_ts=row.commit_ts)
+
+    def _dml(self, row: RowChange, tp: _TablePlan, only_handle: bool, too_large: bool, location: str | None) -> bytes:
+        op = row.op
+        if op is Op.DELETE and self._delete_handle_only:
+            only_handle = True  # no onlyHandleKey marker for this case
+        plan = tp.handle if only_handle else tp.full
+        image = row.old if op is Op.DELETE else row.new
+        if image is None:
+            raise CodecError(f"{_row_label(row)}: {op} row without its {'old' if op is Op.DELETE else 'new'} image")
+        try:
+            if op is not Op.UPDATE or row.old is None:
+                # v5.4+: INSERT and DELETE carry "old":null; DELETE's data is the deleted row.
+                body = b',"old":null,"data":[' + plan.dump(image) + b"]"
+            elif not self._only_updated:
+                body = b',"old":[' + plan.dump(row.old) + b'],"data":[' + plan.dump(image) + b"]"
+            else:
+                new = plan.render(image)
+                old = self._changed(plan, row, new, plan.render(row.old))
+                body = b',"old":[' + _dump_object(old) + b'],"data":[' + _dump_object(new) + b"]"
+        except (TypeError, ValueError, AttributeError, ArithmeticError, orjson.JSONEncodeError) as exc:
+            raise CodecError(f"{_row_label(row)}: cannot render a value: {exc}") from None
+        parts = [
+            tp.prefixes[op],
+            str(row.commit_ts >> 18).encode(),  # es: the TSO's physical milliseconds
+            b',"ts":',
+            str(self._clock()).encode(),
+            b',"sql":"","sqlType":',
+            plan.sql_type_for(image),
+            b',"mysqlType":',
+            plan.mysql_type,
+            easyjson_fix(body),
+        ]
+        if self._ext:
+            parts += (b',"_tidb":{"commitTs":', str(row.commit_ts).encode())
+            if too_large and self._large == "handle-key-only":
+                parts.append(b',"onlyHandleKey":true')
+            if too_large and location is not None:
+                parts += (b',"claimCheckLocation":', easyjson_fix(_dumps_str(location)))
+            if self._row_key:
+                key = row_key(row, tp.handle_pos)
+                if key is not None:  # TiCDC always has one; we only know int handles
+                    parts += (b',"rowkey":"', b64encode(key).encode(), b'"')
+            parts.append(b"}}")
+        else:
+            parts.append(b"}")
+        return b"".join(parts)
+
+    def _changed(self, plan: _Plan, row: RowChange, new: dict[str, Any], old: dict[str, Any]) -> dict[str, Any]:
+        """``only-output-updated-columns``: keep the old values that differ from the new ones."""
+        if self._tiflow:
+            # [tiflow] compares the Go values of the same type; -0.0 == 0.0 there, as in Python.
+            assert row.new is not None and row.old is not None
+            same = {
+                name
+                for name, pos in zip(plan.names, plan.positions, strict=True)
+                if type(a := row.new[pos]) is type(b := row.old[pos]) and a is not ABSENT and a == b
+            }
+            return {k: v for k, v in old.items() if k not in same}
+        # [ticdc] compares the rendered strings; NULL differs from "".
+        missing = object()
+        return {k: v for k, v in old.items() if new.get(k, missing) != v}
+
+    def _write_claim_check(self, value: bytes, row: RowChange) -> str:
+        name = f"{uuid.uuid4()}.json"
+        assert self._claim_dir is not None
+        payload = value if self.options.claim_check_raw_value else _claim_check_wrapper(value)
+        try:
+            os.makedirs(self._claim_dir, exist_ok=True)
+            with open(os.path.join(self._claim_dir, name), "wb") as fh:
+                fh.write(payload)
+        except OSError as exc:
+            raise CodecError(f"{_row_label(row)}: cannot write claim-check file {name}: {exc}") from None
+        return f"{self._claim_prefix}/{name}"
+
+    # -------------------------------------------------------------- DDL and watermark
+
+    def encode_ddl(self, ddl: DDLEvent) -> Message:
+        """json.Marshal of TiCDC's JSONMessage struct (std escaping, data before old; spec §2.7)."""
+        out = (
+            b'{"id":0,"database":'
+            + _dumps_str(ddl.schema)
+            + b',"table":'
+            + _dumps_str(ddl.table)
+            + b',"pkNames":null,"isDdl":true,"type":'
+            + orjson.dumps(ddl_kind(ddl.ddl_type))
+            + b',"es":'
+            + str(tso_physical_ms(ddl.commit_ts)).encode()
+            + b',"ts":'
+            + str(self._clock()).encode()
+            + b',"sql":'
+            + _dumps_str(ddl.query)
+            + b',"sqlType":null,"mysqlType":null,"data":null,"old":null'
+        )
+        if self._ext:
+            # tidbExtension members are omitempty.
+            out += b',"_tidb":{' + (b'"commitTs":' + str(ddl.commit_ts).encode() if ddl.commit_ts else b"") + b"}"
+        value = std_fix(out + b"}")
+        if self._compress is not None:
+            value = self._compress(value)
+        return Message(key=None, value=value, commit_ts=ddl.commit_ts)
+
+    def encode_resolved(self, resolved: Resolved) -> Message | None:
+        """TIDB_WATERMARK (spec §2.8); nothing at all without the TiDB extension."""
+        if not self._ext:
+            return None
+        ts = resolved.commit_ts
+        value = (
+            b'{"id":0,"database":"","table":"","pkNames":null,"isDdl":false,"type":"TIDB_WATERMARK","es":'
+            + str(tso_physical_ms(ts)).encode()
+            + b',"ts":'
+            + str(self._clock()).encode()
+            + b',"sql":"","sqlType":null,"mysqlType":null,"data":null,"old":null,"_tidb":{'
+            + (b'"watermarkTs":' + str(ts).encode() if ts else b"")
+            + b"}}"
+        )
+        if self._compress is not None:
+            value = self._compress(value)
+        return Message(key=None, value=value, commit_ts=ts)
+
+
+def _dumps_str(text: str) -> bytes:
+    try:
+        return orjson.dumps(text)
+    except orjson.JSONEncodeError:
+        return orjson.dumps(_go_utf8(text))
+
+
+def _claim_check_wrapper(value: bytes) -> bytes:
+    # json.Marshal(ClaimCheckMessage{Key: nil, Value: value}): []byte as base64, nil as null.
+    return b'{"key":null,"value":"' + b64encode(value).encode() + b'"}'
+
+
+def _row_label(row: RowChange) -> str:
+    return f"{row.op} row of {row.table_schema.qualified_name} (commit ts {row.commit_ts})"
