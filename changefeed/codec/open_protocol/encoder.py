@@ -1,0 +1,411 @@
+"""Model events -> TiCDC Open Protocol messages, byte for byte ([ticdc] default, [tiflow] by ``compat``).
+
+Row events are batched into Kafka messages (spec §1.2); DDL and resolved events are single-event
+messages. Each table gets a precompiled plan (column prefixes and value renderers in output
+order) so the per-row work is string concatenation.
+"""
+
+from __future__ import annotations
+
+import math
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+from ...errors import CodecError, ConfigError, MessageTooLargeError
+from ...model import ABSENT, ColumnFlag, DDLEvent, Op, Resolved, RowChange, TableSchema, TypeCode
+from ...model.schema import Column
+from ...model.types import BLOB_TYPES, CHAR_TYPES, INTEGER_TYPES
+from ...model.values import b64encode, decimal_text
+from ..base import Encoder, Message
+from ..jsonstr import quote_jsoniter, quote_std
+from ..options import CodecOptions
+from .floats import json_float32, json_float64
+from .framing import (
+    MAX_RECORD_OVERHEAD,
+    U64,
+    VERSION_HEADER,
+    claim_check_location,
+    compression_codec,
+    frame_single,
+    storage_dir,
+    write_claim_check,
+)
+from .goquote import go_quote_json
+
+# Row/DDL/resolved message types in the key's "t" (spec §1.3).
+TYPE_ROW, TYPE_DDL, TYPE_RESOLVED = 1, 2, 3
+# Single-event size check: key + value + record overhead + two length prefixes + version header.
+_SINGLE_EVENT_EXTRA = MAX_RECORD_OVERHEAD + 16 + 8
+_PLAN_CACHE_LIMIT = 4096
+_U64 = U64.pack
+
+Render = Callable[[Any], str]
+PlanColumn = tuple[int, str, Render]  # (position in the image, '"name":{"t":..,"f":..,"v":', renderer)
+
+
+def _float_json(float32: bool) -> Render:
+    fmt = json_float32 if float32 else json_float64
+
+    def render(v: float) -> str:
+        # The mounter turns NaN/±Inf into 0 before any encoder sees them (spec §0.4).
+        if math.isnan(v) or math.isinf(v):
+            return "0"
+        return fmt(v)
+
+    return render
+
+
+def _b64_json(v: bytes | str) -> str:
+    return '"' + b64encode(v.encode("utf-8") if isinstance(v, str) else v) + '"'
+
+
+def _renderer(column: Column, quote: Render, binary_quote: Render) -> Render:
+    """The JSON text of a non-NULL value of ``column`` (spec §1.7)."""
+    tc = column.type_code
+    if tc in INTEGER_TYPES or tc in (TypeCode.YEAR, TypeCode.ENUM, TypeCode.SET, TypeCode.BIT):
+        return str  # JSON numbers, uint64 written in full
+    if tc is TypeCode.FLOAT or tc is TypeCode.DOUBLE:
+        return _float_json(tc is TypeCode.FLOAT)  # float32 columns use float32 shortest digits
+    if tc is TypeCode.DECIMAL:
+        scale = column.decimal
+        want = scale or 0
+
+        def decimal_json(v: Decimal) -> str:
+            # DECIMAL is a JSON string of MyDecimal.String(): exactly `scale` fraction digits.
+            text = format(v, "f")
+            dot = text.find(".")
+            if (0 if dot < 0 else len(text) - dot - 1) != want or (text[0] == "-" and not v):
+                text = decimal_text(v, scale)  # rescale, or drop the sign of a negative zero
+            return '"' + text + '"'
+
+        return decimal_json
+    if tc in BLOB_TYPES or tc is TypeCode.GEOMETRY:
+        return _b64_json  # TEXT and BLOB alike: base64 of the bytes, any charset
+    if tc in CHAR_TYPES and column.binary:
+        return binary_quote  # Go strconv.Quote without the quotes, then JSON-escaped
+    if tc is TypeCode.NULL:
+        return lambda v: "null"
+    return quote  # non-binary CHAR/VARCHAR, temporal text, JSON text, VECTOR text
+
+
+ImageRenderer = Callable[[Sequence[Any]], str]
+
+
+def _image_json(cols: Sequence[PlanColumn], image: Sequence[Any]) -> str:
+    """The members of one image object (generic path: any image, ABSENT columns left out)."""
+    parts = []
+    for i, prefix, render in cols:
+        v = image[i]
+        if v is None:
+            parts.append(prefix + "null}")
+        elif v is not ABSENT:  # a column the image does not carry is left out
+            parts.append(prefix + render(v) + "}")
+    return ",".join(parts)
+
+
+def _compile_image(cols: Sequence[PlanColumn], width: int) -> ImageRenderer:
+    """A straight-line renderer for full images of one table (generated once per table).
+
+    Column names and renderers are bound as constants of the generated function's namespace,
+    never spliced into its source. Images holding ABSENT take the generic path.
+    """
+    if not cols:
+        return lambda image: ""
+    ns: dict[str, Any] = {"ABSENT": ABSENT, "_generic": _image_json, "_cols": tuple(cols)}
+    terms = []
+    for k, (i, prefix, render) in enumerate(cols):
+        ns[f"S{k}"] = ("}," if k else "") + prefix
+        ns[f"R{k}"] = render
+        terms.append(f'S{k} + ("null" if v{i} is None else R{k}(v{i}))')
+    absent = " or ".join(f"v{i} is ABSENT" for i, _, _ in cols)
+    source = (
+        "def render(image):\n"
+        f"    {', '.join(f'v{i}' for i in range(width))}, = image\n"
+        f"    if {absent}:\n"
+        "        return _generic(_cols, image)\n"
+        f"    return {' + '.join(terms)} + '}}'\n"
+    )
+    exec(source, ns)  # source built from integers and fixed text only
+    return ns["render"]
+
+
+@dataclass(slots=True)
+class _Plan:
+    """One table's precompiled rendering for one compat line."""
+
+    schema: TableSchema
+    label: str
+    cols: tuple[PlanColumn, ...]
+    render_all: ImageRenderer
+    render_handle: ImageRenderer
+    key_head: str  # [ticdc] ',"scm":..,"tbl":..,"t":1'; [tiflow] the omitempty scm/tbl members
+    rid_index: int | None  # [tiflow] position of a single integer PK handle (rid fallback)
+
+
+def _compile(ts: TableSchema, tiflow: bool, quote: Render, binary_quote: Render) -> _Plan:
+    columns = list(enumerate(ts.columns))
+    if tiflow:
+        # tiflow: the column map is a Go map, so encoding/json sorts names bytewise (spec §1.4);
+        # ticdc: table order.
+        columns.sort(key=lambda ic: ic[1].name.encode("utf-8"))
+    cols: list[PlanColumn] = []
+    handle: list[PlanColumn] = []
+    for i, col in columns:
+        hk = bool(col.key_flags & ColumnFlag.HANDLE_KEY)
+        # Column object {"t","h","f","v"}: "h" only when true (spec §1.5).
+        h = ',"h":true' if hk else ""
+        prefix = f'{quote(col.name)}:{{"t":{int(col.type_code)}{h},"f":{int(col.flags)},"v":'
+        entry = (i, prefix, _renderer(col, quote, binary_quote))
+        cols.append(entry)
+        if hk:
+            handle.append(entry)
+    if tiflow:
+        key_head = (f',"scm":{quote(ts.schema)}' if ts.schema else "") + (
+            f',"tbl":{quote(ts.table)}' if ts.table else ""
+        )
+    else:
+        key_head = f',"scm":{quote(ts.schema)},"tbl":{quote(ts.table)},"t":{TYPE_ROW}'
+    rid_index = None
+    if len(ts.handle_key) == 1:
+        pos = ts.handle_key[0]
+        col = ts.columns[pos]
+        # An integer primary key is TiDB's row handle, so tiflow's rid is its value.
+        if col.key_flags & ColumnFlag.PRIMARY_KEY and col.type_code in INTEGER_TYPES:
+            rid_index = pos
+    width = len(ts.columns)
+    return _Plan(
+        schema=ts,
+        label=ts.qualified_name,
+        cols=tuple(cols),
+        render_all=_compile_image(cols, width),
+        render_handle=_compile_image(handle, width),
+        key_head=key_head,
+        rid_index=rid_index,
+    )
+
+
+def _changed(old: Any, new: Any) -> bool:
+    """only-output-updated-columns: does ``p`` keep this column? (spec §1.4)
+
+    [ticdc]: both NULL -> no; one side NULL -> yes; else only if different. [tiflow] drops a
+    column whose type and value compare equal, which gives the same answer for one table.
+    """
+    if old is None:
+        return new is not None
+    return new is None or new is ABSENT or old != new
+
+
+@dataclass(slots=True)
+class _Batch:
+    key: bytearray = field(default_factory=lambda: bytearray(VERSION_HEADER))
+    value: bytearray = field(default_factory=bytearray)
+    rows: int = 0
+    commit_ts: int = 0
+
+
+class OpenProtocolEncoder(Encoder):
+    """TiCDC Open Protocol encoder (TiCDC's BatchEncoder).
+
+    One encoder batches everything appended to it, so a sink uses one per (topic, partition),
+    as TiCDC batches per partition after dispatching.
+    """
+
+    protocol = "open-protocol"
+
+    def __init__(self, options: CodecOptions | None = None) -> None:
+        super().__init__(options)
+        o = self.options
+        self._tiflow = o.tiflow
+        self._quote: Render = quote_std if o.tiflow else quote_jsoniter  # spec §0.6 / §1.7
+        self._binary_quote: Render = go_quote_json(self._quote)
+        if o.claim_check_raw_value:
+            raise ConfigError("claim-check-raw-value is not supported by open-protocol")
+        self._claim_dir = None
+        if o.large_message_handle_option == "claim-check":
+            if not o.claim_check_storage_uri:
+                raise ConfigError("large-message-handle-option=claim-check needs claim-check-storage-uri")
+            self._claim_dir = storage_dir(o.claim_check_storage_uri)
+        codec = compression_codec(o.large_message_handle_compression)
+        self._compress = codec[0] if codec else None
+        self._plans: dict[int, tuple[TableSchema, _Plan]] = {}
+        self._done: list[_Batch] = []
+        self._cur: _Batch | None = None
+        # Claim-check object names: TiCDC uses a random UUID; tests may pin this.
+        self.new_claim_check_name: Callable[[], str] = lambda: f"{uuid.uuid4()}.json"
+
+    # ------------------------------------------------------------ rows
+
+    def _plan(self, ts: TableSchema) -> _Plan:
+        hit = self._plans.get(id(ts))
+        if hit is not None and hit[0] is ts:
+            return hit[1]
+        if len(self._plans) >= _PLAN_CACHE_LIMIT:
+            self._plans.clear()
+        plan = _compile(ts, self._tiflow, self._quote, self._binary_quote)
+        self._plans[id(ts)] = (ts, plan)
+        return plan
+
+    def _row_key(self, row: RowChange, plan: _Plan, only_handle_key: bool = False, ccl: str | None = None) -> str:
+        ptn = ""
+        if row.partition_id is not None or plan.schema.partitioned:
+            ptn = f',"ptn":{row.physical_table_id}'
+        if not self._tiflow:
+            # ticdc's hand-written writer: ts,scm,tbl,t, then ohk/ccl, then ptn (spec §1.3).
+            tail = ',"ohk":true' if only_handle_key else ""
+            if ccl is not None:
+                tail = ',"ohk":false,"ccl":' + self._quote(ccl)
+            return '{"ts":' + str(row.commit_ts) + plan.key_head + tail + ptn + "}"
+        # tiflow encoding/json struct: ts,scm,tbl,rid,ptn,t,ohk,ccl with omitempty.
+        rid = row.row_id
+        if rid is None and plan.rid_index is not None:
+            v = row.image[plan.rid_index] if row.image is not None else None
+            if isinstance(v, int):
+                rid = v - (1 << 64) if v >= 1 << 63 else v  # the handle is an int64
+        key = '{"ts":' + str(row.commit_ts) + plan.key_head
+        if rid:
+            key += f',"rid":{rid}'
+        key += ptn + ',"t":1'
+        if only_handle_key and ccl is None:  # a claim-check reference has ohk=false (omitted)
+            key += ',"ohk":true'
+        if ccl is not None:
+            key += ',"ccl":' + self._quote(ccl)
+        return key + "}"
+
+    def _row_value(self, row: RowChange, plan: _Plan, only_handle_key: bool = False) -> str:
+        o = self.options
+        render = plan.render_handle if only_handle_key else plan.render_all
+        op = row.op
+        if op is Op.INSERT:
+            return '{"u":{' + render(row.new) + "}}"  # type: ignore[arg-type]
+        if op is Op.DELETE:
+            if o.delete_only_output_handle_key_columns:
+                render = plan.render_handle
+            return '{"d":{' + render(row.old) + "}}"  # type: ignore[arg-type]
+        out = '{"u":{' + render(row.new) + "}"  # type: ignore[arg-type]
+        old = row.old
+        if old is not None and o.output_old_value:
+            if o.only_output_updated_columns and not only_handle_key:
+                new = row.new
+                cols = [c for c in plan.cols if _changed(old[c[0]], new[c[0]])]  # type: ignore[index]
+                out += ',"p":{' + _image_json(cols, old) + "}"
+            else:
+                out += ',"p":{' + render(old) + "}"
+        return out + "}"
+
+    def _encode_row(
+        self, row: RowChange, plan: _Plan, only_handle_key: bool = False, ccl: str | None = None
+    ) -> tuple[bytes, bytes]:
+        try:
+            key = self._row_key(row, plan, only_handle_key, ccl).encode("utf-8")
+            value = self._row_value(row, plan, only_handle_key).encode("utf-8")
+        except (TypeError, ValueError, AttributeError, IndexError, ArithmeticError) as e:
+            raise CodecError(
+                f"open-protocol: cannot encode {row.op} row of {plan.label} at commit ts {row.commit_ts}: {e}"
+            ) from e
+        if self._compress is not None:
+            value = self._compress(value)
+        return key, value
+
+    def append_row(self, row: RowChange) -> None:
+        ts = row.table_schema
+        hit = self._plans.get(id(ts))
+        plan = hit[1] if hit is not None and hit[0] is ts else self._plan(ts)
+        key, value = self._encode_row(row, plan)
+        if len(key) + len(value) + _SINGLE_EVENT_EXTRA > self.options.max_message_bytes:
+            key, value = self._large_message(row, plan, key, value)
+        self._push(key, value, row.commit_ts)
+
+    def _too_large(self, row: RowChange, plan: _Plan, size: int, what: str) -> MessageTooLargeError:
+        image = row.image or ()
+        hk = ", ".join(
+            f"{row.table_schema.columns[i].name}={image[i]!r}" for i in row.table_schema.handle_key if i < len(image)
+        )
+        return MessageTooLargeError(
+            f"open-protocol: {what} {row.op} row of {plan.label} at commit ts {row.commit_ts}"
+            f" (handle key {hk or 'none'}) needs {size} bytes, over max-message-bytes {self.options.max_message_bytes}"
+        )
+
+    def _large_message(self, row: RowChange, plan: _Plan, key: bytes, value: bytes) -> tuple[bytes, bytes]:
+        """Spec §1.9: fail, or fall back to a handle-key-only or claim-check reference message."""
+        o = self.options
+        size = len(key) + len(value) + _SINGLE_EVENT_EXTRA
+        option = o.large_message_handle_option
+        if option == "none":
+            raise self._too_large(row, plan, size, "the")
+        if option == "claim-check":
+            name = self.new_claim_check_name()
+            framed_key, framed_value = frame_single(key, value)
+            try:
+                write_claim_check(self._claim_dir, name, framed_key, framed_value)  # type: ignore[arg-type]
+            except OSError as e:
+                raise CodecError(f"open-protocol: cannot write claim-check file {name}: {e}") from e
+            ccl = claim_check_location(o.claim_check_storage_uri, name)
+            key, value = self._encode_row(row, plan, only_handle_key=True, ccl=ccl)
+            # The reference value holds only handle-key columns; its key says ccl (ticdc: and ohk=false).
+        else:
+            key, value = self._encode_row(row, plan, only_handle_key=True)
+        size = len(key) + len(value) + _SINGLE_EVENT_EXTRA
+        if size > o.max_message_bytes:
+            raise self._too_large(row, plan, size, f"{option} reference of the")
+        return key, value
+
+    def _push(self, key: bytes, value: bytes, commit_ts: int) -> None:
+        """Append one row event, opening a new message per spec §1.2."""
+        cur = self._cur
+        o = self.options
+        klen, vlen = len(key), len(value)
+        if cur is None:
+            new = True
+        else:
+            # Length() of the open message (+36 record overhead) plus this event and its two prefixes.
+            too_big = len(cur.key) + len(cur.value) + MAX_RECORD_OVERHEAD + klen + vlen + 16 > o.max_message_bytes
+            # tiflow checks rows >= max-batch-size before the bytes, ticdc after; either opens a message.
+            new = (
+                (cur.rows >= o.max_batch_size or too_big) if self._tiflow else (too_big or cur.rows >= o.max_batch_size)
+            )
+        if new:
+            if cur is not None:
+                self._done.append(cur)
+            cur = self._cur = _Batch()
+        cur.key += _U64(klen) + key
+        cur.value += _U64(vlen) + value
+        cur.rows += 1
+        cur.commit_ts = max(cur.commit_ts, commit_ts)
+
+    def build(self) -> list[Message]:
+        batches = self._done
+        if self._cur is not None:
+            batches.append(self._cur)
+        self._done, self._cur = [], None
+        return [Message(bytes(b.key), bytes(b.value), rows=b.rows, commit_ts=b.commit_ts) for b in batches]
+
+    # ------------------------------------------------------------ DDL and resolved
+
+    def ddl_key(self, ddl: DDLEvent) -> str:
+        q = self._quote
+        if self._tiflow:  # omitempty: DROP DATABASE has no "tbl"
+            return (
+                '{"ts":'
+                + str(ddl.commit_ts)
+                + (f',"scm":{q(ddl.schema)}' if ddl.schema else "")
+                + (f',"tbl":{q(ddl.table)}' if ddl.table else "")
+                + f',"t":{TYPE_DDL}}}'
+            )
+        return f'{{"ts":{ddl.commit_ts},"scm":{q(ddl.schema)},"tbl":{q(ddl.table)},"t":{TYPE_DDL}}}'
+
+    def encode_ddl(self, ddl: DDLEvent) -> Message:
+        key = self.ddl_key(ddl).encode("utf-8")
+        value = f'{{"q":{self._quote(ddl.query)},"t":{int(ddl.ddl_type)}}}'.encode()
+        if self._compress is not None:
+            value = self._compress(value)
+        framed_key, framed_value = frame_single(key, value)
+        return Message(framed_key, framed_value, rows=0, commit_ts=ddl.commit_ts)
+
+    def encode_resolved(self, resolved: Resolved) -> Message:
+        # Resolved: {"ts":…,"t":3} and an empty value entry, i.e. u64be(0) (spec §1.1).
+        key = f'{{"ts":{resolved.commit_ts},"t":{TYPE_RESOLVED}}}'.encode()
+        framed_key, framed_value = frame_single(key, b"")
+        return Message(framed_key, framed_value, rows=0, commit_ts=resolved.commit_ts)
