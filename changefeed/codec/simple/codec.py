@@ -1,0 +1,322 @@
+"""SimpleEncoder / SimpleDecoder: the Simple protocol over either encoding (spec §3).
+
+One event per message with a nil key. The encoder adds TiCDC's large-message handling
+(handle-key-only, claim-check) and optional compression; the decoder keeps the schema cache and
+holds DMLs whose schema it has not seen yet (a consumer joining midway, seed 002 scenario 2).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from ...errors import CodecError, MessageTooLargeError, UnknownSchemaError
+from ...model import ABSENT, DDLEvent, Event, Op, Resolved, RowChange, TableSchema
+from ..base import Decoder, Encoder, Message
+from ..options import CodecOptions
+from .avro import AvroFormat
+from .common import (
+    DDL_TYPES,
+    U64,
+    ClaimCheckStore,
+    Parsed,
+    SimpleFormatError,
+    compressor,
+    ddl_action,
+    fail,
+    schema_of_sql,
+    within,
+)
+from .message import JSONFormat
+from .schema_cache import Held, PendingQueue, SchemaCache, SchemaKey
+
+DEFAULT_MAX_PENDING_MESSAGES = 10_000
+_OPS = {"INSERT": Op.INSERT, "UPDATE": Op.UPDATE, "DELETE": Op.DELETE}
+
+
+def _format(options: CodecOptions) -> JSONFormat | AvroFormat:
+    return AvroFormat(options) if options.encoding_format == "avro" else JSONFormat(options)
+
+
+def _describe(row: RowChange) -> str:
+    ts = row.table_schema
+    keys = ", ".join(f"{ts.columns[i].name}={v!r}" for i, v in zip(ts.handle_key, row.handle_key_values(), strict=True))
+    return f"{row.op} row of {ts.qualified_name} at commitTs {row.commit_ts}" + (f" ({keys})" if keys else "")
+
+
+class SimpleEncoder(Encoder):
+    """Model events -> Simple protocol messages (JSON or Avro per ``encoding_format``)."""
+
+    protocol = "simple"
+
+    def __init__(self, options: CodecOptions | None = None) -> None:
+        super().__init__(options)
+        self._fmt = _format(self.options)
+        self._compress, _ = compressor(self.options)
+        self._claim_check = (
+            ClaimCheckStore(self.options) if self.options.large_message_handle_option == "claim-check" else None
+        )
+        self._out: list[Message] = []
+
+    def _finish(self, value: bytes) -> bytes:
+        return self._compress(value) if self._compress is not None else value
+
+    def append_row(self, row: RowChange) -> None:
+        self._out.append(self.encode_row(row))
+
+    def build(self) -> list[Message]:
+        out, self._out = self._out, []
+        return out
+
+    def encode_row(self, row: RowChange) -> Message:
+        """One DML message, reduced per ``large-message-handle-option`` when it is too big (§3.4)."""
+        try:
+            value = self._finish(self._fmt.dml(row, False, "", self.options.clock()))
+        except (TypeError, ValueError, OverflowError, ArithmeticError) as exc:
+            raise CodecError(f"simple protocol: cannot encode {_describe(row)}: {exc}") from None
+        msg = Message(key=None, value=value, rows=1, commit_ts=row.commit_ts)
+        limit = self.options.max_message_bytes
+        if msg.size <= limit:
+            return msg
+        option = self.options.large_message_handle_option
+        what = f"{_describe(row)}: message of {msg.size} bytes exceeds max-message-bytes {limit}"
+        if option == "none":
+            raise MessageTooLargeError(what)
+        if not row.table_schema.handle_key:
+            raise MessageTooLargeError(f"{what}, and the table has no handle key for {option}")
+        location = self._claim_check.write(value) if self._claim_check is not None else ""
+        # TiCDC re-marshals with only the handle-key columns; a claim-check message carries both
+        # handleKeyOnly and claimCheckLocation.
+        msg.value = self._finish(self._fmt.dml(row, True, location, self.options.clock()))
+        if msg.size > limit:
+            raise MessageTooLargeError(f"{what}; even the handle-key-only form has {msg.size} bytes")
+        return msg
+
+    def encode_ddl(self, ddl: DDLEvent) -> Message:
+        value = self._finish(self._fmt.ddl(ddl, self.options.clock()))
+        return self._check(Message(key=None, value=value, commit_ts=ddl.commit_ts), f"DDL {ddl.query!r}")
+
+    def encode_resolved(self, resolved: Resolved) -> Message:
+        value = self._finish(self._fmt.watermark(resolved.commit_ts, self.options.clock()))
+        return Message(key=None, value=value, commit_ts=resolved.commit_ts)
+
+    def encode_bootstrap(self, table: TableSchema) -> Message:
+        """BOOTSTRAP for ``table`` (commitTs 0). The sink decides when (interval/count) and where."""
+        value = self._finish(self._fmt.bootstrap(table, self.options.clock()))
+        return self._check(Message(key=None, value=value), f"BOOTSTRAP of {table.qualified_name}")
+
+    def _check(self, msg: Message, what: str) -> Message:
+        if msg.size > self.options.max_message_bytes:
+            raise MessageTooLargeError(
+                f"{what}: message of {msg.size} bytes exceeds max-message-bytes {self.options.max_message_bytes}"
+            )
+        return msg
+
+
+class SimpleDecoder(Decoder):
+    """Simple protocol messages -> model events, with a schema cache and held DMLs.
+
+    ``decode`` returns, in order: the DMLs this message released and the message's own event
+    (a BOOTSTRAP has none; a DDL's DDLEvent comes after the DMLs its preTableSchema released and
+    before those its tableSchema released). A DML whose (schema, table, version) is unknown is
+    held; at most ``max_pending_messages`` are held, beyond that the DML is refused with
+    UnknownSchemaError. A watermark received while DMLs are held waits behind them (it promises
+    nothing earlier is outstanding). Events already released when an error is raised are not
+    lost: they come first out of the next call.
+    """
+
+    protocol = "simple"
+
+    def __init__(
+        self, options: CodecOptions | None = None, *, max_pending_messages: int = DEFAULT_MAX_PENDING_MESSAGES
+    ) -> None:
+        super().__init__(options)
+        self._fmt = _format(self.options)
+        _, self._decompress = compressor(self.options)
+        self._claim_check = ClaimCheckStore(self.options) if self.options.claim_check_storage_uri else None
+        self.max_pending_messages = max_pending_messages
+        self.schemas = SchemaCache()
+        self._pending = PendingQueue()
+        self._undelivered: list[Event] = []  # released, but the call that released them raised
+        self._retry = False  # a release stopped at a bad message; the rest are ready
+
+    # -------------------------------------------------------------- pending DMLs
+
+    def pending(self) -> int:
+        """How many DMLs are held waiting for their schema."""
+        return self._pending.dml_count
+
+    def pending_tables(self) -> list[SchemaKey]:
+        """The distinct (schema, table, schemaVersion) the held DMLs wait for, in arrival order."""
+        seen: dict[SchemaKey, None] = {}
+        for entry in self._pending.entries:
+            if entry.parsed is not None:
+                seen.setdefault(entry.key, None)
+        return list(seen)
+
+    def take_pending(self) -> list[tuple[Message, str]]:
+        """Give up on the held DMLs: return their messages (and ``where``) and forget them.
+
+        Held watermarks are dropped with them (TiCDC sends one every second).
+        """
+        return [(e.message, e.where) for e in self._pending.clear() if e.message is not None]
+
+    # -------------------------------------------------------------- decode
+
+    def decode(self, message: Message, where: str = "") -> list[Event]:
+        out = self._undelivered  # appended to in place, so an exception below keeps what was released
+        if self._retry:
+            self._retry = False
+            self._release(out)
+        value = message.value
+        if value is None:
+            raise fail(where, "message has no value")
+        p = self._parse(value, where)
+        if p.is_dml:
+            self._dml(p, message, where, out)
+        elif p.type == "WATERMARK":
+            resolved = Resolved(commit_ts=p.commit_ts)
+            if self._pending.dml_count:
+                self._pending.hold(Held(None, None, where, resolved))
+            else:
+                out.append(resolved)
+        elif p.type == "BOOTSTRAP":
+            assert p.table_schema is not None
+            if self.schemas.add(p.table_schema):
+                self._release(out)
+        else:
+            self._ddl(p, out)
+        self._undelivered = []
+        return out
+
+    def _parse(self, value: bytes, where: str) -> Parsed:
+        if self._decompress is not None:
+            try:
+                value = self._decompress(value)
+            except Exception as exc:
+                method = self.options.large_message_handle_compression
+                raise fail(where, f"cannot decompress ({method}): {exc}") from None
+        p = self._fmt.parse(value, where, self.schemas)
+        if p.is_dml and p.claim_check_location:
+            p = self._fetch_claim_check(p, where)
+        return p
+
+    def _fetch_claim_check(self, p: Parsed, where: str) -> Parsed:
+        # claimCheckLocation wins over handleKeyOnly: the full message is in the file (§3.4).
+        if self._claim_check is None:
+            raise fail(where, f"claim-check message ({p.claim_check_location}) but no claim-check-storage-uri is set")
+        value = self._claim_check.read(p.claim_check_location, where)
+        scope = f"claim-check file {p.claim_check_location!r}"
+        if self._decompress is not None:
+            try:
+                value = self._decompress(value)
+            except Exception as exc:
+                raise fail(where, f"{scope}: cannot decompress: {exc}") from None
+        try:
+            full = self._fmt.parse(value, where, self.schemas)
+        except SimpleFormatError as exc:
+            raise within(exc, scope) from None
+        if not full.is_dml or full.claim_check_location or full.handle_key_only:
+            raise fail(where, f"{scope} does not hold a complete DML message")
+        if (full.type, full.database, full.table, full.commit_ts) != (p.type, p.database, p.table, p.commit_ts):
+            raise fail(where, f"{scope} holds a different DML than the message refers to")
+        return full
+
+    def _dml(self, p: Parsed, message: Message, where: str, out: list[Event]) -> None:
+        if not 0 <= p.schema_version <= U64:
+            raise fail(where, f"schemaVersion {p.schema_version} is not a uint64")
+        ts = self.schemas.get((p.database, p.table, p.schema_version))
+        if ts is not None and not self._pending.is_blocked((p.database, p.table)):
+            out.append(self._row(p, ts, where))
+            return
+        if self._pending.dml_count >= self.max_pending_messages:
+            raise UnknownSchemaError(
+                f"simple protocol: no schema for {p.database}.{p.table} schemaVersion {p.schema_version} "
+                f"and {self._pending.dml_count} DMLs already held (max_pending_messages); "
+                f"waiting for: {self.pending_tables()[:5]}",
+                where=where or None,
+            )
+        self._pending.hold(Held(p, message, where))
+
+    def _ddl(self, p: Parsed, out: list[Event]) -> None:
+        if p.pre_table_schema is not None and self.schemas.add(p.pre_table_schema):
+            self._release(out)  # rows of the old version precede the DDL
+        ts = p.table_schema or p.pre_table_schema
+        assert p.type in DDL_TYPES
+        out.append(
+            DDLEvent(
+                schema=ts.schema if ts is not None else schema_of_sql(p.sql),
+                table=ts.table if ts is not None else "",
+                query=p.sql,
+                ddl_type=ddl_action(p.type, p.sql),
+                commit_ts=p.commit_ts,
+                table_schema=p.table_schema,
+                pre_table_schema=p.pre_table_schema,
+            )
+        )
+        if p.table_schema is not None and self.schemas.add(p.table_schema):
+            self._release(out)
+
+    def _release(self, out: list[Event]) -> None:
+        """Append the held entries that may go out now; a bad one is dropped (and raised), the
+        rest after it stay ready for the next call."""
+        ready = self._pending.ready(lambda key: key in self.schemas)
+        for n, entry in enumerate(ready):
+            if entry.resolved is not None:
+                out.append(entry.resolved)
+                continue
+            assert entry.parsed is not None
+            ts = self.schemas.get(entry.key)
+            assert ts is not None
+            try:
+                out.append(self._row(entry.parsed, ts, entry.where))
+            except CodecError:
+                self._pending.requeue(ready[n + 1 :])
+                self._retry = True
+                raise
+
+    def _row(self, p: Parsed, ts: TableSchema, where: str) -> RowChange:
+        op = _OPS[p.type]
+        if op is not Op.DELETE and p.data is None:
+            raise fail(where, f"{p.type} of {ts.qualified_name} without data")
+        if op is Op.DELETE and p.old is None:
+            raise fail(where, f"DELETE of {ts.qualified_name} without old")
+        if op is Op.INSERT and p.old is not None:
+            raise fail(where, f"INSERT of {ts.qualified_name} with old")
+        if op is Op.DELETE and p.data is not None:
+            raise fail(where, f"DELETE of {ts.qualified_name} with data")
+        parsers = self.schemas.compiled(ts, self._fmt.parsers)
+        new = self._image(ts, parsers, p.data, "data", where) if p.data is not None else None
+        old = self._image(ts, parsers, p.old, "old", where) if p.old is not None else None
+        return RowChange(
+            op=op,
+            table_schema=ts,
+            commit_ts=p.commit_ts,
+            new=new,
+            old=old,
+            partition_id=p.table_id if p.table_id and p.table_id != ts.table_id else None,
+        )
+
+    @staticmethod
+    def _image(
+        ts: TableSchema,
+        parsers: dict[str, tuple[int, Callable[[Any], Any]]],
+        raw: Any,
+        which: str,
+        where: str,
+    ) -> tuple[Any, ...]:
+        image: list[Any] = [ABSENT] * len(ts.columns)
+        for name, value in raw.items():
+            entry = parsers.get(name)
+            if entry is None:
+                raise fail(where, f"{which}: column {name!r} is not in {ts.qualified_name} schemaVersion {ts.version}")
+            idx, parse = entry
+            if value is None:
+                image[idx] = None
+                continue
+            try:
+                image[idx] = parse(value)
+            except (ValueError, TypeError, OverflowError, ArithmeticError, KeyError) as exc:
+                col = ts.columns[idx]
+                raise fail(where, f"{which}: column {name!r} ({col.type_name}) value {value!r}: {exc}") from None
+        return tuple(image)

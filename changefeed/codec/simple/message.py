@@ -1,0 +1,502 @@
+"""The Simple protocol's JSON form (``encoding-format=json``, spec §3.1-§3.2).
+
+TiCDC marshals one Go struct with ``encoding/json``: members in struct order with ``omitempty``,
+map keys (``data``/``old``) sorted, std string escaping. We build the same member order in a
+dict, let orjson write it, and patch in the few escapes std adds (``<>&`` and U+2028/9 as
+``\\u003c``...): in orjson output those bytes can only occur inside strings, so one pass over the
+whole message equals quoting every string with `quote_std`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from binascii import b2a_base64
+from collections.abc import Callable
+from decimal import Decimal
+from functools import lru_cache, partial
+from typing import Any
+
+import orjson
+
+from ...model import ABSENT, Column, DDLEvent, Op, RowChange, TableSchema, TypeCode
+from ...model.gofloat import format_f, to_float32
+from ...model.types import INTEGER_TYPES
+from ...model.values import b64decode, decimal_text
+from ..options import CodecOptions
+from .common import (
+    DDL_TYPES,
+    DML_TYPES,
+    U64,
+    Parsed,
+    SimpleFormatError,
+    build_column,
+    build_index,
+    build_table_schema,
+    column_length,
+    ddl_type_name,
+    fail,
+    index_name,
+    index_nullable,
+    json_default,
+    need_bool,
+    need_int,
+    need_str,
+    within,
+)
+from .schema_cache import SchemaCache
+
+_STD_EXTRA = re.compile(rb"[<>&]|\xe2\x80[\xa8\xa9]")
+_STD_ESCAPES = {
+    b"<": b"\\u003c",
+    b">": b"\\u003e",
+    b"&": b"\\u0026",
+    "\u2028".encode(): b"\\u2028",
+    "\u2029".encode(): b"\\u2029",
+}
+_INT_BITS = {TypeCode.TINYINT: 8, TypeCode.SMALLINT: 16, TypeCode.MEDIUMINT: 24, TypeCode.INT: 32, TypeCode.BIGINT: 64}
+_OP_TYPE = {Op.INSERT: "INSERT", Op.UPDATE: "UPDATE", Op.DELETE: "DELETE"}
+
+INT_TEXT = re.compile(r"-?[0-9]+").fullmatch
+NUMBER_TEXT = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?").fullmatch
+
+
+def dumps_std(obj: Any) -> bytes:
+    """Go ``encoding/json.Marshal`` bytes of a dict built in struct-member order."""
+    out = orjson.dumps(obj)
+    # int membership is a memchr; far cheaper than a regex scan when (as usual) nothing matches
+    if 0x3C in out or 0x3E in out or 0x26 in out or 0xE2 in out:
+        out = _STD_EXTRA.sub(lambda m: _STD_ESCAPES[m.group()], out)
+    return out
+
+
+def int_range(col: Column) -> tuple[int, int]:
+    """The value range of an integer-like column (YEAR/ENUM/SET/BIT: any uint64)."""
+    bits = _INT_BITS.get(col.type_code)
+    if bits is None:
+        return 0, U64
+    if col.unsigned:
+        return 0, (1 << bits) - 1
+    return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+
+
+# ------------------------------------------------------------------ encoding
+
+
+_f32_text = lru_cache(maxsize=65536)(partial(format_f, float32=True))
+_f64_text = lru_cache(maxsize=65536)(format_f)
+
+
+def _f32(v: float) -> str:
+    # Zero skips the cache (0.0 and -0.0 are one key there); NaN/Inf print 0 as the mounter
+    # turns them into 0 (spec §0.4).
+    if v and math.isfinite(v):
+        return _f32_text(v)
+    return format_f(v, True) if v == 0 else "0"
+
+
+def _f64(v: float) -> str:
+    if v and math.isfinite(v):
+        return _f64_text(v)
+    return format_f(v) if v == 0 else "0"
+
+
+def decimal_renderer(scale: int | None) -> Callable[[Decimal], str]:
+    """TiDB ``MyDecimal.String()`` via `decimal_text`, with a fast path when ``str`` already is it."""
+
+    def render(v: Decimal) -> str:
+        text = str(v)  # fixed notation unless it holds an "E"
+        if "E" not in text and not (text[0] == "-" and not v):
+            if scale is None:
+                return text
+            dot = text.find(".")
+            if (len(text) - dot - 1 if dot >= 0 else 0) == scale:
+                return text
+        return decimal_text(v, scale)
+
+    return render
+
+
+def _b64(v: bytes) -> str:
+    return b2a_base64(v, newline=False).decode("ascii")
+
+
+def value_renderer(col: Column, location: str) -> Callable[[Any], Any] | None:
+    """Non-NULL model value -> the JSON value TiCDC writes in ``data``/``old`` (spec §3.1 table).
+
+    None means the ``str`` value is written as it is (text, temporal, JSON, VECTOR); orjson then
+    refuses anything that is not a str, so a wrong model value cannot slip through.
+    """
+    tc = col.type_code
+    if tc is TypeCode.FLOAT:
+        return _f32  # strconv 'f', -1, 32
+    if tc is TypeCode.DOUBLE:
+        return _f64
+    if tc is TypeCode.DECIMAL:
+        return decimal_renderer(col.decimal)
+    if tc is TypeCode.TIMESTAMP:
+        return lambda v: {"location": location, "value": v}  # Go time.Location.String() + value
+    if col.is_bytes:
+        return _b64  # MySQL BinaryFlag strings/blobs are base64 (std alphabet, padded)
+    if tc in INTEGER_TYPES or tc in (TypeCode.YEAR, TypeCode.ENUM, TypeCode.SET, TypeCode.BIT):
+        return str  # integers, YEAR, ENUM index, SET bitmask, BIT uint64 -> decimal text
+    return None
+
+
+def data_type_json(col: Column) -> dict[str, Any]:
+    """DataType with tiflow's omitempty members; ``decimal`` never for FLOAT/DOUBLE (spec §3.2)."""
+    out: dict[str, Any] = {"mysqlType": col.type_name, "charset": col.charset, "collate": col.collation}
+    length = column_length(col)
+    if length:
+        out["length"] = length
+    if col.decimal and col.type_code not in (TypeCode.FLOAT, TypeCode.DOUBLE):
+        out["decimal"] = col.decimal
+    if col.elements:
+        out["elements"] = list(col.elements)
+    if col.unsigned:
+        out["unsigned"] = True
+    if col.zerofill:
+        out["zerofill"] = True
+    return out
+
+
+def table_schema_json(ts: TableSchema) -> dict[str, Any]:
+    """TableSchema JSON (spec §3.2): first member ``schema``, not ``database``."""
+    indexes = [
+        {
+            "name": index_name(idx),
+            "unique": idx.unique,
+            "primary": idx.primary,
+            "nullable": index_nullable(ts, idx),
+            "columns": list(idx.columns),
+        }
+        for idx in ts.indexes
+    ]
+    # tiflow appends a synthetic "primary" index when the PK is the int handle and not among
+    # TiDB's indexes; in our model a primary key is always an Index, so it is already above.
+    return {
+        "schema": ts.schema,
+        "table": ts.table,
+        "tableID": ts.table_id,
+        "version": ts.version,
+        "columns": [
+            {"name": c.name, "dataType": data_type_json(c), "nullable": c.nullable, "default": json_default(c)}
+            for c in ts.columns
+        ],
+        "indexes": indexes,
+    }
+
+
+class _Table:
+    """Per-TableSchema encoding plan: columns sorted by name (Go map order), key columns."""
+
+    __slots__ = ("cols", "keys", "schema_json")
+
+    def __init__(self, ts: TableSchema, location: str) -> None:
+        order = sorted(range(len(ts.columns)), key=lambda i: ts.columns[i].name)
+        self.cols = [(ts.columns[i].name, i, value_renderer(ts.columns[i], location)) for i in order]
+        handle = set(ts.handle_key)
+        self.keys = [c for c in self.cols if c[1] in handle]
+        self.schema_json = table_schema_json(ts)
+
+
+def _render(cols: list[tuple[str, int, Callable[[Any], Any] | None]], image: tuple[Any, ...]) -> dict[str, Any]:
+    return {
+        name: (v if v is None or render is None else render(v))
+        for name, i, render in cols
+        if (v := image[i]) is not ABSENT
+    }
+
+
+class JSONFormat:
+    """Encodes model events to Simple JSON and parses Simple JSON into `Parsed`."""
+
+    def __init__(self, options: CodecOptions) -> None:
+        self.options = options
+        self.location = options.time_zone
+        self._tables: dict[int, tuple[TableSchema, _Table]] = {}
+
+    def _table(self, ts: TableSchema) -> _Table:
+        entry = self._tables.get(id(ts))
+        if entry is not None and entry[0] is ts:
+            return entry[1]
+        if len(self._tables) > 4096:
+            self._tables.clear()
+        plan = _Table(ts, self.location)
+        self._tables[id(ts)] = (ts, plan)
+        return plan
+
+    # -------------------------------------------------------------- encode
+
+    def dml(self, row: RowChange, handle_key_only: bool, location: str, build_ts: int) -> bytes:
+        ts = row.table_schema
+        plan = self._table(ts)
+        cols = plan.keys if handle_key_only else plan.cols
+        m: dict[str, Any] = {"version": 1}
+        if ts.schema:
+            m["database"] = ts.schema
+        if ts.table:
+            m["table"] = ts.table
+        table_id = row.physical_table_id  # the partition id for partitioned tables (spec §3.1)
+        if table_id:
+            m["tableID"] = table_id
+        m["type"] = _OP_TYPE[row.op]
+        m["commitTs"] = row.commit_ts
+        m["buildTs"] = build_ts
+        if ts.version:
+            m["schemaVersion"] = ts.version
+        if location:
+            m["claimCheckLocation"] = location
+        if handle_key_only:
+            m["handleKeyOnly"] = True
+        # The model has no row checksum, so the `checksum` member is never written.
+        if row.new is not None and row.op is not Op.DELETE:
+            data = _render(cols, row.new)
+            if data:
+                m["data"] = data
+        if row.old is not None and row.op is not Op.INSERT:
+            if row.op is Op.UPDATE and self.options.only_output_updated_columns and not handle_key_only:
+                new = row.new or ()
+                old = _render([c for c in cols if new[c[1]] != row.old[c[1]]], row.old)
+            else:
+                old = _render(cols, row.old)
+            if old:
+                m["old"] = old
+        return dumps_std(m)
+
+    def ddl(self, ddl: DDLEvent, build_ts: int) -> bytes:
+        kind = ddl_type_name(ddl.ddl_type)
+        m: dict[str, Any] = {"version": 1, "type": kind}
+        if ddl.query:
+            m["sql"] = ddl.query
+        m["commitTs"] = ddl.commit_ts
+        m["buildTs"] = build_ts
+        if ddl.table_schema is not None:
+            m["tableSchema"] = self._table(ddl.table_schema).schema_json
+        if ddl.pre_table_schema is not None and kind != "CREATE":
+            m["preTableSchema"] = self._table(ddl.pre_table_schema).schema_json
+        return dumps_std(m)
+
+    def watermark(self, commit_ts: int, build_ts: int) -> bytes:
+        return dumps_std({"version": 1, "type": "WATERMARK", "commitTs": commit_ts, "buildTs": build_ts})
+
+    def bootstrap(self, ts: TableSchema, build_ts: int) -> bytes:
+        return dumps_std(
+            {
+                "version": 1,
+                "type": "BOOTSTRAP",
+                "commitTs": 0,
+                "buildTs": build_ts,
+                "tableSchema": self._table(ts).schema_json,
+            }
+        )
+
+    # -------------------------------------------------------------- decode
+
+    def parse(self, value: bytes, where: str, cache: SchemaCache) -> Parsed:
+        try:
+            obj = orjson.loads(value)
+        except orjson.JSONDecodeError as exc:
+            raise fail(where, f"invalid JSON: {exc}") from None
+        if not isinstance(obj, dict):
+            raise fail(where, f"message must be a JSON object, got {type(obj).__name__}")
+        version = obj.get("version")
+        if version != 1 or isinstance(version, bool):
+            raise fail(where, f"unsupported protocol version {version!r} (expected 1)")
+        kind = need_str(where, "type", obj.get("type"))
+        commit_ts = need_int(where, "commitTs", obj.get("commitTs"))
+        if not 0 <= commit_ts <= U64:
+            raise fail(where, f"commitTs {commit_ts} is not a uint64")
+        if kind in DML_TYPES:
+            get = obj.get
+            database, table, table_id = get("database", ""), get("table", ""), get("tableID", 0)
+            version, data, old = get("schemaVersion", 0), get("data"), get("old")
+            if (
+                type(database) is str
+                and type(table) is str
+                and type(table_id) is int
+                and type(version) is int
+                and (data is None or type(data) is dict)
+                and (old is None or type(old) is dict)
+                and "claimCheckLocation" not in obj
+                and "handleKeyOnly" not in obj
+                and "checksum" not in obj
+            ):
+                return Parsed(kind, commit_ts, "", None, None, database, table, table_id, version, "", False, data, old)
+            p = Parsed(
+                type=kind,
+                commit_ts=commit_ts,
+                database=need_str(where, "database", obj.get("database", "")),
+                table=need_str(where, "table", obj.get("table", "")),
+                table_id=need_int(where, "tableID", obj.get("tableID", 0)),
+                schema_version=need_int(where, "schemaVersion", obj.get("schemaVersion", 0)),
+                claim_check_location=need_str(where, "claimCheckLocation", obj.get("claimCheckLocation", "")),
+                handle_key_only=need_bool(where, "handleKeyOnly", obj.get("handleKeyOnly", False)),
+                data=_map(where, "data", obj.get("data")),
+                old=_map(where, "old", obj.get("old")),
+            )
+            checksum = obj.get("checksum")
+            if checksum is not None and not isinstance(checksum, dict):
+                raise fail(where, f"checksum must be an object, got {checksum!r}")
+            return p  # checksum: read and ignored (the model has no place for it)
+        if kind == "WATERMARK":
+            return Parsed(type=kind, commit_ts=commit_ts)
+        if kind == "BOOTSTRAP":
+            ts = self.table_schema(where, obj.get("tableSchema"), cache)
+            if ts is None:
+                raise fail(where, "BOOTSTRAP message without tableSchema")
+            return Parsed(type=kind, commit_ts=commit_ts, table_schema=ts)
+        if kind in DDL_TYPES:
+            return Parsed(
+                type=kind,
+                commit_ts=commit_ts,
+                sql=need_str(where, "sql", obj.get("sql", "")),
+                table_schema=self.table_schema(where, obj.get("tableSchema"), cache),
+                pre_table_schema=self.table_schema(where, obj.get("preTableSchema"), cache, "preTableSchema"),
+            )
+        raise fail(where, f"unknown message type {kind!r}")
+
+    def table_schema(self, where: str, obj: Any, cache: SchemaCache, what: str = "tableSchema") -> TableSchema | None:
+        """TableSchema -> model, reusing the cached object for a known (schema, table, version)."""
+        try:
+            return self._table_schema(where, obj, cache)
+        except SimpleFormatError as exc:
+            raise within(exc, what) from None
+
+    def _table_schema(self, where: str, obj: Any, cache: SchemaCache) -> TableSchema | None:
+        if obj is None:
+            return None
+        if not isinstance(obj, dict):
+            raise fail(where, f"must be an object, got {obj!r}")
+        schema = need_str(where, "schema", obj.get("schema"))
+        table = need_str(where, "table", obj.get("table"))
+        version = need_int(where, "version", obj.get("version"))
+        cached = cache.get((schema, table, version))
+        if cached is not None:
+            return cached
+        columns = obj.get("columns") or []
+        indexes = obj.get("indexes") or []
+        if not isinstance(columns, list) or not isinstance(indexes, list):
+            raise fail(where, "columns/indexes must be arrays")
+        cols = []
+        for c in columns:
+            if not isinstance(c, dict) or not isinstance(c.get("dataType"), dict):
+                raise fail(where, f"column must be an object with a dataType object, got {c!r}")
+            dt = c["dataType"]
+            cols.append(
+                build_column(
+                    where,
+                    name=c.get("name"),
+                    mysql_type=dt.get("mysqlType"),
+                    charset=dt.get("charset"),
+                    collate=dt.get("collate"),
+                    length=dt.get("length"),
+                    decimal=dt.get("decimal"),
+                    elements=dt.get("elements"),
+                    unsigned=dt.get("unsigned"),
+                    zerofill=dt.get("zerofill"),
+                    nullable=c.get("nullable", True),
+                    default=c.get("default"),
+                )
+            )
+        idxs = []
+        for i in indexes:
+            if not isinstance(i, dict):
+                raise fail(where, f"index must be an object, got {i!r}")
+            idxs.append(
+                build_index(
+                    where,
+                    name=i.get("name"),
+                    unique=i.get("unique", False),
+                    primary=i.get("primary", False),
+                    columns=i.get("columns"),
+                )
+            )
+        return build_table_schema(
+            where,
+            schema=schema,
+            table=table,
+            table_id=obj.get("tableID", 0),
+            version=version,
+            columns=cols,
+            indexes=idxs,
+        )
+
+    def parsers(self, ts: TableSchema) -> dict[str, tuple[int, Callable[[Any], Any]]]:
+        return {c.name: (i, value_parser(c)) for i, c in enumerate(ts.columns)}
+
+
+def _map(where: str, what: str, value: Any) -> dict[str, Any] | None:
+    if value is None or isinstance(value, dict):
+        return value
+    raise fail(where, f"{what} must be an object, got {value!r}")
+
+
+# ------------------------------------------------------------------ value parsing
+
+
+def value_parser(col: Column) -> Callable[[Any], Any]:
+    """JSON value (not null) -> model value; raises ValueError/TypeError with the reason."""
+    tc = col.type_code
+    if tc in INTEGER_TYPES or tc in (TypeCode.YEAR, TypeCode.ENUM, TypeCode.SET, TypeCode.BIT):
+        lo, hi = int_range(col)
+
+        def parse_int(raw: Any) -> int:
+            if type(raw) is str and INT_TEXT(raw):
+                v = int(raw)
+                if lo <= v <= hi:
+                    return v
+                raise ValueError(f"out of range [{lo}, {hi}]")
+            raise ValueError("expected a decimal integer string")
+
+        return parse_int
+    if tc in (TypeCode.FLOAT, TypeCode.DOUBLE):
+        f32 = tc is TypeCode.FLOAT
+
+        def parse_float(raw: Any) -> float:
+            if type(raw) is not str or not NUMBER_TEXT(raw):
+                raise ValueError("expected a decimal number string")
+            v = float(raw)
+            if not math.isfinite(v):
+                raise ValueError("not a finite number")
+            return to_float32(v) if f32 else v
+
+        return parse_float
+    if tc is TypeCode.DECIMAL:
+        return parse_decimal
+    if tc is TypeCode.TIMESTAMP:
+        return parse_timestamp
+    if col.is_bytes:
+        return parse_base64
+    return parse_text
+
+
+def parse_decimal(raw: Any) -> Decimal:
+    if type(raw) is not str or not NUMBER_TEXT(raw):
+        raise ValueError("expected a decimal number string")
+    return Decimal(raw)
+
+
+def parse_timestamp(raw: Any) -> str:
+    # {"location": tz, "value": text}; the text is already in the changefeed zone, which the model
+    # keeps as is (codecs never convert time zones). A plain string is accepted too.
+    if type(raw) is dict:
+        value = raw.get("value")
+        if type(value) is str and type(raw.get("location", "")) is str:
+            return value
+        raise ValueError("expected {location: string, value: string}")
+    if type(raw) is str:
+        return raw
+    raise ValueError("expected a timestamp object")
+
+
+def parse_base64(raw: Any) -> bytes:
+    if type(raw) is not str:
+        raise ValueError("expected a base64 string")
+    return b64decode(raw)
+
+
+def parse_text(raw: Any) -> str:
+    if type(raw) is not str:
+        raise ValueError("expected a string")
+    return raw
