@@ -26,7 +26,7 @@ Temporal values stay text because MySQL allows dates Python cannot hold (zero da
 from __future__ import annotations
 
 import base64
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation
 from typing import Any
 
 from .gofloat import format_f, to_float32
@@ -85,10 +85,14 @@ def format_time(negative: bool, hour: int, minute: int, second: int, micro: int,
     return text
 
 
+# MySQL DECIMAL has up to 65 digits; Python's default context rounds at 28.
+_DECIMAL_CONTEXT = Context(prec=100)
+
+
 def decimal_text(value: Decimal, scale: int | None = None) -> str:
     """TiDB ``MyDecimal.String()``: plain digits, exactly ``scale`` fraction digits, no exponent."""
     if scale is not None and value.as_tuple().exponent != -scale:
-        value = value.quantize(Decimal(1).scaleb(-scale)) if scale > 0 else value.quantize(Decimal(1))
+        value = value.quantize(Decimal(1).scaleb(-scale, _DECIMAL_CONTEXT), context=_DECIMAL_CONTEXT)
     text = format(value, "f")
     return text[1:] if not value and text.startswith("-") else text  # MyDecimal has no -0
 

@@ -145,3 +145,8 @@ def test_commit_clock_is_strictly_increasing_and_resumable() -> None:
     assert d == compose_tso(1_700_000_001_000)
     resumed = CommitClock(last=b)
     assert resumed.next(1_699_999_999_000) == c
+
+
+def test_decimal_text_keeps_65_digits() -> None:
+    # Python's default context rounds at 28 digits; DECIMAL(65,30) must not.
+    assert decimal_text(Decimal("1" * 35), 30) == "1" * 35 + "." + "0" * 30
