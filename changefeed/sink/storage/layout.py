@@ -14,9 +14,10 @@ import json
 import re
 import zlib
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from ...errors import ChangefeedError
+from ...errors import ChangefeedError, SinkError
 from ...model import Column, ColumnFlag, Index, TableSchema, TypeCode, parse_type_name, type_name
 from ...model.types import DEFAULT_FLEN, INTEGER_TYPES, UNSIGNED_DEFAULT_FLEN
 
@@ -233,3 +234,13 @@ def index_file_name(dispatcher: str | None = None) -> str:
 
 def metadata_json(checkpoint_ts: int) -> bytes:
     return json.dumps({"checkpoint-ts": checkpoint_ts}, separators=(",", ":")).encode()
+
+
+def read_checkpoint(root: Path) -> int:
+    """The published ``checkpoint-ts`` (0 when nothing was published yet)."""
+    try:
+        return int(json.loads((root / "metadata").read_bytes())["checkpoint-ts"])
+    except FileNotFoundError:
+        return 0
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise SinkError(f"unreadable storage metadata: {exc}", where=str(root / "metadata")) from None
