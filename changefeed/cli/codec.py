@@ -20,6 +20,7 @@ from ..model import DDLEvent, Event, Resolved, RowChange
 from ..model.jsonl import EventReader, dumps_event
 from ..model.values import b64decode, b64encode
 
+DEFAULTS = CodecOptions()
 # Rows encoded between two `build()` calls: bounds memory while leaving Open Protocol's batching
 # (max-batch-size / max-message-bytes) to decide message boundaries inside the chunk.
 _ROWS_PER_BUILD = 4096
@@ -39,8 +40,8 @@ def _add_codec_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--encoding-format", choices=("json", "avro"), default="json", help="simple protocol encoding")
     p.add_argument("--compat", choices=("ticdc", "tiflow"), default="ticdc", help="which TiCDC line to match")
     p.add_argument("--enable-tidb-extension", action="store_true", help="canal-json _tidb and TIDB_WATERMARK")
-    p.add_argument("--max-message-bytes", type=int, default=CodecOptions.max_message_bytes)
-    p.add_argument("--max-batch-size", type=int, default=CodecOptions.max_batch_size)
+    p.add_argument("--max-message-bytes", type=int, default=DEFAULTS.max_message_bytes)
+    p.add_argument("--max-batch-size", type=int, default=DEFAULTS.max_batch_size)
     p.add_argument("--only-output-updated-columns", action="store_true")
     p.add_argument("--delete-only-output-handle-key-columns", action="store_true")
     p.add_argument("--no-output-old-value", dest="output_old_value", action="store_false", help="open-protocol")
