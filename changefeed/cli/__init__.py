@@ -15,7 +15,7 @@ from importlib import import_module
 from ..errors import ChangefeedError
 
 # Subcommand modules under changefeed.cli, in the order --help lists them.
-COMMANDS: tuple[str, ...] = ("capture", "mount", "codec")
+COMMANDS: tuple[str, ...] = ("capture", "mount", "codec", "diff", "run", "apply")
 
 
 def build_parser() -> argparse.ArgumentParser:

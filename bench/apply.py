@@ -1,0 +1,241 @@
+"""MySQL sink apply throughput vs LOAD DATA LOCAL INFILE of the same rows, on one MariaDB.
+
+Usage: .venv/bin/python bench/apply.py [--rows N] [--workers 1,2,4] [--url mysql://...]
+
+Workloads over a 10-column table with a BIGINT primary key and one secondary index:
+
+* ``insert``: N inserts in upstream transactions of 1-20 rows (the initial-load-like case);
+* ``mixed``: N row changes, ~55% inserts, ~30% updates, ~15% deletes of earlier rows.
+
+Each runs with 1, 2, 4 workers in normal mode (INSERT/UPDATE/DELETE, the steady state after the
+safe-mode window) and, for ``insert``, in safe mode (REPLACE). The practical limit is LOAD DATA
+LOCAL INFILE of the N insert rows into the same empty table on the same server in the same run;
+the ratio printed is sink rows/s over LOAD DATA rows/s (the issue's target: >= 50% for inserts).
+Without --url a private MariaDB is started (and stopped) like the test fixtures do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+import tempfile
+import time
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from changefeed.model import Column, Event, Index, Op, Resolved, RowChange, TableSchema, TypeCode
+from changefeed.model.gofloat import to_float32
+from changefeed.sink.mysql import MySQLParams, MySQLSink, parse_mysql_url
+
+UTF8 = {"charset": "utf8mb4", "collation": "utf8mb4_bin"}
+DB = "bench_apply"
+DDL = (
+    "CREATE TABLE `{db}`.orders (id BIGINT NOT NULL PRIMARY KEY, customer_id INT UNSIGNED, status VARCHAR(32),"
+    " amount DECIMAL(12,2), ratio DOUBLE, weight FLOAT, created_at DATETIME(3), note TEXT, flags TINYINT,"
+    " payload VARBINARY(64), KEY (customer_id)) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4"
+)
+
+
+def table(schema: str) -> TableSchema:
+    return TableSchema(
+        schema,
+        "orders",
+        (
+            Column("id", TypeCode.BIGINT, nullable=False),
+            Column("customer_id", TypeCode.INT, unsigned=True),
+            Column("status", TypeCode.VARCHAR, length=32, **UTF8),
+            Column("amount", TypeCode.DECIMAL, length=12, decimal=2),
+            Column("ratio", TypeCode.DOUBLE),
+            Column("weight", TypeCode.FLOAT),
+            Column("created_at", TypeCode.DATETIME, decimal=3),
+            Column("note", TypeCode.BLOB, **UTF8),
+            Column("flags", TypeCode.TINYINT),
+            Column("payload", TypeCode.VARCHAR, length=64),
+        ),
+        (Index("PRIMARY", ("id",), primary=True), Index("customer_id", ("customer_id",))),
+    )
+
+
+def make_image(rnd: random.Random, i: int) -> tuple[Any, ...]:
+    return (
+        i,
+        rnd.randrange(1 << 20),
+        rnd.choice(["new", "paid", "shipped", "cancelled"]),
+        Decimal(rnd.randrange(10**8)).scaleb(-2),
+        rnd.random() * 1000,
+        to_float32(rnd.random()),
+        f"2024-{rnd.randint(1, 12):02d}-{rnd.randint(1, 28):02d} 12:{rnd.randint(0, 59):02d}:00"
+        f".{rnd.randrange(1000):03d}",
+        rnd.choice(["", "gift wrap", "leave at door", 'it\'s fragile\\ "x"', "日本語のメモ"]),
+        rnd.randint(-128, 127),
+        rnd.randbytes(rnd.randint(0, 32)),
+    )
+
+
+def stream(t: TableSchema, n: int, mixed: bool, seed: int = 1) -> list[Event]:
+    """n row changes in transactions of 1-20 rows, commit ts increasing, a Resolved every 100 txns."""
+    rnd = random.Random(seed)
+    live: dict[int, tuple[Any, ...]] = {}
+    keys: list[int] = []
+    events: list[Event] = []
+    ts = 1000
+    next_id = 1
+    done = 0
+    txns = 0
+    while done < n:
+        ts += 1
+        txns += 1
+        for _ in range(min(rnd.randint(1, 20), n - done)):
+            roll = rnd.random() if mixed and live else 0.0
+            if roll < 0.55:
+                image = make_image(rnd, next_id)
+                live[next_id] = image
+                keys.append(next_id)
+                next_id += 1
+                events.append(RowChange(Op.INSERT, t, ts, new=image))
+            else:
+                while True:  # a random live key (lazily skipping deleted ones)
+                    j = rnd.randrange(len(keys))
+                    key = keys[j]
+                    if key in live:
+                        break
+                    keys[j] = keys[-1]
+                    keys.pop()
+                old = live[key]
+                if roll < 0.85:
+                    new = (key, old[1], rnd.choice(["paid", "shipped"]), old[3] + 1, *old[4:])
+                    live[key] = new
+                    events.append(RowChange(Op.UPDATE, t, ts, old=old, new=new))
+                else:
+                    del live[key]
+                    events.append(RowChange(Op.DELETE, t, ts, old=old))
+            done += 1
+        if txns % 100 == 0:
+            events.append(Resolved(ts + 1))
+    events.append(Resolved(ts + 1))
+    return events
+
+
+def tsv_value(v: Any) -> bytes:
+    if v is None:
+        return b"\\N"
+    raw = v if isinstance(v, bytes) else str(v).encode("utf-8")
+    return raw.replace(b"\\", b"\\\\").replace(b"\t", b"\\t").replace(b"\n", b"\\n").replace(b"\0", b"\\0")
+
+
+def reset(params: MySQLParams) -> None:
+    conn = params.connect(autocommit=True)
+    with conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `{DB}`")
+        cur.execute(f"DROP DATABASE IF EXISTS `{DB}_cp`")
+        cur.execute(f"CREATE DATABASE `{DB}`")
+        cur.execute(DDL.format(db=DB))
+    conn.close()
+
+
+def load_data(params: MySQLParams, rows: list[tuple[Any, ...]]) -> float:
+    """Seconds to LOAD DATA LOCAL INFILE the rows into the empty table (file written beforehand)."""
+    reset(params)
+    with tempfile.NamedTemporaryFile("wb", suffix=".tsv", delete=False) as f:
+        for row in rows:
+            f.write(b"\t".join(tsv_value(v) for v in row) + b"\n")
+        path = f.name
+    try:
+        conn = params.connect(autocommit=True, local_infile=True)
+        with conn.cursor() as cur:
+            cur.execute("SET GLOBAL local_infile=1")
+            started = time.perf_counter()
+            cur.execute(
+                f"LOAD DATA LOCAL INFILE %s INTO TABLE `{DB}`.orders CHARACTER SET utf8mb4"
+                " FIELDS TERMINATED BY '\\t' ESCAPED BY '\\\\' LINES TERMINATED BY '\\n'",
+                (path,),
+            )
+            elapsed = time.perf_counter() - started
+            cur.execute(f"SELECT COUNT(*) FROM `{DB}`.orders")
+            (count,) = cur.fetchone()
+        conn.close()
+        if count != len(rows):
+            raise SystemExit(f"LOAD DATA loaded {count} of {len(rows)} rows")
+        return elapsed
+    finally:
+        os.unlink(path)
+
+
+def apply(params: MySQLParams, events: list[Event], workers: int, safe: bool, rows: int) -> float:
+    reset(params)
+    sink = MySQLSink(
+        params,
+        changefeed_id="bench",
+        checkpoint_schema=f"{DB}_cp",
+        workers=workers,
+        safe_mode=safe,
+        safe_mode_duration=0,
+        batch_rows=4096,
+    )
+    started = time.perf_counter()
+    with sink:
+        sink.write(events)
+    elapsed = time.perf_counter() - started
+    if sink.stats["rows"] != rows:
+        raise SystemExit(f"sink applied {sink.stats['rows']} of {rows} rows")
+    return elapsed
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rows", type=int, default=500_000, help="row changes per workload (default 500000)")
+    ap.add_argument("--workers", default="1,2,4", help="worker counts to run (default 1,2,4)")
+    ap.add_argument("--url", help="an existing server (default: start a private MariaDB)")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per measurement, best kept (shared machines are noisy)")
+    args = ap.parse_args()
+    counts = [int(w) for w in args.workers.split(",")]
+
+    server = None
+    if args.url:
+        params = parse_mysql_url(args.url)
+    else:
+        from changefeed.testing import MariaDBServer  # noqa: PLC0415
+
+        server = MariaDBServer(
+            server_id=77,
+            name="bench-mariadb",
+            extra_config={
+                "innodb_buffer_pool_size": "1G",
+                "innodb_log_file_size": "512M",
+                "innodb_log_buffer_size": "64M",
+            },
+        ).start()
+        params = parse_mysql_url(server.url)
+    try:
+        t = table(DB)
+        insert_events = stream(t, args.rows, mixed=False)
+        mixed_events = stream(t, args.rows, mixed=True)
+        insert_rows = [e.new for e in insert_events if isinstance(e, RowChange)]
+        load_s = min(load_data(params, insert_rows) for _ in range(args.repeat))
+        load_rate = args.rows / load_s
+        print(f"rows={args.rows} server={params.url}")
+        print(f"{'LOAD DATA LOCAL INFILE':<34} {load_rate:>10,.0f} rows/s  {load_s:6.2f} s  (the practical limit)")
+        runs = [("insert", insert_events, False), ("insert safe-mode", insert_events, True)]
+        runs.append(("mixed", mixed_events, False))
+        for label, events, safe in runs:
+            for workers in counts:
+                seconds = min(apply(params, events, workers, safe, args.rows) for _ in range(args.repeat))
+                rate = args.rows / seconds
+                print(
+                    f"{label + f' workers={workers}':<34} {rate:>10,.0f} rows/s  {seconds:6.2f} s"
+                    f"  {rate / load_rate:6.1%} of LOAD DATA"
+                )
+                sys.stdout.flush()
+    finally:
+        if server is not None:
+            server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

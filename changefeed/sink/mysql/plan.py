@@ -1,0 +1,298 @@
+"""Rows of one downstream transaction -> the statements that apply them.
+
+Safe mode (DM's safe mode, Syncer's "REPLACE INTO for re-entrancy"): rows are compacted per
+handle key to the key's last state in the batch, then applied as chunked ``DELETE ... IN`` of the
+keys that end deleted followed by multi-row ``REPLACE`` of the rows that end present. Replaying a
+batch any number of times from any intermediate state gives the same result, and the order of
+the REPLACEs does not matter: REPLACE removes whatever row holds a conflicting unique value, and
+the final images of one batch never conflict with each other (they coexisted upstream).
+
+Normal mode: INSERT, UPDATE ... WHERE key, DELETE. For a table whose only unique index is the
+handle key, rows of different keys commute: each key's changes are folded (DM's compactor) and
+emitted as multi-row INSERTs, ``DELETE ... IN`` and batched ``UPDATE ... CASE`` (TiCDC's batch
+DML). A table with other unique indexes gets its statements in upstream order (a unique value
+can pass from row to row), consecutive inserts/deletes merged. Different tables are independent
+(the sink disables foreign_key_checks, as DM does), so rows are grouped per table.
+
+Tables without a handle key: INSERT (REPLACE in safe mode), and ``UPDATE/DELETE ... WHERE every
+column <=> value LIMIT 1`` in order; not idempotent on replay (see docs/mysql-sink.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...model import ABSENT, Op, RowChange
+from .sql import Literal, TableSQL, table_sql
+
+__all__ = ["PlannedOp", "plan_rows", "render_ops"]
+
+
+@dataclass(slots=True)
+class PlannedOp:
+    """One statement shape over one table: ``kind`` is insert/replace/delete_keys/update/delete_row/update_row."""
+
+    kind: str
+    tsql: TableSQL
+    positions: tuple[int, ...] = ()
+    items: list[Any] = field(default_factory=list)
+
+    def render(self, literal: Literal, max_rows: int, max_bytes: int) -> Iterator[tuple[str, int]]:
+        t = self.tsql
+        if self.kind in ("insert", "replace"):
+            yield from t.insert(self.items, self.positions, self.kind == "replace", literal, max_rows, max_bytes)
+        elif self.kind == "delete_keys":
+            yield from t.delete_keys(self.items, literal, max_rows, max_bytes)
+        elif self.kind == "update":
+            for new, key in self.items:
+                yield t.update(new, key, literal), 1
+        elif self.kind == "update_batch":
+            yield from t.update_batch(self.items, self.positions, literal, max(1, min(max_rows, 64)))
+        elif self.kind == "delete_row":
+            for old in self.items:
+                yield t.delete_row(old, literal), 1
+        elif self.kind == "update_row":
+            for old, new in self.items:
+                yield t.update_row(old, new, literal), 1
+        else:  # pragma: no cover - kinds are ours
+            raise ValueError(self.kind)
+
+
+def render_ops(
+    ops: Sequence[PlannedOp], literal: Literal, max_rows: int = 1000, max_bytes: int = 1 << 21
+) -> Iterator[tuple[str, int]]:
+    """(sql, rows) for every statement of a plan, in order."""
+    for op in ops:
+        yield from op.render(literal, max_rows, max_bytes)
+
+
+def _key(tsql: TableSQL, image: Sequence[Any] | None) -> tuple[Any, ...] | None:
+    if image is None:
+        return None
+    key = tsql.key_of(image)
+    return None if ABSENT in key else key
+
+
+def _full(tsql: TableSQL, image: Sequence[Any]) -> bool:
+    return tsql.full(image)
+
+
+class _Appender:
+    """Appends ops, extending the last one when it has the same shape (multi-row statements)."""
+
+    def __init__(self) -> None:
+        self.ops: list[PlannedOp] = []
+
+    def add(self, kind: str, tsql: TableSQL, item: Any, positions: tuple[int, ...] = ()) -> None:
+        last = self.ops[-1] if self.ops else None
+        if last is not None and last.kind == kind and last.tsql is tsql and last.positions == positions:
+            last.items.append(item)
+        else:
+            self.ops.append(PlannedOp(kind, tsql, positions, [item]))
+
+
+def _where(row: RowChange) -> str:
+    return f"{row.table_schema.qualified_name} commit_ts {row.commit_ts}"
+
+
+def plan_rows(rows: Sequence[RowChange], safe: bool, mysql_json: bool = False) -> list[PlannedOp]:
+    """The statements applying ``rows`` (in upstream order) in one transaction.
+
+    Raises ``ValueError`` for rows that cannot be applied (no key columns in the image of a
+    keyed table, an UPDATE without old image on a table without a key).
+    """
+    per_table: dict[tuple[str, str], list[RowChange]] = {}
+    for row in rows:
+        per_table.setdefault((row.table_schema.schema, row.table_schema.table), []).append(row)
+    out = _Appender()
+    for trows in per_table.values():
+        tsql = table_sql(trows[0].table_schema, mysql_json)
+        if (safe or tsql.batch_updates) and all(
+            r.op is Op.INSERT and r.table_schema is tsql.table and tsql.full(r.new) for r in trows
+        ):
+            # Only whole-row inserts (initial loads, append-only tables): one multi-row statement
+            # in upstream order is exactly the row-by-row result, duplicates and replays included.
+            op = PlannedOp("replace" if safe else "insert", tsql, tsql.writable, [r.new for r in trows])
+            out.ops.append(op)
+        elif safe:
+            _plan_safe(trows, out, mysql_json)
+        elif tsql.batch_updates:
+            _plan_compact(trows, out, mysql_json)
+        else:
+            _plan_ordered(trows, out, mysql_json)
+    return out.ops
+
+
+def _plan_ordered(rows: list[RowChange], out: _Appender, mysql_json: bool, replace: bool = False) -> None:
+    for row in rows:
+        tsql = table_sql(row.table_schema, mysql_json)
+        if row.op is Op.INSERT:
+            out.add("replace" if replace else "insert", tsql, row.new, tsql.present(row.new))
+            continue
+        if not tsql.handle:
+            if row.op is Op.DELETE:
+                out.add("delete_row", tsql, row.old)
+            elif row.old is None:
+                raise ValueError(f"UPDATE without old image on {_where(row)}: the table has no key to find the row")
+            else:
+                out.add("update_row", tsql, (row.old, row.new))
+            continue
+        old_key = _key(tsql, row.old)
+        if row.op is Op.DELETE:
+            if old_key is None:
+                raise ValueError(f"DELETE without handle key values on {_where(row)}")
+            out.add("delete_keys", tsql, old_key)
+        else:
+            new_key = _key(tsql, row.new)
+            key = old_key or new_key
+            if key is None:
+                raise ValueError(f"UPDATE without handle key values on {_where(row)}")
+            if tsql.batch_updates and key == new_key:
+                out.add("update_batch", tsql, (row.new, key), tsql.present(row.new))
+            else:
+                out.add("update", tsql, (row.new, key))
+
+
+def _plan_safe(rows: list[RowChange], out: _Appender, mysql_json: bool) -> None:
+    if not table_sql(rows[0].table_schema, mysql_json).handle:
+        _plan_ordered(rows, out, mysql_json, replace=True)
+        return
+    # key -> (tsql, final image or None when the key ends deleted), for one compactable segment.
+    state: dict[tuple[Any, ...], tuple[TableSQL, tuple[Any, ...] | None]] = {}
+
+    def close_segment() -> None:
+        for key, (tsql, image) in state.items():
+            if image is None:
+                out.add("delete_keys", tsql, key)
+        for tsql, image in state.values():
+            if image is not None:
+                out.add("replace", tsql, image, tsql.present(image))
+        state.clear()
+
+    for row in rows:
+        tsql = table_sql(row.table_schema, mysql_json)
+        if not tsql.handle:  # the table lost its key mid-stream (DDL): order matters again
+            close_segment()
+            _plan_ordered([row], out, mysql_json, replace=True)
+            continue
+        if row.op is Op.DELETE:
+            key = _key(tsql, row.old)
+            if key is None:
+                raise ValueError(f"DELETE without handle key values on {_where(row)}")
+            state[key] = (tsql, None)
+            continue
+        new = row.new
+        new_key = _key(tsql, new)
+        old_key = _key(tsql, row.old) if row.op is Op.UPDATE else None
+        if not _full(tsql, new):
+            base = state.get(old_key or new_key) if (old_key or new_key) is not None else None
+            if base is not None and base[1] is not None and row.op is Op.UPDATE:
+                # A partial image (MINIMAL binlog) over a full one seen earlier in the batch.
+                new = tuple(b if v is ABSENT else v for v, b in zip(new, base[1], strict=True))
+                new_key = _key(tsql, new)
+            else:
+                # Unknown columns: only an in-order UPDATE / INSERT of the present columns can apply it.
+                close_segment()
+                if row.op is Op.INSERT:
+                    out.add("replace", tsql, new, tsql.present(new))
+                else:
+                    key = old_key or new_key
+                    if key is None:
+                        raise ValueError(f"UPDATE without handle key values on {_where(row)}")
+                    out.add("update", tsql, (new, key))
+                continue
+        if new_key is None:
+            raise ValueError(f"{row.op} without handle key values on {_where(row)}")
+        if old_key is not None and old_key != new_key:
+            # Key-changing UPDATE: delete the old key, replace the new row (DM safe mode).
+            state[old_key] = (tsql, None)
+        state[new_key] = (tsql, new)
+    close_segment()
+
+
+def _plan_compact(rows: list[RowChange], out: _Appender, mysql_json: bool) -> None:
+    """Normal mode for tables whose only unique index is the handle key: rows of different keys
+    commute, so each key's changes fold into one statement kind (DM's compactor: INSERT+UPDATE is
+    an INSERT, INSERT+DELETE is nothing, DELETE+INSERT a REPLACE) and the kinds are batched.
+
+    A sequence the upstream cannot produce (a second INSERT of a live key...) closes the segment,
+    so it reaches the server in order and fails there as it would row by row.
+    """
+    # key -> (ins | upd | del | rep, tsql, final image)
+    state: dict[tuple[Any, ...], tuple[str, TableSQL, tuple[Any, ...] | None]] = {}
+
+    def close_segment() -> None:
+        for kind in ("del", "upd", "ins", "rep"):
+            for key, (k, tsql, image) in state.items():
+                if k != kind:
+                    continue
+                if kind == "del":
+                    out.add("delete_keys", tsql, key)
+                elif kind == "upd":
+                    out.add("update_batch", tsql, (image, key), tsql.present(image))
+                else:
+                    out.add("insert" if kind == "ins" else "replace", tsql, image, tsql.present(image))
+        state.clear()
+
+    def delete(key: tuple[Any, ...], tsql: TableSQL) -> None:
+        prev = state.get(key)
+        if prev is None or prev[0] in ("upd", "rep"):
+            state[key] = ("del", tsql, None)
+        elif prev[0] == "ins":
+            del state[key]  # born and gone inside the batch
+        else:
+            close_segment()
+            state[key] = ("del", tsql, None)
+
+    def insert(key: tuple[Any, ...], tsql: TableSQL, image: tuple[Any, ...]) -> None:
+        prev = state.get(key)
+        if prev is None:
+            state[key] = ("ins", tsql, image)
+        elif prev[0] == "del":
+            state[key] = ("rep", tsql, image)
+        else:
+            close_segment()
+            state[key] = ("ins", tsql, image)
+
+    for row in rows:
+        tsql = table_sql(row.table_schema, mysql_json)
+        if not tsql.batch_updates:  # the table's keys changed mid-stream (DDL): order matters again
+            close_segment()
+            _plan_ordered([row], out, mysql_json)
+            continue
+        if row.op is Op.DELETE:
+            key = _key(tsql, row.old)
+            if key is None:
+                raise ValueError(f"DELETE without handle key values on {_where(row)}")
+            delete(key, tsql)
+            continue
+        new = row.new
+        old_key = _key(tsql, row.old) if row.op is Op.UPDATE else None
+        if not _full(tsql, new):
+            base = state.get(old_key or _key(tsql, new) or ())
+            if row.op is Op.UPDATE and base is not None and base[2] is not None:
+                new = tuple(b if v is ABSENT else v for v, b in zip(new, base[2], strict=True))
+            else:  # columns unknown: apply this row on its own, in order
+                close_segment()
+                _plan_ordered([row], out, mysql_json)
+                continue
+        new_key = _key(tsql, new)
+        if new_key is None:
+            raise ValueError(f"{row.op} without handle key values on {_where(row)}")
+        if row.op is Op.INSERT:
+            insert(new_key, tsql, new)
+        elif old_key is not None and old_key != new_key:
+            delete(old_key, tsql)  # a key-changing UPDATE is DELETE old + INSERT new
+            insert(new_key, tsql, new)
+        else:
+            prev = state.get(new_key)
+            if prev is None:
+                state[new_key] = ("upd", tsql, new)
+            elif prev[0] == "del":
+                close_segment()
+                state[new_key] = ("upd", tsql, new)
+            else:
+                state[new_key] = (prev[0], tsql, new)
+    close_segment()

@@ -1,0 +1,619 @@
+"""The MySQL/MariaDB sink: model events -> downstream transactions, exactly once with one worker.
+
+Flow (docs/mysql-sink.md has the whole story):
+
+* rows buffer until ``batch_rows`` and are cut only where commit_ts changes, so one upstream
+  transaction is never split across downstream batches; several small upstream transactions
+  merge into one downstream transaction (TiCDC's mysql sink does the same);
+* one worker: the batch and the checkpoint upsert commit in ONE transaction (exactly once);
+  several workers: rows are routed by causality (causality.py), each worker commits its share,
+  and the checkpoint is written only after every worker committed (at least once; safe mode
+  makes the replay converge);
+* DDL is a barrier: flush, run the DDL alone, save the checkpoint at its commit ts;
+* transient errors (lost connection, deadlock, lock wait timeout) roll back, reconnect and re-run
+  the whole downstream transaction in safe mode, with exponential backoff.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from queue import Queue
+from types import TracebackType
+from typing import Any, Self
+
+import pymysql
+import pymysql.connections
+import pymysql.err
+from pymysql.constants import CLIENT
+
+from ...errors import ConfigError, SinkError
+from ...model import ActionType, DDLEvent, Event, Resolved, RowChange
+from .causality import Causality, row_keys
+from .checkpoint import Checkpoint, CheckpointTable
+from .errors import ddl_already_done, error_code, is_transient
+from .plan import plan_rows, render_ops
+from .sql import make_literal, quote_ident
+from .url import MySQLParams, mask_url, parse_mysql_url
+
+__all__ = ["DEFAULT_SQL_MODE", "FaultHook", "MySQLSink", "MySQLSinkConfig"]
+
+log = logging.getLogger(__name__)
+
+# Not strict, zero and invalid dates allowed, 0 stays 0 in AUTO_INCREMENT columns: the values
+# were accepted upstream, so the downstream must store them as they are, not re-validate them.
+DEFAULT_SQL_MODE = "NO_AUTO_VALUE_ON_ZERO,ALLOW_INVALID_DATES,NO_ENGINE_SUBSTITUTION"
+
+FaultHook = Callable[[str, Mapping[str, Any]], None]
+"""Test hook called at named points (statement, commit, committed, checkpoint, ddl); may raise."""
+
+_SCHEMA_ACTIONS = frozenset(
+    {ActionType.CREATE_SCHEMA, ActionType.DROP_SCHEMA, ActionType.MODIFY_SCHEMA_CHARSET_AND_COLLATE}
+)
+
+
+@dataclass
+class MySQLSinkConfig:
+    """Sink options (TiCDC sink-uri / DM syncer names where one exists)."""
+
+    changefeed_id: str = "default"
+    workers: int = 1  # TiCDC worker-count
+    batch_rows: int = 4096  # rows per downstream transaction (cut at upstream transaction ends)
+    statement_rows: int = 1000  # rows per multi-row statement (TiCDC max-multi-update-row-count)
+    statement_bytes: int = 1 << 21  # SQL text per statement, well under max_allowed_packet
+    pack_bytes: int = 1 << 18  # statements sent together in one multi-statement round trip
+    safe_mode: bool = False  # always on
+    safe_mode_duration: float = 60.0  # seconds of safe mode after start / resume (DM: 60 s)
+    checkpoint_schema: str = "changefeed"
+    sql_mode: str = DEFAULT_SQL_MODE
+    time_zone: str = "UTC"  # the zone TIMESTAMP text is in (the changefeed time zone)
+    max_retries: int = 8
+    retry_backoff: float = 0.1
+    retry_backoff_max: float = 5.0
+    lock_wait_timeout: int | None = None  # innodb_lock_wait_timeout for the sink's sessions
+    fault_hook: FaultHook | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise ConfigError(f"workers must be >= 1, got {self.workers}")
+        if self.batch_rows < 1 or self.statement_rows < 1:
+            raise ConfigError("batch_rows and statement_rows must be >= 1")
+
+
+def _session_time_zone(name: str) -> str:
+    return "+00:00" if name.upper() in ("UTC", "Z", "GMT") else name
+
+
+class _Session:
+    """One downstream connection with the sink's session settings, reconnected on demand."""
+
+    def __init__(self, params: MySQLParams, config: MySQLSinkConfig, name: str, autocommit: bool) -> None:
+        self.params = params
+        self.config = config
+        self.name = name
+        self.autocommit = autocommit
+        self.conn: pymysql.connections.Connection | None = None
+        self.literal = make_literal("NO_BACKSLASH_ESCAPES" in config.sql_mode.upper())
+
+    def ensure(self) -> pymysql.connections.Connection:
+        if self.conn is None or not self.conn.open:
+            conn = self.params.connect(autocommit=self.autocommit, client_flag=CLIENT.MULTI_STATEMENTS)
+            try:
+                with conn.cursor() as cur:
+                    cur.execute(
+                        "SET SESSION sql_mode=%s, time_zone=%s, foreign_key_checks=0",
+                        (self.config.sql_mode, _session_time_zone(self.config.time_zone)),
+                    )
+                    if self.config.lock_wait_timeout is not None:
+                        cur.execute("SET SESSION innodb_lock_wait_timeout=%s", (self.config.lock_wait_timeout,))
+            except BaseException:
+                conn.close()
+                raise
+            self.conn = conn
+            log.debug("connected session=%s thread_id=%s target=%s", self.name, conn.thread_id(), self.params.url)
+        return self.conn
+
+    @property
+    def thread_id(self) -> int | None:
+        return self.conn.thread_id() if self.conn is not None and self.conn.open else None
+
+    def discard(self) -> None:
+        """Drop the connection without committing (the server rolls back, as after a crash)."""
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:  # already broken: nothing to roll back
+                log.debug("closing session=%s failed", self.name, exc_info=True)
+
+    def _packs(self, statements: Iterable[tuple[str, int]]) -> Iterator[tuple[list[str], int]]:
+        pack: list[str] = []
+        size = rows = 0
+        for sql, n in statements:
+            if pack and size + len(sql) > self.config.pack_bytes:
+                yield pack, rows
+                pack, size, rows = [], 0, 0
+            pack.append(sql)
+            size += len(sql)
+            rows += n
+        if pack:
+            yield pack, rows
+
+    def _send(self, cur: Any, pack: list[str], sent: int, fault: FaultHook) -> None:
+        fault("statement", {"session": self.name, "sent": sent})
+        done = 0
+        try:
+            cur.execute(";\n".join(pack))
+            done = 1
+            while cur.nextset():
+                done += 1
+        except pymysql.err.MySQLError as exc:
+            exc.sql = pack[done] if done < len(pack) else pack[-1]  # type: ignore[attr-defined]
+            raise
+
+    def run(self, statements: Iterable[tuple[str, int]], fault: FaultHook) -> int:
+        """Execute statements in order, several per round trip (multi-statement); returns rows covered.
+
+        Rendering (Python) and executing (the server) overlap: while the server runs one pack of
+        statements, this thread renders the next, and a sender thread waits on the socket with
+        the GIL released. A failing statement raises its error with ``exc.sql`` set to it.
+        """
+        conn = self.ensure()
+        packs = self._packs(statements)
+        cur = conn.cursor()
+        try:
+            first = next(packs, None)
+            if first is None:
+                return 0
+            second = next(packs, None)
+            if second is None:  # one round trip: no thread needed
+                self._send(cur, first[0], 0, fault)
+                return first[1]
+            return self._pipelined(cur, itertools.chain((first, second), packs), fault)
+        finally:
+            try:
+                cur.close()
+            except Exception:  # the connection broke: the error that matters is already raised
+                log.debug("cursor close failed session=%s", self.name, exc_info=True)
+
+    def _pipelined(self, cur: Any, packs: Iterator[tuple[list[str], int]], fault: FaultHook) -> int:
+        queue: Queue[list[str] | None] = Queue(maxsize=2)
+        failure: list[BaseException] = []
+
+        def sender() -> None:
+            sent = 0
+            while (pack := queue.get()) is not None:
+                if failure:
+                    continue  # drain: the producer stops at its next pack
+                try:
+                    self._send(cur, pack, sent, fault)
+                    sent += len(pack)
+                except BaseException as exc:
+                    failure.append(exc)
+
+        thread = threading.Thread(target=sender, name=f"{self.name}-send", daemon=True)
+        thread.start()
+        rows = 0
+        try:
+            for pack, n in packs:
+                if failure:
+                    break
+                queue.put(pack)
+                rows += n
+        finally:
+            queue.put(None)
+            thread.join()
+        if failure:
+            raise failure[0]
+        return rows
+
+
+class MySQLSink:
+    """Applies `Event`s to a MySQL/MariaDB database; see the module doc.
+
+    Use as a context manager (a clean exit flushes, an exception aborts without committing), or
+    call `open`, `write`/`write_event`, `flush` and `close`.
+    """
+
+    def __init__(self, target: str | MySQLParams, config: MySQLSinkConfig | None = None, **options: Any) -> None:
+        if config is None:
+            config = MySQLSinkConfig(**options)
+        elif options:
+            raise ConfigError("pass either a MySQLSinkConfig or keyword options, not both")
+        self.config = config
+        self.params = parse_mysql_url(target) if isinstance(target, str) else target
+        self.checkpoint_table = CheckpointTable(config.checkpoint_schema)
+        self._coordinator = _Session(self.params, config, "coordinator", autocommit=True)
+        self._workers = [_Session(self.params, config, f"worker-{i}", autocommit=False) for i in range(config.workers)]
+        self._pool: ThreadPoolExecutor | None = None
+        self._opened = False
+        self._mysql_json = False
+        self._checkpoint: Checkpoint | None = None
+        self._checkpoint_ts = 0
+        self._safe_until = 0.0
+        self._buffer: list[RowChange] = []
+        self._buffer_ts = 0
+        # What the next flush will claim: a commit ts (0: nothing) and the latest source position.
+        self._pending_ts = 0
+        self._pending_pos: Mapping[str, Any] | None = None
+        self._failed: BaseException | None = None
+        self.stats = {"rows": 0, "skipped": 0, "transactions": 0, "ddl": 0, "ddl_skipped": 0, "retries": 0}
+        self._stats_lock = threading.Lock()
+
+    # --- lifecycle ---------------------------------------------------------------------------------
+
+    def open(self) -> Self:
+        """Connect, create the checkpoint table if needed, read the checkpoint, start safe mode."""
+        if self._failed is not None:
+            # Rows of the failed batch are gone from the buffer: accepting more would let a later
+            # checkpoint claim them. Restart: abort(), then resume the source at load_checkpoint().
+            raise SinkError(f"the sink failed earlier ({self._failed}); abort() and resume from load_checkpoint()")
+        if self._opened:
+            return self
+        conn = self._with_retry(self._coordinator, "connect", lambda c: c)
+        with conn.cursor() as cur:
+            cur.execute("SELECT VERSION()")
+            version = str(cur.fetchone()[0])
+        self._mysql_json = "mariadb" not in version.lower()
+        self._with_retry(self._coordinator, "create checkpoint table", self.checkpoint_table.ensure)
+        self._checkpoint = self._with_retry(
+            self._coordinator, "load checkpoint", lambda c: self.checkpoint_table.load(c, self.config.changefeed_id)
+        )
+        self._checkpoint_ts = self._checkpoint.commit_ts if self._checkpoint else 0
+        if self.config.workers > 1:
+            self._pool = ThreadPoolExecutor(self.config.workers, thread_name_prefix="mysql-sink")
+        self._opened = True
+        # DM enables safe mode for a while after every (re)start: the previous run may have
+        # applied rows beyond its checkpoint.
+        self._safe_until = time.monotonic() + self.config.safe_mode_duration
+        log.info(
+            "mysql sink open changefeed=%s target=%s version=%s workers=%d checkpoint_ts=%d",
+            self.config.changefeed_id,
+            self.params.url,
+            version,
+            self.config.workers,
+            self._checkpoint_ts,
+            extra={"changefeed": self.config.changefeed_id, "checkpoint_ts": self._checkpoint_ts},
+        )
+        return self
+
+    def load_checkpoint(self) -> Checkpoint | None:
+        """Where the job must resume its source; turns safe mode on for ``safe_mode_duration``."""
+        self.open()
+        self._safe_until = time.monotonic() + self.config.safe_mode_duration
+        return self._checkpoint
+
+    @property
+    def checkpoint(self) -> Checkpoint | None:
+        """The last checkpoint this sink made durable (or loaded)."""
+        return self._checkpoint
+
+    @property
+    def safe_mode(self) -> bool:
+        return self.config.safe_mode or time.monotonic() < self._safe_until
+
+    def close(self) -> None:
+        """Flush what is buffered, then disconnect."""
+        try:
+            if self._opened and self._failed is None:
+                self.flush()
+        finally:
+            self.abort()
+
+    def abort(self) -> None:
+        """Disconnect without flushing: uncommitted work is rolled back by the server."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        for session in (*self._workers, self._coordinator):
+            session.discard()
+        self._opened = False
+        self._failed = None
+        self._buffer = []
+        self._buffer_ts = 0
+        self._pending_ts = 0
+        self._pending_pos = None
+
+    def __enter__(self) -> Self:
+        return self.open()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.abort()
+
+    def connection_ids(self) -> dict[str, int | None]:
+        """Server thread ids of the sink's sessions (for operators and for fault tests)."""
+        return {s.name: s.thread_id for s in (self._coordinator, *self._workers)}
+
+    # --- writing -----------------------------------------------------------------------------------
+
+    def write(self, events: Iterable[Event]) -> None:
+        """Apply events in order; rows are buffered (call `flush` at the end of a micro-batch)."""
+        for event in events:
+            self.write_event(event)
+
+    def write_event(self, event: Event) -> None:
+        if not self._opened or self._failed is not None:
+            self.open()
+        if isinstance(event, RowChange):
+            ts = event.commit_ts
+            if ts <= self._checkpoint_ts:
+                self.stats["skipped"] += 1  # replayed: already applied downstream
+                return
+            if ts != self._buffer_ts:
+                if ts < self._buffer_ts:
+                    raise SinkError(
+                        f"commit ts went backwards ({ts} after {self._buffer_ts}) for "
+                        f"{event.table_schema.qualified_name}: the sink needs events in commit order",
+                        where=_where(event.commit_ts, event.position),
+                    )
+                if len(self._buffer) >= self.config.batch_rows:
+                    self.flush()  # the buffer ends on a transaction boundary: a new commit ts begins
+                self._buffer_ts = ts
+            self._buffer.append(event)
+            self._pending_ts = max(self._pending_ts, ts)
+            if event.position is not None:
+                self._pending_pos = event.position
+        elif isinstance(event, Resolved):
+            ts = event.commit_ts - 1  # everything below the resolved ts has been emitted
+            if ts > self._checkpoint_ts and ts > self._pending_ts:
+                self._pending_ts = ts
+                if event.position is not None:
+                    self._pending_pos = event.position
+            if len(self._buffer) >= self.config.batch_rows:
+                self.flush()
+        elif isinstance(event, DDLEvent):
+            self.flush()
+            try:
+                self._apply_ddl(event)
+            except BaseException as exc:
+                self._failed = exc
+                raise
+        else:
+            raise SinkError(f"unknown event {type(event).__name__}")
+
+    def flush(self) -> None:
+        """Apply every buffered row and make the checkpoint durable.
+
+        The caller asserts the buffer ends on an upstream transaction boundary (a micro-batch of
+        whole transactions, or a Resolved event seen); a batch is the unit of downstream commit.
+        """
+        self.open()
+        rows, self._buffer = self._buffer, []
+        if self._pending_ts <= self._checkpoint_ts:
+            return  # nothing new (rows always advance the pending ts)
+        pending = Checkpoint(
+            self._pending_ts, self._pending_pos if self._pending_pos is not None else _last_pos(self._checkpoint)
+        )
+        self._pending_ts, self._pending_pos = 0, None
+        started = time.monotonic()
+        try:
+            if self.config.workers == 1:
+                self._apply_transaction(self._workers[0], rows, pending)
+            else:
+                self._apply_parallel(rows)
+                self._fault("checkpoint", {"commit_ts": pending.commit_ts})
+                self._with_retry(self._coordinator, "save checkpoint", lambda c: self._save_checkpoint(c, pending))
+        except BaseException as exc:
+            self._failed = exc
+            raise
+        self._checkpoint = pending
+        self._checkpoint_ts = pending.commit_ts
+        self.stats["rows"] += len(rows)
+        log.debug(
+            "batch applied changefeed=%s rows=%d checkpoint_ts=%d safe_mode=%s seconds=%.3f",
+            self.config.changefeed_id,
+            len(rows),
+            pending.commit_ts,
+            self.safe_mode,
+            time.monotonic() - started,
+        )
+
+    # --- internals ---------------------------------------------------------------------------------
+
+    def _fault(self, point: str, info: Mapping[str, Any]) -> None:
+        if self.config.fault_hook is not None:
+            self.config.fault_hook(point, info)
+
+    def _save_checkpoint(self, conn: pymysql.connections.Connection, checkpoint: Checkpoint) -> None:
+        self.checkpoint_table.save(conn, self.config.changefeed_id, checkpoint)
+        if not conn.get_autocommit():
+            conn.commit()
+
+    def _backoff(self, attempt: int) -> float:
+        return min(self.config.retry_backoff * (2 ** (attempt - 1)), self.config.retry_backoff_max)
+
+    def _with_retry(self, session: _Session, what: str, action: Callable[[pymysql.connections.Connection], Any]) -> Any:
+        """Run ``action`` on the session's connection, reconnecting on transient errors."""
+        attempt = 0
+        while True:
+            try:
+                return action(session.ensure())
+            except (pymysql.err.MySQLError, OSError) as exc:
+                session.discard()
+                if not is_transient(exc) or attempt >= self.config.max_retries:
+                    raise SinkError(f"{what} on {self.params.url} failed: {mask_url(str(exc))}") from exc
+                attempt += 1
+                self._note_retry(session, what, exc, attempt)
+
+    def _note_retry(self, session: _Session, what: str, exc: BaseException, attempt: int) -> None:
+        with self._stats_lock:
+            self.stats["retries"] += 1
+        delay = self._backoff(attempt)
+        log.warning(
+            "retrying after transient error changefeed=%s session=%s what=%s attempt=%d code=%s delay=%.2f error=%s",
+            self.config.changefeed_id,
+            session.name,
+            what,
+            attempt,
+            error_code(exc),
+            delay,
+            mask_url(str(exc)),
+            extra={"changefeed": self.config.changefeed_id, "attempt": attempt, "code": error_code(exc)},
+        )
+        time.sleep(delay)
+
+    def _apply_transaction(self, session: _Session, rows: Sequence[RowChange], checkpoint: Checkpoint | None) -> None:
+        """One downstream transaction: rows (+ the checkpoint upsert), re-run whole on transient errors."""
+        safe = self.safe_mode
+        attempt = 0
+        where = _where_rows(rows, checkpoint)
+        while True:
+            try:
+                conn = session.ensure()
+                if attempt and checkpoint is not None and self._already_committed(conn, checkpoint):
+                    log.info("transaction had committed before the connection was lost where=%s", where)
+                    return
+                try:
+                    ops = plan_rows(rows, safe, self._mysql_json)
+                except ValueError as exc:
+                    raise SinkError(str(exc), where=where) from None
+                conn.begin()
+                session.run(
+                    render_ops(ops, session.literal, self.config.statement_rows, self.config.statement_bytes),
+                    self._fault,
+                )
+                if checkpoint is not None:
+                    self.checkpoint_table.save(conn, self.config.changefeed_id, checkpoint)
+                self._fault("commit", {"session": session.name, "rows": len(rows)})
+                conn.commit()
+                with self._stats_lock:
+                    self.stats["transactions"] += 1
+                self._fault("committed", {"session": session.name, "rows": len(rows)})
+                return
+            except (pymysql.err.MySQLError, OSError) as exc:
+                session.discard()
+                if not is_transient(exc) or attempt >= self.config.max_retries:
+                    sql = getattr(exc, "sql", None)
+                    detail = f" in statement {_clip(sql)}" if sql else ""
+                    raise SinkError(
+                        f"applying {len(rows)} rows on {self.params.url} failed{detail}: {mask_url(str(exc))}",
+                        where=where,
+                    ) from exc
+                attempt += 1
+                safe = True  # whatever part had landed (a commit whose answer was lost), replay converges
+                self._note_retry(session, "transaction", exc, attempt)
+            except BaseException:
+                session.discard()  # a crash mid-transaction: the server rolls it back
+                raise
+
+    def _already_committed(self, conn: pymysql.connections.Connection, checkpoint: Checkpoint) -> bool:
+        stored = self.checkpoint_table.load(conn, self.config.changefeed_id)
+        conn.commit()  # end the snapshot the read opened
+        return stored is not None and stored.commit_ts >= checkpoint.commit_ts
+
+    def _apply_parallel(self, rows: Sequence[RowChange]) -> None:
+        """Route rows by causality into rounds; each round commits one transaction per busy worker."""
+        causality = Causality(self.config.workers)
+        shares: list[list[RowChange]] = [[] for _ in self._workers]
+        for row in rows:
+            keys = row_keys(row)
+            worker = causality.route(keys)
+            if worker is None:  # conflicts with two workers: let every worker finish first
+                self._run_round(shares)
+                shares = [[] for _ in self._workers]
+                causality.reset()
+                worker = causality.route(keys)
+                assert worker is not None
+            shares[worker].append(row)
+        self._run_round(shares)
+
+    def _run_round(self, shares: Sequence[Sequence[RowChange]]) -> None:
+        assert self._pool is not None
+        futures: list[Future[None]] = [
+            self._pool.submit(self._apply_transaction, self._workers[i], share, None)
+            for i, share in enumerate(shares)
+            if share
+        ]
+        errors = []
+        for f in futures:  # wait for every worker before failing: none may be mid-flight after
+            try:
+                f.result()
+            except BaseException as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
+
+    def _apply_ddl(self, ddl: DDLEvent) -> None:
+        where = _where(ddl.commit_ts, ddl.position)
+        if ddl.commit_ts <= self._checkpoint_ts:
+            self.stats["ddl_skipped"] += 1
+            return
+        action = ddl.action
+        use_schema = bool(ddl.schema) and action not in _SCHEMA_ACTIONS
+
+        def run(conn: pymysql.connections.Connection) -> str | None:
+            with conn.cursor() as cur:
+                try:
+                    if use_schema:
+                        cur.execute(f"USE {quote_ident(ddl.schema)}")
+                    cur.execute(ddl.query)
+                except pymysql.err.MySQLError as exc:
+                    if is_transient(exc):
+                        raise
+                    reason = ddl_already_done(error_code(exc), int(action))
+                    if reason is None:
+                        raise SinkError(
+                            f"DDL {_clip(ddl.query)!r} failed on {self.params.url}: {mask_url(str(exc))}", where=where
+                        ) from exc
+                    return f"{reason} ({error_code(exc)})"
+            return None
+
+        skipped = self._with_retry(self._coordinator, f"DDL {_clip(ddl.query, 80)!r}", run)
+        if skipped:
+            self.stats["ddl_skipped"] += 1
+            log.info(
+                "DDL already done, skipped changefeed=%s reason=%s commit_ts=%d query=%s",
+                self.config.changefeed_id,
+                skipped,
+                ddl.commit_ts,
+                _clip(ddl.query),
+                extra={"changefeed": self.config.changefeed_id, "commit_ts": ddl.commit_ts},
+            )
+        else:
+            self.stats["ddl"] += 1
+            log.info(
+                "DDL applied changefeed=%s commit_ts=%d query=%s",
+                self.config.changefeed_id,
+                ddl.commit_ts,
+                _clip(ddl.query),
+            )
+        self._fault("ddl", {"commit_ts": ddl.commit_ts, "skipped": bool(skipped)})
+        checkpoint = Checkpoint(
+            ddl.commit_ts, ddl.position if ddl.position is not None else _last_pos(self._checkpoint)
+        )
+        self._with_retry(self._coordinator, "save checkpoint", lambda c: self._save_checkpoint(c, checkpoint))
+        self._checkpoint = checkpoint
+        self._checkpoint_ts = ddl.commit_ts
+
+
+def _last_pos(checkpoint: Checkpoint | None) -> Mapping[str, Any] | None:
+    return checkpoint.position if checkpoint is not None else None
+
+
+def _where(commit_ts: int, position: Mapping[str, Any] | None) -> str:
+    return f"commit_ts {commit_ts}" + (f", position {dict(position)}" if position else "")
+
+
+def _where_rows(rows: Sequence[RowChange], checkpoint: Checkpoint | None) -> str:
+    if not rows:
+        return _where(checkpoint.commit_ts, checkpoint.position) if checkpoint else "checkpoint"
+    first, last = rows[0], rows[-1]
+    text = f"commit_ts {first.commit_ts}..{last.commit_ts}"
+    if last.position:
+        text += f", position {dict(last.position)}"
+    return text
+
+
+def _clip(text: str | None, limit: int = 300) -> str:
+    text = text or ""
+    return text if len(text) <= limit else text[:limit] + f"... ({len(text)} chars)"
