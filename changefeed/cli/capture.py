@@ -38,6 +38,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--ignore-table", action="append", default=[], metavar="DB.TABLE", help="drop these tables")
     p.add_argument("--ignore-op", action="append", default=[], choices=["insert", "update", "delete"])
     p.add_argument("--ignore-ddl", action="store_true", help="do not emit DDL events")
+    p.add_argument(
+        "--no-schema-tracker",
+        dest="track_schema",
+        action="store_false",
+        help="live: do not read information_schema (keys, defaults, DDL shapes; needs binlog_row_metadata=FULL)",
+    )
     p.set_defaults(func=run)
 
 
@@ -92,6 +98,7 @@ def run(args: argparse.Namespace) -> int:
             tz=tz,
             table_filter=table_filter,
             until=until,
+            track_schema=args.track_schema,
         )
     else:
         raise ConfigError(f"--from must be mysql://... or file://..., got {redact(source)!r}")

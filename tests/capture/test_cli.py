@@ -36,6 +36,11 @@ def test_file_capture_to_jsonl_and_resume(capsysbinary: pytest.CaptureFixture[by
     assert {e.table for e in rows} == {"times"} and rows[1].as_dict()["ts0"] == "1970-01-01 09:00:01"
 
 
+def test_schema_tracker_flag_is_accepted(capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+    events = run_cli(capsysbinary, "--from", f"file://{FULL}", "--do-db", "cf", "--no-schema-tracker")
+    compare(events)  # file mode has no tracker: the flag changes nothing there
+
+
 def test_bad_arguments_are_reported(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["capture", "--from", "ftp://x"]) == 1
     assert "--from must be" in capsys.readouterr().err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -14,7 +15,7 @@ from changefeed.capture.binlog import BinlogFileReader, BinlogPosition, TableFil
 from changefeed.capture.binlog.events import EventParser, RowsEvent
 from changefeed.errors import CaptureError
 from changefeed.model.ddl import ActionType
-from changefeed.model.events import Event, Op, Resolved, RowChange
+from changefeed.model.events import DDLEvent, Event, Op, Resolved, RowChange
 from changefeed.model.jsonl import EventReader, dumps_event
 from changefeed.model.types import ColumnFlag, TypeCode
 
@@ -97,7 +98,11 @@ def test_schema_version_is_the_last_ddl_ts(full_events: list[Event]) -> None:
     assert all(e.schema == SCHEMA for e in full_events if e.kind == "ddl")
 
 
-def _key(ev: Event) -> tuple[Any, ...]:
+def _key(ev: Event, schema: bool = True) -> tuple[Any, ...]:
+    """The event as JSON; a DDL's pre_table_schema aside: it is the shape *this* capture last saw, so a
+    capture resumed between the table's last rows and the DDL cannot know it (it gives None)."""
+    if isinstance(ev, DDLEvent):
+        ev = replace(ev, pre_table_schema=None, table_schema=ev.table_schema if schema else None)
     return (dumps_event(ev),)
 
 
@@ -125,7 +130,10 @@ def test_until_stops_at_a_transaction_boundary(full_events: list[Event]) -> None
     until = (target.position["file"], target.position["pos"])
     events = capture_all(FULL, until=until)
     assert events == [] or events[-1].position == target.position
-    assert [_key(e) for e in events] == [_key(e) for e in full_events[: full_events.index(target) + 1]]
+    # A DDL just before ``until`` cannot look at the next transaction's TABLE_MAP: no table_schema there.
+    assert [_key(e, schema=False) for e in events] == [
+        _key(e, schema=False) for e in full_events[: full_events.index(target) + 1]
+    ]
 
 
 def test_filters_skip_rows_before_decoding() -> None:
@@ -219,7 +227,8 @@ def test_follow_waits_for_a_file_being_written(tmp_path: Path) -> None:
         capture.stop()
         thread.join(5)
     assert n_before < len(expected)
-    assert [_key(e) for e in got] == [_key(e) for e in expected]
+    # While waiting, a DDL could not look ahead at the next TABLE_MAP: compare without DDL shapes.
+    assert [_key(e, schema=False) for e in got] == [_key(e, schema=False) for e in expected]
 
 
 def test_expected_covers_every_row_op() -> None:

@@ -64,11 +64,14 @@ def live_capture(
     table_filter: TableFilter | None = None,
     until: tuple[str, int] | None = None,
     reconnect: ReconnectPolicy | None = None,
+    track_schema: bool = True,
 ) -> BinlogCapture:
     """A capture over the replication protocol of ``mysql://USER[:PASS]@HOST:PORT``.
 
     Without ``start`` it begins at the oldest binlog the server has. ``blocking=False`` ends at
-    the last event the server had when each connection was made.
+    the last event the server had when each connection was made. ``track_schema`` reads
+    information_schema (`tracker.SchemaTracker`): unique keys, defaults, DDL shapes, and column
+    names when the server's binlog_row_metadata is not FULL.
     """
     from .replica import ReplicaStream, ServerAddress, random_server_id  # noqa: PLC0415 - PyMySQL only here
 
@@ -77,7 +80,34 @@ def live_capture(
     stop = threading.Event()
 
     def open_source(at: BinlogPosition) -> ReplicaStream:
-        return ReplicaStream(address, at, server_id=sid, blocking=blocking, heartbeat=heartbeat, stop=stop)
+        return ReplicaStream(
+            address,
+            at,
+            server_id=sid,
+            blocking=blocking,
+            heartbeat=heartbeat,
+            stop=stop,
+            require_full_metadata=not track_schema,
+        )
+
+    tracker = None
+    if track_schema:
+        import pymysql  # noqa: PLC0415
+
+        from .tracker import SchemaTracker  # noqa: PLC0415
+
+        def connect() -> pymysql.connections.Connection:
+            return pymysql.connect(
+                host=address.host,
+                port=address.port,
+                user=address.user,
+                password=address.password,
+                connect_timeout=10,
+                charset="utf8mb4",
+                autocommit=True,
+            )
+
+        tracker = SchemaTracker(connect)
 
     capture = BinlogCapture(
         open_source,
@@ -86,6 +116,7 @@ def live_capture(
         table_filter=table_filter,
         until=until,
         reconnect=reconnect if reconnect is not None else ReconnectPolicy(),
+        tracker=tracker,
     )
     capture._stop = stop
     return capture

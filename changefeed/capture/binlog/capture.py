@@ -47,6 +47,8 @@ from .gtid import MariaGtidState, MySQLGtidSet, is_mariadb_gtid
 from .position import BinlogPosition, reached
 from .rows import RowDecoder
 from .schema import build_table_schema, ddl_tables
+from .tablemap import TableMap
+from .tracker import SchemaTracker
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +96,10 @@ class BinlogCapture:
         until: tuple[str, int] | None = None,
         reconnect: ReconnectPolicy | None = None,
         collations: dict[int, tuple[str, str]] | None = None,
+        tracker: SchemaTracker | None = None,
     ) -> None:
         self.open_source = open_source
+        self.tracker = tracker
         self.savepoint = replace(start, skip=0)
         self.tz = tz
         self.filter = table_filter
@@ -116,6 +120,11 @@ class BinlogCapture:
         self._frozen_versions = start.versions
         self._stop = threading.Event()
         self.rows_decoded = 0
+        # Last schema seen per table (a DDL's pre_table_schema), DDL events still waiting for the next
+        # TABLE_MAP of their table (file mode), and the events held back meanwhile (one group at most).
+        self._last_schema: dict[tuple[str, str], TableSchema] = {}
+        self._pending: list[DDLEvent] = []
+        self._held: list[Event] = []
 
     # ------------------------------------------------------------------ driving
 
@@ -137,7 +146,8 @@ class BinlogCapture:
                 self.collations = {**(self.collations or {}), **collations}
             try:
                 for raw in source:
-                    if raw is None:
+                    if raw is None:  # idle: nothing more to look ahead at for now
+                        yield from self._release()
                         if self._stop.is_set():
                             return
                         continue
@@ -145,7 +155,7 @@ class BinlogCapture:
                     for ev in self._handle(raw):
                         emitted = True
                         yield ev
-                    if emitted:
+                    if emitted or self._held:
                         waited_since = None
                         if self.reconnect:
                             delay = self.reconnect.initial
@@ -153,9 +163,12 @@ class BinlogCapture:
                             self._stop.is_set()
                             or (self.until and reached(self.savepoint.file, self.savepoint.pos, self.until))
                         ):
+                            yield from self._release()
                             return
+                yield from self._release()
                 return
             except SourceDisconnectedError as exc:
+                yield from self._release()  # complete groups: their commit was read
                 if self.reconnect is None or self._stop.is_set():
                     raise
                 now = time.monotonic()
@@ -307,9 +320,31 @@ class BinlogCapture:
         skip, self._skip = self._skip, 0
         ordinal = 0
         ts: int | None = None
+        if not any(isinstance(item, QueryEvent) for item, _ in group.items):  # rows only: stream them
+            if self._held:  # this group's table maps are the held DDLs' last chance, then they go first
+                for item, where in group.items:
+                    self.table_schema_for(self.effective_map(item.table_map, where), where)
+                yield from self._release()
+            self._pending = []
+            for item, where in group.items:
+                if ts is None:
+                    ts = self.clock.next(commit_ms)
+                for change in self._rows(item, ts, where):
+                    ordinal += 1
+                    if ordinal > skip:
+                        change.position = {**base, "skip": ordinal}
+                        yield change
+            self.savepoint = self._position(file, end)
+            # Later groups get larger timestamps, so everything below last + 1 is out.
+            yield Resolved(self.clock.last + 1, position=self.savepoint.to_dict())
+            return
+        # A group with DDL is collected: it may be held back for one group (see docs/capture.md).
+        # DDLs of the previous (held) group: this group's table maps are their last chance.
+        previous = {id(d) for d in self._pending}
+        out: list[Event] = []
         for item, where in group.items:
             if isinstance(item, QueryEvent):
-                ddl = self._ddl(item, commit_ms)
+                ddl = self._ddl(item, commit_ms, where)
                 if self.filter is not None and (
                     self.filter.ignore_ddl or not self.filter.allows(ddl.schema, ddl.table)
                 ):
@@ -317,7 +352,7 @@ class BinlogCapture:
                 ordinal += 1
                 if ordinal > skip:
                     ddl.position = {**base, "skip": ordinal}
-                    yield ddl
+                    out.append(ddl)
                 continue
             if ts is None:
                 ts = self.clock.next(commit_ms)
@@ -325,24 +360,105 @@ class BinlogCapture:
                 ordinal += 1
                 if ordinal > skip:
                     change.position = {**base, "skip": ordinal}
-                    yield change
+                    out.append(change)
         self.savepoint = self._position(file, end)
-        # Later groups get larger timestamps, so everything below last + 1 is out.
-        yield Resolved(self.clock.last + 1, position=self.savepoint.to_dict())
+        out.append(Resolved(self.clock.last + 1, position=self.savepoint.to_dict()))
+        self._pending = [d for d in self._pending if id(d) not in previous and d.table_schema is None]
+        yield from self._release()
+        mine = {id(e) for e in out}
+        if any(id(d) in mine for d in self._pending):
+            self._held = out  # look ahead one group for the TABLE_MAP showing the new shape
+        else:
+            self._pending = []  # filtered-out DDLs: nothing to wait for
+            yield from out
 
-    def _ddl(self, ev: QueryEvent, commit_ms: int) -> DDLEvent:
+    def _release(self) -> Iterator[Event]:
+        """Emit held events; DDLs whose table was not written in the next group keep table_schema None."""
+        if self._held:
+            held, self._held = self._held, []
+            released = {id(e) for e in held}
+            self._pending = [d for d in self._pending if id(d) not in released]
+            yield from held
+
+    def _ddl(self, ev: QueryEvent, commit_ms: int, where: str) -> DDLEvent:
         ts = self.clock.next(commit_ms)
         (schema, table), renames = ddl_tables(ev.query, ev.schema)
+        action = classify_ddl(ev.query)
         for old, new in renames:
             self._versions.pop(old, None)
             self._versions[new] = ts
         if table:
             self._versions[(schema, table)] = ts
         self._frozen_versions = tuple((s, t, v) for (s, t), v in sorted(self._versions.items()))
-        return DDLEvent(schema=schema, table=table, query=ev.query, ddl_type=int(classify_ddl(ev.query)), commit_ts=ts)
+        ddl = DDLEvent(schema=schema, table=table, query=ev.query, ddl_type=int(action), commit_ts=ts)
+        if not table:  # schema-level DDL: no table shapes
+            if self.tracker is not None and action in (ActionType.DROP_SCHEMA, ActionType.CREATE_SCHEMA):
+                self.tracker.forget_schema(schema)
+            return ddl
+        # pre: the shape last seen under the old name (renames) or the table's name.
+        old_name = renames[-1][0] if renames else (schema, table)
+        pre = self._last_schema.pop(old_name, None) if renames else self._last_schema.get(old_name)
+        ddl.pre_table_schema = pre
+        after: TableSchema | None = None
+        dropped = action in (ActionType.DROP_TABLE, ActionType.DROP_VIEW)
+        if self.tracker is not None:  # live: information_schema right after the DDL (see docs/capture.md)
+            for old, _new in renames:
+                self.tracker.reload(*old)
+            info = self.tracker.reload(schema, table)
+            if info is not None and not dropped:
+                after = self.tracker.table_schema(info, ts)
+            elif not dropped:  # gone again by now (the server is ahead): the next TABLE_MAP will tell
+                self._pending.append(ddl)
+        elif dropped:
+            after = None
+        elif pre is not None and action in (
+            ActionType.TRUNCATE_TABLE,
+            ActionType.RENAME_TABLE,
+            ActionType.RENAME_TABLES,
+        ):
+            after = replace(pre.renamed(schema, table), version=ts)  # same columns and keys
+        elif action not in (ActionType.CREATE_VIEW, ActionType.DROP_VIEW):
+            self._pending.append(ddl)  # file mode: the next TABLE_MAP of the table shows the new shape
+        ddl.table_schema = after
+        if dropped:
+            self._last_schema.pop((schema, table), None)
+        elif after is not None:
+            self._last_schema[(schema, table)] = after
+        log.debug(
+            "ddl %s on %s.%s pre=%s after=%s where=%s",
+            action.name,
+            schema,
+            table,
+            pre is not None,
+            after is not None,
+            where,
+        )
+        return ddl
+
+    def effective_map(self, tm: TableMap, where: str) -> TableMap:
+        """The table map to decode with: checked and completed by the schema tracker when there is one."""
+        return tm if self.tracker is None else self.tracker.effective(tm, where)
+
+    def table_schema_for(self, tm: TableMap, where: str) -> TableSchema:
+        """The model schema of a (effective) table map at the table's current version (cached on the map)."""
+        key = (tm.schema, tm.table)
+        version = self._versions.get(key, 0)
+        ts_schema: TableSchema | None = tm.cache.get(version)
+        if ts_schema is None:
+            ts_schema = build_table_schema(tm, version, 0, self.collations, where)
+            if self.tracker is not None:
+                ts_schema = self.tracker.enrich(ts_schema, tm.cache.get("tracker_info"))
+            tm.cache[version] = ts_schema
+        if self._last_schema.get(key) is not ts_schema:
+            self._last_schema[key] = ts_schema
+            for ddl in self._pending:
+                if (ddl.schema, ddl.table) == key and ddl.table_schema is None:
+                    ddl.table_schema = ts_schema
+        return ts_schema
 
     def _rows(self, ev: RowsEvent, ts: int, where: str) -> Iterator[RowChange]:
-        tm = ev.table_map
+        tm = self.effective_map(ev.table_map, where)
+        ts_schema = self.table_schema_for(tm, where)
         cache = tm.cache
         decoder: RowDecoder | None = cache.get("decoder")
         if decoder is None:
@@ -350,10 +466,6 @@ class BinlogCapture:
                 decoder = cache["decoder"] = RowDecoder(tm, self.tz, self.collations)
             except CaptureError as exc:
                 raise CaptureError(f"{tm.qualified_name}: {exc.message}", where=where) from None
-        version = self._versions.get((tm.schema, tm.table), 0)
-        ts_schema: TableSchema | None = cache.get(version)
-        if ts_schema is None:
-            ts_schema = cache[version] = build_table_schema(tm, version, 0, self.collations, where)
         try:
             rows = decoder.decode(ev.data, ev.body, ev.end, ev.kind, ev.version)
         except (IndexError, ValueError, struct.error, UnicodeDecodeError) as exc:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import struct
+import uuid
 
 from ...errors import ConfigError
 
@@ -73,6 +75,19 @@ class MySQLGtidSet:
             intervals[-1] = (intervals[-1][0], gno)
         else:
             self.add_interval(sid, gno, gno)
+
+    def encode(self) -> bytes:
+        """The binary form ``COM_BINLOG_DUMP_GTID`` carries (MySQL ``Gtid_set::encode``).
+
+        ``n_sids`` (8), then per source uuid in text order: uuid (16), ``n_intervals`` (8) and each
+        interval as start (8) and *exclusive* end (8), all little-endian. MySQL 8.4 tagged GTIDs
+        use another format and are not supported.
+        """
+        out = [struct.pack("<Q", len(self.sets))]
+        for sid, intervals in sorted(self.sets.items()):
+            out.append(uuid.UUID(sid).bytes + struct.pack("<Q", len(intervals)))
+            out.extend(struct.pack("<QQ", lo, hi + 1) for lo, hi in intervals)
+        return b"".join(out)
 
     def __str__(self) -> str:
         return ",".join(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import random
 import socket
+import struct
 import threading
 import time
 from collections.abc import Iterator
@@ -23,13 +24,16 @@ from ...errors import CaptureError, ConfigError
 from .capture import SourceDisconnectedError
 from .constants import CHECKSUM_LEN, HEADER_LEN, EventType
 from .files import RawEvent
+from .gtid import MySQLGtidSet
 from .position import BinlogPosition
 
 log = logging.getLogger(__name__)
 
 COM_BINLOG_DUMP = 0x12
 COM_REGISTER_SLAVE = 0x15
+COM_BINLOG_DUMP_GTID = 0x1E
 BINLOG_DUMP_NON_BLOCK = 0x01
+BINLOG_THROUGH_GTID = 0x04  # COM_BINLOG_DUMP_GTID: the packet carries a GTID set
 MARIA_SLAVE_CAPABILITY_GTID = 4
 ER_MASTER_FATAL_ERROR_READING_BINLOG = 1236
 _MAX_PACKET = 0xFFFFFF
@@ -82,6 +86,23 @@ def random_server_id() -> int:
     return random.randint(1_000_000, 2_000_000_000)
 
 
+def binlog_dump_gtid_packet(server_id: int, gtid_set: MySQLGtidSet, flags: int = 0) -> bytes:
+    """MySQL ``COM_BINLOG_DUMP_GTID``: stream every transaction not in ``gtid_set`` (auto-positioning).
+
+    flags(2) server_id(4) name_size(4) name pos(8) data_size(4) data: the name is empty and the
+    position 4, as a MySQL replica sends them with SOURCE_AUTO_POSITION=1 (rpl_replica.cc
+    ``request_dump``); ``BINLOG_THROUGH_GTID`` says the GTID set follows. MariaDB has no such
+    command (it takes ``@slave_connect_state`` and COM_BINLOG_DUMP).
+    """
+    data = gtid_set.encode()
+    return (
+        bytes([COM_BINLOG_DUMP_GTID])
+        + struct.pack("<HII", flags | BINLOG_THROUGH_GTID, server_id, 0)
+        + struct.pack("<QI", 4, len(data))
+        + data
+    )
+
+
 class ReplicaStream:
     """Raw events from one replication connection, starting at a savepoint.
 
@@ -100,6 +121,7 @@ class ReplicaStream:
         heartbeat: float = 1.0,
         connect_timeout: float = 10.0,
         stop: threading.Event | None = None,
+        require_full_metadata: bool = True,
     ) -> None:
         self.address = address
         self.start = start
@@ -108,6 +130,7 @@ class ReplicaStream:
         self.heartbeat = heartbeat
         self.connect_timeout = connect_timeout
         self.stop = stop or threading.Event()
+        self.require_full_metadata = require_full_metadata
         self.collations: dict[int, tuple[str, str]] | None = None
         self.mariadb = False
         self.checksum = False
@@ -145,9 +168,10 @@ class ReplicaStream:
                 metadata = str(cur.fetchone()[0]).upper()
             except pymysql.err.MySQLError:
                 metadata = "NONE"  # MySQL < 8.0.1 / MariaDB < 10.5
-            if metadata != "FULL":
+            if metadata != "FULL" and self.require_full_metadata:
                 raise CaptureError(
                     f"{self.address} has binlog_row_metadata={metadata}; capture needs FULL (column names)"
+                    " or the schema tracker"
                 )
             self.checksum = str(checksum).upper() == "CRC32"
             # The source sends checksums only to replicas that say they can verify them.
@@ -165,12 +189,9 @@ class ReplicaStream:
             self.collations = {int(i): (str(cs), str(name)) for i, cs, name in cur.fetchall()}
             start = self.start
             if not start.file:
-                if start.gtid:
-                    if not self.mariadb:
-                        raise CaptureError(
-                            "starting a MySQL capture from a GTID set (COM_BINLOG_DUMP_GTID) is not supported yet;"
-                            " give --start FILE:POS"
-                        )
+                if start.gtid and not self.mariadb:
+                    pass  # MySQL: COM_BINLOG_DUMP_GTID with the set, in _dump
+                elif start.gtid:
                     cur.execute("SET @slave_connect_state = %s", (start.gtid,))
                     cur.execute("SET @slave_gtid_strict_mode = 1")
                     cur.execute("SET @slave_gtid_ignore_duplicates = 0")
@@ -206,6 +227,9 @@ class ReplicaStream:
     def _dump(self, conn: pymysql.connections.Connection, start: BinlogPosition) -> None:
         # COM_BINLOG_DUMP: pos(4) flags(2) server_id(4) filename; MariaDB GTID mode sends an empty name.
         flags = 0 if self.blocking else BINLOG_DUMP_NON_BLOCK
+        if not start.file and start.gtid and not self.mariadb:
+            self._command(conn, binlog_dump_gtid_packet(self.server_id, MySQLGtidSet(start.gtid), flags))
+            return
         name = start.file.encode() if start.file else b""
         pos = start.pos if start.file else 4
         payload = (
