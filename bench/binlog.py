@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from changefeed.capture.binlog import BinlogPosition, TableFilter, file_capture, live_capture
+from changefeed.capture.binlog import BinlogPosition, BlockAllowList, file_capture, live_capture
 from changefeed.capture.binlog.arrow import read_range_arrow
 from changefeed.model.events import RowChange
 from changefeed.testing.mariadb import MariaDBServer
@@ -99,7 +99,7 @@ def generate(server: MariaDBServer, rows: int) -> tuple[BinlogPosition, BinlogPo
 
 def ours_rowchange_files(server: MariaDBServer, start: BinlogPosition, end: BinlogPosition) -> int:
     capture = file_capture(
-        server.binlog_dir, start, table_filter=TableFilter.build(do_dbs=[SCHEMA]), until=(end.file, end.pos)
+        server.binlog_dir, start, table_filter=BlockAllowList.build(do_dbs=[SCHEMA]), until=(end.file, end.pos)
     )
     return sum(1 for e in capture.events() if type(e) is RowChange)
 
@@ -109,14 +109,14 @@ def ours_rowchange_live(server: MariaDBServer, start: BinlogPosition, end: Binlo
         server.url,
         start,
         blocking=False,
-        table_filter=TableFilter.build(do_dbs=[SCHEMA]),
+        table_filter=BlockAllowList.build(do_dbs=[SCHEMA]),
         until=(end.file, end.pos),
     )
     return sum(1 for e in capture.events() if type(e) is RowChange)
 
 
 def ours_arrow_files(server: MariaDBServer, start: BinlogPosition, end: BinlogPosition) -> int:
-    batches = read_range_arrow(server.binlog_dir, start, end, table_filter=TableFilter.build(do_dbs=[SCHEMA]))
+    batches = read_range_arrow(server.binlog_dir, start, end, table_filter=BlockAllowList.build(do_dbs=[SCHEMA]))
     return sum(b.num_rows for b in batches)
 
 

@@ -59,13 +59,13 @@ def _zone(name: str) -> tzinfo:
 def run(args: argparse.Namespace) -> int:
     import orjson  # noqa: PLC0415 - keep `changefeed --help` light
 
-    from ..capture.binlog import BinlogPosition, TableFilter, file_capture, live_capture  # noqa: PLC0415
+    from ..capture.binlog import BinlogPosition, BlockAllowList, file_capture, live_capture  # noqa: PLC0415
     from ..capture.binlog.replica import redact  # noqa: PLC0415
     from ..model.events import Resolved  # noqa: PLC0415
     from ..model.jsonl import dumps_event  # noqa: PLC0415
 
     tz = _zone(args.time_zone)
-    table_filter = TableFilter.build(
+    table_filter = BlockAllowList.build(
         args.do_db, args.ignore_db, args.do_table, args.ignore_table, args.ignore_op, args.ignore_ddl
     )
     until = None

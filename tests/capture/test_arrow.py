@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 import pyarrow as pa
 import pytest
 
-from changefeed.capture.binlog import BinlogPosition, TableFilter, file_capture
+from changefeed.capture.binlog import BinlogPosition, BlockAllowList, file_capture
 from changefeed.capture.binlog.arrow import ArrowCapture, read_range_arrow
 from changefeed.capture.binlog.files import BinlogFileReader
 from changefeed.errors import ConfigError
@@ -168,7 +168,7 @@ def test_random_nulls_many_batches_against_a_real_server(mariadb: MariaDBServer,
         cur.execute("SHOW MASTER STATUS")
         end = cur.fetchone()[:2]
     start, stop = BinlogPosition(str(file), int(pos)), BinlogPosition(str(end[0]), int(end[1]))
-    only = TableFilter.build(do_dbs=[fresh_db])
+    only = BlockAllowList.build(do_dbs=[fresh_db])
     events = list(file_capture(mariadb.binlog_dir, start, table_filter=only, until=(stop.file, stop.pos)).events())
     batches = list(read_range_arrow(mariadb.binlog_dir, start, stop, table_filter=only, batch_rows=400))
     assert assert_same(events, batches) == 1500 + 500 + 215
@@ -215,6 +215,6 @@ def test_wide_table_null_bitmaps_over_8_bytes(mariadb: MariaDBServer, fresh_db: 
         ]
         cur.execute(f"INSERT INTO `{fresh_db}`.w VALUES {', '.join(rows)}")
         cur.execute(f"UPDATE `{fresh_db}`.w SET c69 = NULL, s = NULL WHERE id % 2 = 0")
-    only = TableFilter.build(do_dbs=[fresh_db])
+    only = BlockAllowList.build(do_dbs=[fresh_db])
     events = list(file_capture(mariadb.binlog_dir, start, table_filter=only).events())
     assert assert_same(events, list(read_range_arrow(mariadb.binlog_dir, start, table_filter=only))) == 75

@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from changefeed.capture.binlog import BinlogFileReader, BinlogPosition, TableFilter, file_capture
+from changefeed.capture.binlog import BinlogFileReader, BinlogPosition, BlockAllowList, file_capture
 from changefeed.capture.binlog.events import EventParser, RowsEvent
 from changefeed.errors import CaptureError
 from changefeed.model.ddl import ActionType
@@ -137,14 +137,14 @@ def test_until_stops_at_a_transaction_boundary(full_events: list[Event]) -> None
 
 
 def test_filters_skip_rows_before_decoding() -> None:
-    capture = file_capture(FULL, table_filter=TableFilter.build(ignore_tables=[f"{SCHEMA}.str*", "*.nums"]))
+    capture = file_capture(FULL, table_filter=BlockAllowList.build(ignore_tables=[f"{SCHEMA}.str*", "*.nums"]))
     events = list(capture.events())
     tables = {e.table for e in events if isinstance(e, RowChange)}
     assert tables == {"ints", "times", "ints2"}
     assert capture.rows_decoded == len([e for e in events if isinstance(e, RowChange)])
-    only = capture_all(FULL, table_filter=TableFilter.build(do_tables=[f"{SCHEMA}.times"], ignore_ops=["delete"]))
+    only = capture_all(FULL, table_filter=BlockAllowList.build(do_tables=[f"{SCHEMA}.times"], ignore_ops=["delete"]))
     assert {e.table for e in only if e.kind != "resolved"} == {"", "times"}  # "": CREATE DATABASE cf
-    nothing = capture_all(FULL, table_filter=TableFilter.build(ignore_dbs=["c?"]))
+    nothing = capture_all(FULL, table_filter=BlockAllowList.build(ignore_dbs=["c?"]))
     assert all(isinstance(e, Resolved) for e in nothing)  # filtered groups still move the savepoint
     everything = [e for e in capture_all(FULL) if isinstance(e, Resolved)]
     assert [(e.position["file"], e.position["pos"]) for e in nothing] == [
@@ -153,7 +153,7 @@ def test_filters_skip_rows_before_decoding() -> None:
 
 
 def test_time_zone_renders_timestamps() -> None:
-    events = capture_all(FULL, tz=ZoneInfo("Asia/Shanghai"), table_filter=TableFilter.build(do_tables=["*.times"]))
+    events = capture_all(FULL, tz=ZoneInfo("Asia/Shanghai"), table_filter=BlockAllowList.build(do_tables=["*.times"]))
     rows = [e for e in events if isinstance(e, RowChange)]
     assert rows[1].as_dict()["ts0"] == "1970-01-01 08:00:01"
     assert rows[1].as_dict()["ts6"] == "2038-01-19 11:14:07.999999"

@@ -13,8 +13,8 @@ import pytest
 
 from changefeed.capture.binlog import (
     BinlogPosition,
+    BlockAllowList,
     ReconnectPolicy,
-    TableFilter,
     file_capture,
     live_capture,
 )
@@ -50,7 +50,7 @@ def test_live_and_file_mode_give_the_same_events(
     mariadb: MariaDBServer, workload_run: tuple[BinlogPosition, BinlogPosition, str]
 ) -> None:
     start, end, schema = workload_run
-    only = TableFilter.build(do_dbs=[schema])
+    only = BlockAllowList.build(do_dbs=[schema])
     until = (end.file, end.pos)
     live = list(
         live_capture(mariadb.url, start, blocking=False, table_filter=only, until=until, track_schema=False).events()
@@ -65,7 +65,7 @@ def test_live_resume_from_gtid_matches_file_position(
     mariadb: MariaDBServer, workload_run: tuple[BinlogPosition, BinlogPosition, str]
 ) -> None:
     start, end, schema = workload_run
-    only = TableFilter.build(do_dbs=[schema])
+    only = BlockAllowList.build(do_dbs=[schema])
     until = (end.file, end.pos)
     events = list(live_capture(mariadb.url, start, blocking=False, table_filter=only, until=until).events())
     middle = [e for e in events if isinstance(e, Resolved)][5]
@@ -141,7 +141,7 @@ def test_differential_against_python_mysql_replication(
     from pymysqlreplication.row_event import DeleteRowsEvent, UpdateRowsEvent, WriteRowsEvent  # noqa: PLC0415
 
     start, end, schema = workload_run
-    only = TableFilter.build(do_dbs=[schema])
+    only = BlockAllowList.build(do_dbs=[schema])
     ours = [
         e
         for e in live_capture(mariadb.url, start, blocking=False, table_filter=only, until=(end.file, end.pos)).events()
@@ -197,7 +197,7 @@ def test_live_capture_survives_a_server_restart(mariadb_factory: Any) -> None:
         server.url,
         start,
         heartbeat=0.5,
-        table_filter=TableFilter.build(do_dbs=["r"]),
+        table_filter=BlockAllowList.build(do_dbs=["r"]),
         reconnect=ReconnectPolicy(initial=0.1, maximum=1.0, max_wait=60),
     )
     seen: list[int] = []

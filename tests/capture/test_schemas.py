@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from changefeed.capture.binlog import BinlogPosition, TableFilter, file_capture, live_capture
+from changefeed.capture.binlog import BinlogPosition, BlockAllowList, file_capture, live_capture
 from changefeed.errors import CaptureError
 from changefeed.model.events import DDLEvent, Event, RowChange
 from changefeed.model.types import ColumnFlag, TypeCode
@@ -68,7 +68,7 @@ def test_live_tracker_adds_keys_defaults_and_ddl_shapes(mariadb: MariaDBServer, 
             mariadb.url,
             BinlogPosition(str(file), int(pos)),
             blocking=False,
-            table_filter=TableFilter.build(do_dbs=[fresh_db]),
+            table_filter=BlockAllowList.build(do_dbs=[fresh_db]),
             until=(str(end[0]), int(end[1])),
         ).events()
     )

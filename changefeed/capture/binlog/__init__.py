@@ -12,17 +12,17 @@ from pathlib import Path
 
 from .capture import BinlogCapture, ReconnectPolicy, SourceDisconnectedError
 from .files import BinlogFileReader, RawEvent
-from .filters import TableFilter
+from .filters import BlockAllowList
 from .position import BinlogPosition
 
 __all__ = [
     "BinlogCapture",
     "BinlogFileReader",
     "BinlogPosition",
+    "BlockAllowList",
     "RawEvent",
     "ReconnectPolicy",
     "SourceDisconnectedError",
-    "TableFilter",
     "file_capture",
     "live_capture",
 ]
@@ -35,7 +35,7 @@ def file_capture(
     follow: bool = False,
     poll_interval: float = 0.2,
     tz: tzinfo = UTC,
-    table_filter: TableFilter | None = None,
+    table_filter: BlockAllowList | None = None,
     until: tuple[str, int] | None = None,
 ) -> BinlogCapture:
     """A capture over binlog files: a directory (in ``.index`` order) or a single file."""
@@ -61,7 +61,7 @@ def live_capture(
     blocking: bool = True,
     heartbeat: float = 1.0,
     tz: tzinfo = UTC,
-    table_filter: TableFilter | None = None,
+    table_filter: BlockAllowList | None = None,
     until: tuple[str, int] | None = None,
     reconnect: ReconnectPolicy | None = None,
     track_schema: bool = True,

@@ -50,7 +50,7 @@ from .constants import ColumnType, RowsKind
 from .decoders import decimal_reader, decimal_size, frac_bytes
 from .events import RowsEvent
 from .files import BinlogFileReader
-from .filters import TableFilter
+from .filters import BlockAllowList
 from .position import BinlogPosition, reached
 from .rows import _column_reader, column_charset
 from .tablemap import BLOB_TYPES, ColumnMeta, TableMap, read_lenenc
@@ -848,7 +848,7 @@ def read_range_arrow(
     end: BinlogPosition | None = None,
     *,
     tz: tzinfo = UTC,
-    table_filter: TableFilter | None = None,
+    table_filter: BlockAllowList | None = None,
     batch_rows: int = 65536,
     max_batch_bytes: int = 64 << 20,
     decimal: str = "arrow",

@@ -42,7 +42,7 @@ from .events import (
     XidEvent,
 )
 from .files import RawEvent
-from .filters import TableFilter
+from .filters import BlockAllowList
 from .gtid import MariaGtidState, MySQLGtidSet, is_mariadb_gtid
 from .position import BinlogPosition, reached
 from .rows import RowDecoder
@@ -92,7 +92,7 @@ class BinlogCapture:
         start: BinlogPosition,
         *,
         tz: tzinfo = UTC,
-        table_filter: TableFilter | None = None,
+        table_filter: BlockAllowList | None = None,
         until: tuple[str, int] | None = None,
         reconnect: ReconnectPolicy | None = None,
         collations: dict[int, tuple[str, str]] | None = None,

@@ -21,7 +21,7 @@ def _table_rule(text: str) -> tuple[re.Pattern[str], re.Pattern[str]]:
 
 
 @dataclass
-class TableFilter:
+class BlockAllowList:
     """``do_dbs``/``ignore_dbs`` (schema patterns) and ``do_tables``/``ignore_tables`` (``schema.table`` patterns).
 
     DM's order: a schema must match ``do_dbs`` when given and not match ``ignore_dbs``; then a
@@ -53,7 +53,7 @@ class TableFilter:
         ignore_tables: Iterable[str] = (),
         ignore_ops: Iterable[str] = (),
         ignore_ddl: bool = False,
-    ) -> TableFilter | None:
+    ) -> BlockAllowList | None:
         """A filter, or None when every argument is empty (no filtering at all)."""
         ops = frozenset(Op(o.lower()) for o in ignore_ops)
         lists = [list(do_dbs), list(ignore_dbs), list(do_tables), list(ignore_tables)]
