@@ -25,11 +25,14 @@ from typing import Any
 
 from ..errors import CodecError, ConfigError
 from ..model import ABSENT, Column, DDLEvent, Event, Op, Resolved, RowChange, TableSchema, TypeCode
+from ..model.events import trusted_row
 from ..model.gofloat import format_g, to_float32
 from ..model.types import FLOAT_TYPES, INTEGER_TYPES
 from ..model.values import decimal_text, enum_name, set_names
 from .base import Decoder, Encoder, Message
 from .options import CodecOptions
+from .plancache import PlanCache
+from .textvalues import TEMPORAL_PATTERNS, float_g_text, int_range
 
 __all__ = [
     "HEADER_PREFIX",
@@ -43,7 +46,6 @@ __all__ = [
 
 HEADER_PREFIX = "ticdc-meta$"
 _OP_LETTER = {Op.INSERT: "I", Op.UPDATE: "U", Op.DELETE: "D"}
-_INT_BITS = {TypeCode.TINYINT: 8, TypeCode.SMALLINT: 16, TypeCode.MEDIUMINT: 24, TypeCode.INT: 32, TypeCode.BIGINT: 64}
 # Go strconv.ParseBool, which TiCDC would use for is-updated.
 _BOOLS = {
     "1": True,
@@ -66,13 +68,6 @@ _SIGNED_RE = re.compile(r"[+-]?[0-9]+")
 _FLOAT_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _DECIMAL_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)")
 _HEX_RE = re.compile(r"(?:[0-9a-fA-F]{2})*")
-_TEMPORAL_RE = {
-    TypeCode.DATE: re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}"),
-    TypeCode.NEWDATE: re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}"),
-    TypeCode.DATETIME: re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?"),
-    TypeCode.TIMESTAMP: re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2} [0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?"),
-    TypeCode.TIME: re.compile(r"-?[0-9]{2,3}:[0-9]{2}:[0-9]{2}(?:\.[0-9]{1,6})?"),
-}
 
 
 class CSVFieldError(CodecError):
@@ -322,13 +317,7 @@ def _value_writer(col: Column, fmt: CSVFormat) -> Callable[[Any], str]:
                 if type(v) is not int:
                     raise bad(v)
                 v = float(v)
-            if not f32 and 1e-4 <= abs(v) < 1e6:
-                # Go %v and Python repr agree here (both fixed, shortest digits) but for ".0".
-                r = repr(v)
-                return r[:-2] if r.endswith(".0") else r
-            if not math.isfinite(v):
-                return "0"  # the mounter turns NaN/Inf into 0 (spec §0.4)
-            return format_g(v, f32)  # Go %v of float32/float64
+            return float_g_text(v, f32)  # Go %v of float32/float64; NaN/Inf print 0 (spec §0.4)
 
         return write_float
     if tc is TypeCode.DECIMAL:
@@ -428,18 +417,8 @@ class CSVEncoder(Encoder):
     def __init__(self, options: CodecOptions | None = None) -> None:
         super().__init__(options)
         self.format = CSVFormat(self.options)
-        self._renderers: dict[int, tuple[TableSchema, _Renderer]] = {}
+        self._renderers = PlanCache(lambda ts: _Renderer(ts, self.format))
         self._pending: list[Message] = []
-
-    def _renderer(self, ts: TableSchema) -> _Renderer:
-        hit = self._renderers.get(id(ts))
-        if hit is not None and hit[0] is ts:
-            return hit[1]
-        if len(self._renderers) > 4096:
-            self._renderers.clear()
-        r = _Renderer(ts, self.format)
-        self._renderers[id(ts)] = (ts, r)
-        return r
 
     def header(self, table_schema: TableSchema) -> bytes:
         """The header line (with terminator), or b"" when ``output_field_header`` is off."""
@@ -450,7 +429,7 @@ class CSVEncoder(Encoder):
     def encode_row(self, row: RowChange) -> bytes:
         """The line(s) for one row event, terminator included."""
         fmt = self.format
-        r = self._renderer(row.table_schema)
+        r = self._renderers.get(row.table_schema)
         d, t = fmt.delimiter, fmt.terminator
         ts_field = [str(row.commit_ts)] if fmt.include_commit_ts else []
         op = row.op
@@ -515,7 +494,7 @@ def _value_reader(col: Column, fmt: CSVFormat) -> Callable[[str], Any]:
 
     if tc in INTEGER_TYPES or tc in (TypeCode.YEAR, TypeCode.BIT):
         if tc in INTEGER_TYPES:
-            lo, hi = _int_range(col)
+            lo, hi = int_range(col)
             signed = not col.unsigned
         else:
             lo, hi = 0, (1 << ((col.length or 64) if tc is TypeCode.BIT else 64)) - 1
@@ -559,8 +538,8 @@ def _value_reader(col: Column, fmt: CSVFormat) -> Callable[[str], Any]:
                 raise bad(text, "a decimal number") from None
 
         return read_decimal
-    if tc in _TEMPORAL_RE:
-        pattern = _TEMPORAL_RE[tc]
+    if tc in TEMPORAL_PATTERNS:
+        pattern = TEMPORAL_PATTERNS[tc]
 
         def read_temporal(text: str) -> str:
             if not pattern.fullmatch(text):
@@ -705,7 +684,7 @@ def _token_reader(col: Column, fmt: CSVFormat) -> Callable[[str], Any]:
 
     if col.type_code in INTEGER_TYPES:
         # Integers come bare and unsigned-looking most of the time: skip the general path.
-        hi = _int_range(col)[1]
+        hi = int_range(col)[1]
 
         def int_field(tok: str) -> Any:
             if tok.isdigit() and tok.isascii():
@@ -716,11 +695,6 @@ def _token_reader(col: Column, fmt: CSVFormat) -> Callable[[str], Any]:
 
         return int_field
     return typed_field
-
-
-def _int_range(col: Column) -> tuple[int, int]:
-    bits = _INT_BITS[col.type_code]
-    return (0, (1 << bits) - 1) if col.unsigned else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
 
 
 class CSVDecoder(Decoder):
@@ -741,23 +715,13 @@ class CSVDecoder(Decoder):
         self.format = CSVFormat(self.options)
         self.table_schema = table_schema
         self.commit_ts = commit_ts
-        self._readers: dict[int, tuple[TableSchema, _Reader]] = {}
+        self._readers = PlanCache(lambda ts: _Reader(ts, self.format))
 
     def set_table_schema(self, table_schema: TableSchema, commit_ts: int | None = None) -> None:
         """Schema (and default commit ts) for the next files/messages."""
         self.table_schema = table_schema
         if commit_ts is not None:
             self.commit_ts = commit_ts
-
-    def _reader(self, ts: TableSchema) -> _Reader:
-        hit = self._readers.get(id(ts))
-        if hit is not None and hit[0] is ts:
-            return hit[1]
-        if len(self._readers) > 4096:
-            self._readers.clear()
-        r = _Reader(ts, self.format)
-        self._readers[id(ts)] = (ts, r)
-        return r
 
     def decode(self, message: Message, where: str = "") -> list[Event]:
         """The rows in ``message.value`` (one or more records); ``message.commit_ts``, when set,
@@ -796,7 +760,7 @@ class CSVDecoder(Decoder):
 
     def _decode_text(self, text: str, ts: TableSchema, default_ts: int, where: str) -> list[RowChange]:
         fmt = self.format
-        reader = self._reader(ts)
+        reader = self._readers.get(ts)
         content = fmt.content
         null = fmt.null
         expected = reader.expected
@@ -860,21 +824,21 @@ class CSVDecoder(Decoder):
 
             if pending is not None:
                 if op == "I" and updated and pending[0] == cts:
-                    out.append(RowChange(Op.UPDATE, ts, cts, new=values, old=pending[1]))
+                    out.append(trusted_row(Op.UPDATE, ts, cts, new=values, old=pending[1]))
                     pending = None
                     continue
-                out.append(RowChange(Op.DELETE, ts, pending[0], old=pending[1]))
+                out.append(trusted_row(Op.DELETE, ts, pending[0], old=pending[1]))
                 pending = None
             if op == "I":
-                out.append(RowChange(Op.INSERT, ts, cts, new=values))
+                out.append(trusted_row(Op.INSERT, ts, cts, new=values))
             elif op == "U":
-                out.append(RowChange(Op.UPDATE, ts, cts, new=values))
+                out.append(trusted_row(Op.UPDATE, ts, cts, new=values))
             elif updated:
                 pending = (cts, values)  # old half of an UPDATE split by output-old-value
             else:
-                out.append(RowChange(Op.DELETE, ts, cts, old=values))
+                out.append(trusted_row(Op.DELETE, ts, cts, old=values))
         if pending is not None:
-            out.append(RowChange(Op.DELETE, ts, pending[0], old=pending[1]))
+            out.append(trusted_row(Op.DELETE, ts, pending[0], old=pending[1]))
         return out
 
     def _check_header(self, toks: list[str], ts: TableSchema, fail: Callable[[str], CodecError]) -> None:

@@ -91,6 +91,36 @@ class RowChange:
         return tuple(image[i] for i in self.table_schema.handle_key)
 
 
+_new_object = object.__new__
+
+
+def trusted_row(
+    op: Op,
+    table_schema: TableSchema,
+    commit_ts: int,
+    new: tuple[Any, ...] | None = None,
+    old: tuple[Any, ...] | None = None,
+    partition_id: int | None = None,
+    row_id: int | None = None,
+) -> RowChange:
+    """A RowChange built without `RowChange.__post_init__`'s checks (about 3x cheaper).
+
+    Only for decoders whose images come from the table's own compiled reader, so that their
+    width and the op's images are right by construction; everything else uses the constructor.
+    """
+    row = _new_object(RowChange)
+    row.op = op
+    row.table_schema = table_schema
+    row.commit_ts = commit_ts
+    row.new = new
+    row.old = old
+    row.start_ts = 0
+    row.partition_id = partition_id
+    row.row_id = row_id
+    row.position = None
+    return row
+
+
 @dataclass(slots=True)
 class DDLEvent:
     """A schema change at ``commit_ts``; ``pre_table_schema`` is the shape before it, if any."""

@@ -28,8 +28,8 @@ from changefeed.codec.canal_json import (
     full_mysql_type,
     parse_mysql_type,
 )
-from changefeed.codec.canal_json._support import record_key
 from changefeed.codec.options import CodecOptions
+from changefeed.codec.rowkey import record_key
 from changefeed.errors import CodecError, ConfigError, MessageTooLargeError
 from changefeed.model import (
     ABSENT,
@@ -45,6 +45,7 @@ from changefeed.model import (
     TypeCode,
 )
 from changefeed.model.gofloat import to_float32
+from tests.codec.helpers import image, pk_table, same_value, utf8
 from tests.strategies import row_changes, tables
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "canal_json"
@@ -73,16 +74,6 @@ def decode(value: bytes, **kw: Any) -> list[Any]:
     return CanalJSONDecoder(opts(**kw)).decode(Message(key=None, value=value), where="test:0")
 
 
-def utf8(name: str, tc: TypeCode = TypeCode.VARCHAR, **kw: Any) -> Column:
-    return Column(name, tc, charset="utf8mb4", collation="utf8mb4_bin", **kw)
-
-
-def pk_table(*columns: Column, schema: str = "test", table: str = "t", table_id: int = 104) -> TableSchema:
-    return TableSchema(
-        schema, table, columns, indexes=(Index("PRIMARY", (columns[0].name,), primary=True),), table_id=table_id
-    )
-
-
 # The seed's tp_int table, in its real column order.
 TP_INT = pk_table(
     Column("id", TypeCode.INT, nullable=False),
@@ -96,10 +87,6 @@ TP_INT = pk_table(
 TP_INT_ROW = {"id": 2, "c_tinyint": 127, "c_smallint": 32767, "c_mediumint": 8388607, "c_int": 2147483647}
 TP_INT_ROW["c_bigint"] = 9223372036854775807
 TP_INT_UPDATED = {**TP_INT_ROW, "c_int": 0, "c_tinyint": 0}
-
-
-def image(ts: TableSchema, values: dict[str, Any]) -> tuple[Any, ...]:
-    return tuple(values.get(c.name, ABSENT) for c in ts.columns)
 
 
 def column_types(ts: TableSchema) -> dict[str, tuple[TypeCode, bool, bool]]:
@@ -958,14 +945,6 @@ SURVIVING_FLAGS = ColumnFlag.BINARY | ColumnFlag.UNSIGNED | ColumnFlag.PRIMARY_K
 
 def carried(col: Column) -> tuple[Any, ...]:
     return (col.name, col.type_code, col.zerofill, col.flags & SURVIVING_FLAGS)
-
-
-def same_value(a: Any, b: Any) -> bool:
-    if isinstance(a, float) and isinstance(b, float):
-        return struct.pack("<d", a) == struct.pack("<d", b)
-    if isinstance(a, Decimal) and isinstance(b, Decimal):
-        return str(a) == str(b)
-    return type(a) is type(b) and a == b
 
 
 def assert_round_trip(row: RowChange, back: RowChange, commit_ts: int) -> None:

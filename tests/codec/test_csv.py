@@ -20,6 +20,8 @@ from changefeed.codec.options import CodecOptions
 from changefeed.errors import CodecError, ConfigError
 from changefeed.model import ABSENT, Column, DDLEvent, Index, Op, Resolved, RowChange, TableSchema, TypeCode
 from changefeed.model.gofloat import to_float32
+from tests.codec import helpers
+from tests.codec.helpers import UTF8, same_image
 from tests.strategies import row_changes, tables
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "csv"
@@ -45,7 +47,7 @@ def case_options(case: dict[str, Any]) -> CodecOptions:
 
 
 def utf8(name: str, **kw: Any) -> Column:
-    return Column(name, TypeCode.VARCHAR, charset="utf8mb4", collation="utf8mb4_bin", length=255, **kw)
+    return helpers.utf8(name, length=255, **kw)
 
 
 def table(*cols: Column, name: str = "t", schema: str = "test") -> TableSchema:
@@ -109,7 +111,7 @@ def test_vector_value_conversions() -> None:
     (case,) = [c for c in CASES if c["id"] == "csv-value-conversions"]
     want = {r["type"]: r["csv_value"] for r in case["expected"]["rows"]}
     blob = Column("b", TypeCode.BLOB, charset="binary")
-    text = Column("t", TypeCode.BLOB, charset="utf8mb4", collation="utf8mb4_bin")
+    text = Column("t", TypeCode.BLOB, **UTF8)
     checks: list[tuple[str, Column, Any, CodecOptions]] = [
         ("tinyint/smallint/mediumint/int/bigint", Column("i", TypeCode.TINYINT), 1, opts()),
         ("... unsigned", Column("u", TypeCode.BIGINT, unsigned=True), 1, opts()),
@@ -434,25 +436,6 @@ def test_registry_and_message_api() -> None:
 # Round trips
 
 
-def _same(a: tuple[Any, ...] | None, b: tuple[Any, ...] | None) -> bool:
-    if a is None or b is None:
-        return a is b
-    if len(a) != len(b):
-        return False
-    for x, y in zip(a, b, strict=True):
-        if type(x) is not type(y):
-            return False
-        if isinstance(x, float):
-            if x != y or math.copysign(1, x) != math.copysign(1, y):
-                return False
-        elif isinstance(x, Decimal):
-            if str(x) != str(y):
-                return False
-        elif x != y:
-            return False
-    return True
-
-
 ROUND_TRIP_OPTIONS = [
     opts(),
     opts(include_commit_ts=True, csv_output_old_value=True, terminator="\n"),
@@ -481,11 +464,11 @@ def test_round_trip(o: CodecOptions, data: st.DataObject) -> None:
         assert got.op is want.op
         assert got.commit_ts == (want.commit_ts if o.include_commit_ts else 12345)
         if want.op is Op.DELETE:
-            assert _same(got.old, want.old) and got.new is None
+            assert same_image(got.old, want.old) and got.new is None
         else:
-            assert _same(got.new, want.new)
+            assert same_image(got.new, want.new)
             old = want.old if (want.op is Op.UPDATE and o.csv_output_old_value) else None
-            assert _same(got.old, old)
+            assert same_image(got.old, old)
 
 
 TEXT_OPTIONS = [
@@ -519,7 +502,7 @@ def test_float32_round_trip(x: float) -> None:
     o = opts()
     line = CSVEncoder(o).encode_row(RowChange(Op.INSERT, ts, 1, new=(to_float32(x),)))
     (back,) = CSVDecoder(o, ts).decode_file(line)
-    assert _same(back.new, (to_float32(x),))
+    assert same_image(back.new, (to_float32(x),))
 
 
 @settings(max_examples=300, deadline=None)
@@ -546,8 +529,8 @@ BAD_TS = table(
     Column("f", TypeCode.DOUBLE),
     Column("m", TypeCode.DECIMAL, length=10, decimal=2),
     Column("b", TypeCode.BLOB, charset="binary"),
-    Column("e", TypeCode.ENUM, charset="utf8mb4", collation="utf8mb4_bin", elements=("a", "b")),
-    Column("s", TypeCode.SET, charset="utf8mb4", collation="utf8mb4_bin", elements=("x", "y")),
+    Column("e", TypeCode.ENUM, **UTF8, elements=("a", "b")),
+    Column("s", TypeCode.SET, **UTF8, elements=("x", "y")),
     Column("d", TypeCode.DATE),
     Column("u", TypeCode.TINYINT, unsigned=True),
 )
@@ -615,7 +598,7 @@ def test_float32_overflow_and_enum_fallbacks() -> None:
     ts = table(
         Column("f", TypeCode.FLOAT),
         Column("e", TypeCode.ENUM, charset="utf8mb4", collation="utf8mb4_general_ci", elements=("Red", "b")),
-        Column("s", TypeCode.SET, charset="utf8mb4", collation="utf8mb4_bin", elements=("x", "y")),
+        Column("s", TypeCode.SET, **UTF8, elements=("x", "y")),
     )
     dec = CSVDecoder(opts(), ts)
     # TiDB ParseEnum/ParseSet: case-insensitive collation match, then a number.
@@ -644,8 +627,10 @@ def test_encoder_errors_name_the_column() -> None:
         enc.encode_row(RowChange(Op.INSERT, ts, 1, new=("1", 1, 0)))
     big = table(Column("m", TypeCode.DECIMAL, length=65, decimal=0))
     assert enc.encode_row(RowChange(Op.INSERT, big, 1, new=(Decimal("9" * 40),))).endswith(b',"' + b"9" * 40 + b'"\r\n')
-    with pytest.raises(CodecError, match=r"column 'm' \(decimal\)"):  # needs a rescale past 28 digits
-        enc.encode_row(RowChange(Op.INSERT, big, 1, new=(Decimal("1E+30"),)))
+    # 65 digits rescale fine (decimal_text's context holds them); beyond its 100 digits is an error.
+    assert enc.encode_row(RowChange(Op.INSERT, big, 1, new=(Decimal("1E+30"),))).endswith(b',"1' + b"0" * 30 + b'"\r\n')
+    with pytest.raises(CodecError, match=r"column 'm' \(decimal\)"):  # needs a rescale past the context
+        enc.encode_row(RowChange(Op.INSERT, big, 1, new=(Decimal("1E+200"),)))
     with pytest.raises(CodecError, match="UTF-8"):
         enc.encode_row(RowChange(Op.INSERT, table(utf8("c")), 1, new=("\ud800",)))
 

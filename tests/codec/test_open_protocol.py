@@ -37,11 +37,10 @@ from changefeed.model import (
 )
 from changefeed.model.gofloat import format_json, to_float32
 from changefeed.model.values import check_value
+from tests.codec.helpers import BIN, UTF8
 from tests.strategies import row_changes, tables
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "open_protocol"
-UTF8 = {"charset": "utf8mb4", "collation": "utf8mb4_bin"}
-BIN = {"charset": "binary", "collation": "binary"}
 WHERE = "open-topic/0/42"
 
 

@@ -42,6 +42,7 @@ from changefeed.model import (
     ddl_kind,
 )
 from changefeed.model.gofloat import to_float32
+from tests.codec.helpers import UTF8
 from tests.strategies import row_changes, tables
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "simple"
@@ -69,7 +70,7 @@ def msg(value: bytes) -> Message:
 def user_columns(with_create_time: bool = False) -> tuple[Column, ...]:
     cols = (
         Column("id", TypeCode.INT, length=11, nullable=False),
-        Column("name", TypeCode.VARCHAR, charset="utf8mb4", collation="utf8mb4_bin", length=255),
+        Column("name", TypeCode.VARCHAR, **UTF8, length=255),
         Column("age", TypeCode.INT, length=11),
         Column("score", TypeCode.FLOAT, length=12),
     )
@@ -334,13 +335,13 @@ ALL_TYPES = TableSchema(
         Column("ts", TypeCode.TIMESTAMP, decimal=6),
         Column("y", TypeCode.YEAR),
         Column("j", TypeCode.JSON),
-        Column("e", TypeCode.ENUM, charset="utf8mb4", collation="utf8mb4_bin", elements=("a", "b", "c")),
-        Column("s", TypeCode.SET, charset="utf8mb4", collation="utf8mb4_bin", elements=("a", "b", "c")),
+        Column("e", TypeCode.ENUM, **UTF8, elements=("a", "b", "c")),
+        Column("s", TypeCode.SET, **UTF8, elements=("a", "b", "c")),
         Column("bit", TypeCode.BIT, length=10, default=b"\x01\x02"),
-        Column("vc", TypeCode.VARCHAR, charset="utf8mb4", collation="utf8mb4_bin", length=20, default="x<y"),
+        Column("vc", TypeCode.VARCHAR, **UTF8, length=20, default="x<y"),
         Column("vb", TypeCode.VARCHAR, length=20),
         Column("blob", TypeCode.BLOB),
-        Column("txt", TypeCode.BLOB, charset="utf8mb4", collation="utf8mb4_bin"),
+        Column("txt", TypeCode.BLOB, **UTF8),
         Column("n", TypeCode.INT),
     ),
     (Index("PRIMARY", ("id",), primary=True), Index("uk", ("ti", "n"), unique=True)),
@@ -514,13 +515,13 @@ BRANCHES = TableSchema(
         Column("n", TypeCode.INT),
         Column("f", TypeCode.FLOAT),
         Column("db", TypeCode.DOUBLE),
-        Column("vc", TypeCode.VARCHAR, charset="utf8mb4", collation="utf8mb4_bin", length=10),
+        Column("vc", TypeCode.VARCHAR, **UTF8, length=10),
         Column("vb", TypeCode.VARCHAR, length=10),
         Column("ts", TypeCode.TIMESTAMP),
         Column("ub", TypeCode.BIGINT, unsigned=True),
         Column("dec", TypeCode.DECIMAL, length=5, decimal=1),
         Column("bit", TypeCode.BIT, length=8),
-        Column("e", TypeCode.ENUM, charset="utf8mb4", collation="utf8mb4_bin", elements=("x", "y")),
+        Column("e", TypeCode.ENUM, **UTF8, elements=("x", "y")),
         Column("y", TypeCode.YEAR),
     ),
     (Index("PRIMARY", ("id",), primary=True),),
@@ -639,8 +640,8 @@ WIDE = TableSchema(
     "wide",
     (
         Column("id", TypeCode.INT, nullable=False),
-        Column("k2", TypeCode.VARCHAR, charset="utf8mb4", collation="utf8mb4_bin", length=10, nullable=False),
-        Column("payload", TypeCode.BLOB, charset="utf8mb4", collation="utf8mb4_bin"),
+        Column("k2", TypeCode.VARCHAR, **UTF8, length=10, nullable=False),
+        Column("payload", TypeCode.BLOB, **UTF8),
     ),
     (Index("PRIMARY", ("id", "k2"), primary=True),),
     table_id=3,

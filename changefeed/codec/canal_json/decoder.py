@@ -8,7 +8,6 @@ shapes are rebuilt from ``sqlType`` (column order, BLOB = binary), ``mysqlType``
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable
 from decimal import Decimal
@@ -19,7 +18,6 @@ import orjson
 from ...errors import CodecError
 from ...model import (
     ABSENT,
-    ActionType,
     Column,
     DDLEvent,
     Event,
@@ -29,15 +27,17 @@ from ...model import (
     RowChange,
     TableSchema,
     TypeCode,
-    classify_ddl,
-    ddl_kind,
 )
+from ...model.events import trusted_row
 from ...model.gofloat import to_float32
 from ...model.types import STRING_TYPES, JavaSQLType
-from ...model.values import b64decode
 from ..base import Decoder, Message
+from ..claimcheck import ClaimCheckStore, unwrap_value
+from ..compression import compression_codec
+from ..ddlkind import KIND_ACTION, ddl_action
 from ..options import CodecOptions
-from ._support import claim_check_dir, decompressor
+from ..plancache import SlowPathError, compile_object_reader
+from ..textvalues import INT_BITS, TEMPORAL_PATTERNS
 from .mysqltype import ParsedType, parse_mysql_type
 
 Parser = Callable[[str], Any] | None
@@ -45,17 +45,6 @@ Parser = Callable[[str], Any] | None
 _MAX_TSO = (1 << 64) - 1
 _MAX_ES = _MAX_TSO >> 18
 _DML_OPS = {"INSERT": Op.INSERT, "UPDATE": Op.UPDATE, "DELETE": Op.DELETE}
-# A DDL ActionType standing for each Canal event type when the SQL text does not classify.
-_KIND_ACTION = {
-    "CREATE": ActionType.CREATE_TABLE,
-    "RENAME": ActionType.RENAME_TABLE,
-    "CINDEX": ActionType.ADD_INDEX,
-    "DINDEX": ActionType.DROP_INDEX,
-    "ERASE": ActionType.DROP_TABLE,
-    "TRUNCATE": ActionType.TRUNCATE_TABLE,
-    "ALTER": ActionType.MODIFY_COLUMN,
-    "QUERY": ActionType.NONE,
-}
 _CACHE_LIMIT = 4096
 _VARIANTS_PER_TABLE = 16  # sqlType differs per value (unsigned promotion), so a table has a few
 _MAX_COLUMNS = 4096  # TiDB's hard limit on columns per table
@@ -68,11 +57,9 @@ class _BadValueError(ValueError):
 
 # ------------------------------------------------------------------ value parsers (inverse of §2.5)
 
-_FLOAT_RE = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)
-_DATE_RE = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)
-_DATETIME_RE = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d{1,6})?", re.ASCII)
-_TIME_RE = re.compile(r"-?\d{2,3}:\d{2}:\d{2}(?:\.\d{1,6})?", re.ASCII)
-_INT_BITS = {TypeCode.TINYINT: 8, TypeCode.SMALLINT: 16, TypeCode.MEDIUMINT: 24, TypeCode.INT: 32, TypeCode.BIGINT: 64}
+# What Go's ParseFloat takes from TiCDC/Canal output; no NaN/Inf spellings, "_", spaces or "+".
+_FLOAT_RE = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII).fullmatch
+_DECIMAL_RE = re.compile(r"-?(?:\d+\.?\d*|\.\d+)", re.ASCII).fullmatch  # MyDecimal text: no exponent
 
 
 def _uint_text(text: str) -> int:
@@ -113,16 +100,9 @@ def _parse_year(text: str) -> int:
     return v
 
 
-def _plain_number(text: str) -> bool:
-    """``-?digits[.digits]`` (what TiCDC writes), checked without a regex on the hot path."""
-    body = text[1:] if text[:1] == "-" else text
-    whole, _, frac = body.partition(".")
-    return body.isascii() and (whole.isdigit() or (not whole and frac.isdigit())) and (not frac or frac.isdigit())
-
-
 def _parse_float32(text: str) -> float:
     # Go ParseFloat(text, 32): reject NaN/Inf spellings and values beyond float32.
-    if not (_plain_number(text) or _FLOAT_RE.fullmatch(text)):
+    if not _FLOAT_RE(text):
         raise _BadValueError(f"{text!r} is not a number")
     try:
         return to_float32(float(text))
@@ -131,7 +111,7 @@ def _parse_float32(text: str) -> float:
 
 
 def _parse_float64(text: str) -> float:
-    if not (_plain_number(text) or _FLOAT_RE.fullmatch(text)):
+    if not _FLOAT_RE(text):
         raise _BadValueError(f"{text!r} is not a number")
     v = float(text)
     if v in (_INF, -_INF):
@@ -144,7 +124,7 @@ _INF = float("inf")
 
 def _decimal_parser(scale: int | None) -> Callable[[str], Decimal]:
     def parse_decimal(text: str) -> Decimal:
-        if len(text) > 100 or not _plain_number(text):
+        if len(text) > 100 or not _DECIMAL_RE(text):
             raise _BadValueError(f"{text!r} is not a decimal")
         v = Decimal(text)
         if scale is not None:
@@ -225,8 +205,8 @@ def _parser(col: Column) -> Parser:
     tc = col.type_code
     if col.is_bytes:
         return _parse_binary
-    if tc in _INT_BITS:
-        bits = _INT_BITS[tc]
+    if tc in INT_BITS:
+        bits = INT_BITS[tc]
         if col.unsigned:
             return _bounded_uint((1 << bits) - 1, col.type_name + " unsigned")
         return _int_parser(-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
@@ -244,54 +224,14 @@ def _parser(col: Column) -> Parser:
         return _parse_float64
     if tc is TypeCode.DECIMAL:
         return _decimal_parser(col.decimal)
-    if tc in (TypeCode.DATE, TypeCode.NEWDATE):
-        return _regex_parser(_DATE_RE, "DATE")
-    if tc in (TypeCode.DATETIME, TypeCode.TIMESTAMP):
-        return _regex_parser(_DATETIME_RE, col.type_name.upper())
-    if tc is TypeCode.TIME:
-        return _regex_parser(_TIME_RE, "TIME")
+    if tc in TEMPORAL_PATTERNS:
+        return _regex_parser(TEMPORAL_PATTERNS[tc], "DATE" if tc is TypeCode.NEWDATE else col.type_name.upper())
     if tc is TypeCode.JSON:
         return _parse_json
     return None  # text types, VECTOR
 
 
 # ------------------------------------------------------------------ per-table plan
-
-
-class _SlowPathError(Exception):
-    """The generated fast path met something unusual; the careful path decides (and explains)."""
-
-
-def _null_or_slow(v: Any) -> None:
-    if v is None:
-        return None
-    raise _SlowPathError
-
-
-def _compile_reader(names: tuple[str, ...], parsers: tuple[Parser, ...]) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
-    """Generate ``data object -> image`` for one table shape, with each column's parser inlined.
-
-    Handles the common case only (every column present, strings or nulls, values that parse);
-    anything else raises and the careful `_RowPlan.image` loop reports what is wrong. Names and
-    parsers are referred to by index, so message text never becomes source code.
-    """
-    env: dict[str, Any] = {"_Slow": _SlowPathError, "_null": _null_or_slow, "_str": str}
-    fetch, items = [], []
-    for i, (name, parse) in enumerate(zip(names, parsers, strict=True)):
-        env[f"n{i}"] = name
-        fetch.append(f"    v{i} = row[n{i}]\n")
-        if parse is None:
-            items.append(f"v{i} if type(v{i}) is _str else _null(v{i})")
-        else:
-            env[f"p{i}"] = parse
-            items.append(f"p{i}(v{i}) if type(v{i}) is _str else _null(v{i})")
-    src = (
-        "def read(row):\n"
-        f"    if len(row) != {len(names)}:\n"
-        "        raise _Slow\n" + "".join(fetch) + f"    return ({''.join(item + ', ' for item in items)})\n"
-    )
-    exec(compile(src, f"<canal-json reader {len(names)} columns>", "exec"), env)
-    return env["read"]
 
 
 class _RowPlan:
@@ -304,13 +244,15 @@ class _RowPlan:
         self.columns = tuple((c.name, _parser(c)) for c in schema.columns)
         self.index = schema.column_index
         self.mysql_types = mysql_types
-        self.fast = _compile_reader(tuple(n for n, _ in self.columns), tuple(p for _, p in self.columns))
+        self.fast = compile_object_reader(
+            tuple(n for n, _ in self.columns), tuple(p for _, p in self.columns), strings_only=True
+        )
 
     def image(self, row: Any, where: str, member: str, i: int) -> tuple[Any, ...]:
         if type(row) is dict:
             try:
                 return self.fast(row)
-            except (_SlowPathError, KeyError, ValueError, TypeError, AttributeError, OverflowError):
+            except (SlowPathError, KeyError, ValueError, TypeError, AttributeError, OverflowError):
                 pass
         return self._careful_image(row, where, f"{member}[{i}]")
 
@@ -372,8 +314,9 @@ class CanalJSONDecoder(Decoder):
     def __init__(self, options: CodecOptions | None = None) -> None:
         super().__init__(options)
         opts = self.options
-        self._decompress = decompressor(opts.large_message_handle_compression)
-        self._claim_dir = claim_check_dir(opts.claim_check_storage_uri) if opts.claim_check_storage_uri else None
+        codec = compression_codec(opts.large_message_handle_compression)
+        self._decompress = codec[1] if codec else None
+        self._claim_store = ClaimCheckStore(opts.claim_check_storage_uri) if opts.claim_check_storage_uri else None
         # (db, table) -> recent (sqlType, mysqlType, pkNames, plan) seen; then the normalised shape
         # -> plan, so that descriptions differing in sqlType promotion share one TableSchema.
         self._by_table: dict[tuple[str, str], list[tuple[Any, Any, Any, _RowPlan]]] = {}
@@ -386,8 +329,15 @@ class CanalJSONDecoder(Decoder):
         if value is None:
             raise CodecError("canal-json message has no value", where=where)
         if self._decompress is not None:
-            value = self._decompress(bytes(value), where)
+            value = self._decompressed(bytes(value), where)
         return self._decode_value(value, where, claim_check=True)
+
+    def _decompressed(self, value: bytes, where: str) -> bytes:
+        assert self._decompress is not None
+        try:
+            return self._decompress(value)
+        except ValueError as exc:
+            raise CodecError(str(exc), where=where) from None
 
     def decode_lines(self, blob: bytes, where: str = "") -> list[Event]:
         """A storage-sink data file: one message per line (terminator ``\\r\\n`` by default).
@@ -453,16 +403,13 @@ class CanalJSONDecoder(Decoder):
         sql = obj.get("sql", "")
         if type(sql) is not str:
             raise CodecError(f"sql is {_json_type(sql)}, expected a string", where=where)
-        if kind not in _KIND_ACTION:
+        if kind not in KIND_ACTION:
             raise CodecError(f"unknown DDL event type {kind!r}", where=where)
-        action = classify_ddl(sql)
-        if ddl_kind(action) != kind:
-            action = _KIND_ACTION[kind]  # keep the producer's word on the kind
         return DDLEvent(
             schema=_str_member(obj, "database", where),
             table=_str_member(obj, "table", where),
             query=sql,
-            ddl_type=int(action),
+            ddl_type=ddl_action(kind, sql),
             commit_ts=self._commit_ts(obj, ext, where),
         )
 
@@ -486,10 +433,10 @@ class CanalJSONDecoder(Decoder):
             image = plan.image(drow, where, "data", i)
             if op is Op.INSERT:
                 # Pre-v5.4 INSERTs carry "old":[null]; any old content is ignored.
-                events.append(RowChange(Op.INSERT, schema, commit_ts, new=image))
+                events.append(trusted_row(Op.INSERT, schema, commit_ts, image))
             elif op is Op.DELETE:
                 # data holds the deleted row; pre-v5.4 also repeated it in old (ignored).
-                events.append(RowChange(Op.DELETE, schema, commit_ts, old=image))
+                events.append(trusted_row(Op.DELETE, schema, commit_ts, None, image))
             else:
                 orow = old[i] if old is not None else None
                 pre = None
@@ -499,7 +446,7 @@ class CanalJSONDecoder(Decoder):
                     # their old value is the new one.
                     if ABSENT in pre:
                         pre = tuple(n if o is ABSENT else o for o, n in zip(pre, image, strict=True))
-                events.append(RowChange(Op.UPDATE, schema, commit_ts, new=image, old=pre))
+                events.append(trusted_row(Op.UPDATE, schema, commit_ts, image, pre))
         return events
 
     # -------------------------------------------------------------- table shapes
@@ -587,45 +534,33 @@ class CanalJSONDecoder(Decoder):
     def _claim_check(self, location: Any, where: str) -> list[Event]:
         if type(location) is not str or not location:
             raise CodecError("_tidb.claimCheckLocation must be a non-empty string", where=where)
-        if self._claim_dir is None:
+        if self._claim_store is None:
             raise CodecError(
                 f"message refers to claim-check file {location!r} but no claim-check-storage-uri is configured",
                 where=where,
             )
         # TiCDC reads the file name from the configured storage, whatever the prefix says.
-        name = location.rsplit("/", 1)[-1]
-        if name in ("", ".", ".."):
-            raise CodecError(f"claimCheckLocation {location!r} names no file", where=where)
-        path = os.path.join(self._claim_dir, name)
         try:
-            with open(path, "rb") as fh:
-                data = fh.read()
+            path = self._claim_store.path(location)
+            data = path.read_bytes()
+        except ValueError as exc:
+            raise CodecError(str(exc), where=where) from None
         except OSError as exc:
-            raise CodecError(f"cannot read claim-check file {path}: {exc.strerror or exc}", where=where) from None
-        inner_where = f"{where} -> {path}" if where else path
+            raise CodecError(
+                f"cannot read claim-check file {exc.filename or location}: {exc.strerror or exc}", where=where
+            ) from None
+        inner_where = f"{where} -> {path}" if where else str(path)
         if not self.options.claim_check_raw_value:
-            data = _unwrap_claim_check(data, inner_where)
+            try:
+                data = unwrap_value(data)
+            except ValueError as exc:
+                raise CodecError(str(exc), where=inner_where) from None
         if self._decompress is not None:
-            data = self._decompress(data, inner_where)
+            data = self._decompressed(data, inner_where)
         events = self._decode_value(data, inner_where, claim_check=False)
         if not all(isinstance(e, RowChange) for e in events):
             raise CodecError("claim-check file does not hold a DML message", where=inner_where)
         return events
-
-
-def _unwrap_claim_check(data: bytes, where: str) -> bytes:
-    """``{"key":null,"value":"<base64>"}`` (TiCDC's ClaimCheckMessage) -> the value bytes."""
-    try:
-        wrapper = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise CodecError(f"claim-check file is not JSON: {exc}", where=where) from None
-    value = wrapper.get("value") if type(wrapper) is dict else None
-    if type(value) is not str:
-        raise CodecError('claim-check file lacks a base64 "value" member', where=where)
-    try:
-        return b64decode(value)
-    except ValueError as exc:
-        raise CodecError(f"claim-check value is not base64: {exc}", where=where) from None
 
 
 def _column(name: str, parsed: ParsedType, binary: bool) -> Column:

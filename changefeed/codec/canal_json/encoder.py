@@ -8,26 +8,25 @@ fragments, value renderers) is done once per `TableSchema` object.
 from __future__ import annotations
 
 import codecs
-import math
-import os
 import re
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from decimal import Decimal
 from typing import Any
 
 import orjson
 
 from ...errors import CodecError, ConfigError, MessageTooLargeError
 from ...model import ABSENT, Column, DDLEvent, Op, Resolved, RowChange, TableSchema, TypeCode, ddl_kind
-from ...model.gofloat import format_f
 from ...model.tso import tso_physical_ms
 from ...model.types import java_sql_type
-from ...model.values import b64encode, decimal_text
+from ...model.values import b64encode
 from ..base import Encoder, Message
+from ..claimcheck import ClaimCheckStore, wrap_value
+from ..compression import compression_codec
 from ..options import CodecOptions
-from ._support import claim_check_dir, claim_check_prefix, compressor, int_handle_position, row_key
+from ..plancache import PlanCache
+from ..rowkey import int_handle_position, row_key
+from ..textvalues import decimal_renderer, float32_text, float64_text
 from .mysqltype import default_mysql_type, full_mysql_type
 
 Renderer = Callable[[Any], str] | None
@@ -102,20 +101,6 @@ def _go_utf8(text: str) -> str:
 # ------------------------------------------------------------------ value rendering (spec §2.5)
 
 
-def _render_float32(v: float) -> str:
-    # strconv.FormatFloat(float64(f32), 'f', -1, 32); the mounter maps NaN/Inf to 0.
-    return format_f(v, float32=True) if math.isfinite(v) else "0"
-
-
-def _render_float64(v: float) -> str:
-    # Python's repr has Go's shortest digits; without an exponent it is Go's 'f' form, except
-    # that Go prints integral values without ".0".
-    text = repr(v)
-    if "e" in text or "n" in text:  # exponent, inf, nan
-        return format_f(v) if math.isfinite(v) else "0"
-    return text[:-2] if text.endswith(".0") else text
-
-
 def _render_bytes(v: Any) -> str:
     # ISO-8859-1 trick: byte 0xNN becomes code point U+00NN.
     return str(v, "latin-1")
@@ -145,22 +130,11 @@ def _renderer(column: Column) -> Renderer:
     if column.is_bytes:
         return _render_bytes
     if tc is TypeCode.FLOAT:
-        return _render_float32
+        return float32_text  # strconv 'f', -1, 32; the mounter maps NaN/Inf to 0
     if tc is TypeCode.DOUBLE:
-        return _render_float64
+        return float64_text
     if tc is TypeCode.DECIMAL:
-        scale = column.decimal
-
-        def render_decimal(v: Decimal) -> str:
-            if type(v) is not Decimal:
-                raise TypeError(f"column {column.name!r} (decimal) needs a Decimal, got {v!r}")
-            text = format(v, "f")
-            dot = text.find(".")
-            if (len(text) - dot - 1 if dot >= 0 else 0) == (scale or 0) or scale is None:
-                return text[1:] if text[0] == "-" and not v else text  # MyDecimal has no -0
-            return decimal_text(v, scale)  # a value not at the column's scale: requantize
-
-        return render_decimal
+        return decimal_renderer(column.decimal)  # a value not at the column's scale is requantized
     if tc in _INTEGER_LIKE:
         return _render_int
     return None
@@ -318,7 +292,7 @@ def _build_table_plan(ts: TableSchema, content_compatible: bool) -> _TablePlan:
         prefixes={op: head + name + b'","es":' for op, name in _TYPE_NAMES.items()},
         full=_build_plan(ts, tuple(range(len(ts.columns))), content_compatible),
         handle=_build_plan(ts, ts.handle_key, content_compatible),
-        handle_pos=int_handle_position(ts.columns, ts.primary_key),
+        handle_pos=int_handle_position(ts),
     )
 
 
@@ -340,31 +314,22 @@ class CanalJSONEncoder(Encoder):
             raise ConfigError(
                 f"large-message-handle-option={self._large} needs enable-tidb-extension=true for canal-json"
             )
-        self._compress = compressor(opts.large_message_handle_compression)
-        self._claim_dir: str | None = None
-        self._claim_prefix = ""
+        codec = compression_codec(opts.large_message_handle_compression)
+        self._compress = codec[0] if codec else None
+        # A plain-path storage is written into locations as an absolute file:// URI.
+        self._claim_check: ClaimCheckStore | None = None
         if self._large == "claim-check":
-            self._claim_dir = claim_check_dir(opts.claim_check_storage_uri)
-            self._claim_prefix = claim_check_prefix(opts.claim_check_storage_uri)
+            self._claim_check = ClaimCheckStore(opts.claim_check_storage_uri, absolute_file_uri=True)
         self._row_key = opts.output_row_key and self._ext and not opts.tiflow  # [ticdc] only
         self._tiflow = opts.tiflow
         self._only_updated = opts.only_output_updated_columns  # content-compatible implies it
         self._delete_handle_only = opts.delete_only_output_handle_key_columns
         self._content_compatible = opts.content_compatible
         self._clock = opts.clock
-        self._plans: dict[int, _TablePlan] = {}
+        self._plans = PlanCache(lambda ts: _build_table_plan(ts, self._content_compatible))
         self._messages: list[Message] = []
 
     # -------------------------------------------------------------- rows
-
-    def _plan(self, ts: TableSchema) -> _TablePlan:
-        plan = self._plans.get(id(ts))
-        if plan is None or plan.schema is not ts:
-            if len(self._plans) >= 4096:
-                self._plans.clear()
-            plan = _build_table_plan(ts, self._content_compatible)
-            self._plans[id(ts)] = plan
-        return plan
 
     def append_row(self, row: RowChange) -> None:
         self._messages.append(self.encode_row(row))
@@ -375,7 +340,7 @@ class CanalJSONEncoder(Encoder):
 
     def encode_row(self, row: RowChange) -> Message:
         """One DML message, applying the large-message rules of spec §2.10."""
-        tp = self._plan(row.table_schema)
+        tp = self._plans.get(row.table_schema)
         value = self._dml(row, tp, only_handle=False, too_large=False, location=None)
         if self._compress is not None:
             value = self._compress(value)
@@ -461,16 +426,13 @@ class CanalJSONEncoder(Encoder):
         return {k: v for k, v in old.items() if new.get(k, missing) != v}
 
     def _write_claim_check(self, value: bytes, row: RowChange) -> str:
-        name = f"{uuid.uuid4()}.json"
-        assert self._claim_dir is not None
-        payload = value if self.options.claim_check_raw_value else _claim_check_wrapper(value)
+        store = self._claim_check
+        assert store is not None
+        name = store.new_name()
         try:
-            os.makedirs(self._claim_dir, exist_ok=True)
-            with open(os.path.join(self._claim_dir, name), "wb") as fh:
-                fh.write(payload)
+            return store.write(name, value if self.options.claim_check_raw_value else wrap_value(value))
         except OSError as exc:
             raise CodecError(f"{_row_label(row)}: cannot write claim-check file {name}: {exc}") from None
-        return f"{self._claim_prefix}/{name}"
 
     # -------------------------------------------------------------- DDL and watermark
 
@@ -523,11 +485,6 @@ def _dumps_str(text: str) -> bytes:
         return orjson.dumps(text)
     except orjson.JSONEncodeError:
         return orjson.dumps(_go_utf8(text))
-
-
-def _claim_check_wrapper(value: bytes) -> bytes:
-    # json.Marshal(ClaimCheckMessage{Key: nil, Value: value}): []byte as base64, nil as null.
-    return b'{"key":null,"value":"' + b64encode(value).encode() + b'"}'
 
 
 def _row_label(row: RowChange) -> str:

@@ -14,23 +14,25 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 import orjson
 
 from ...errors import CodecError, ConfigError
 from ...model import ABSENT, Column, ColumnFlag, DDLEvent, Event, Op, Resolved, RowChange, TableSchema, TypeCode
+from ...model.events import trusted_row
 from ...model.gofloat import to_float32
 from ...model.types import BLOB_TYPES, CHAR_TYPES
 from ...model.values import b64decode
 from ..base import Decoder, Message
+from ..claimcheck import file_name, storage_dir, unwrap_pair
+from ..compression import compression_codec
 from ..options import CodecOptions
-from .framing import compression_codec, read_claim_check, split_frames, storage_dir
+from ..textvalues import INT_BITS, U64_MAX, int_range
+from .framing import split_frames
 from .goquote import go_unquote
 
-_U64_MAX = (1 << 64) - 1
-_INT_BITS = {TypeCode.TINYINT: 8, TypeCode.SMALLINT: 16, TypeCode.MEDIUMINT: 24, TypeCode.INT: 32, TypeCode.BIGINT: 64}
 _TEXT_TYPES = frozenset(
     {TypeCode.DATE, TypeCode.NEWDATE, TypeCode.DATETIME, TypeCode.TIMESTAMP, TypeCode.TIME, TypeCode.JSON}
     | {TypeCode.VECTOR}
@@ -174,13 +176,8 @@ def _null_converter(name: str) -> Convert:
 
 def _converter(column: Column, legacy: bool) -> Convert:
     tc, name = column.type_code, column.name
-    if tc in _INT_BITS:
-        bits = _INT_BITS[tc]
-        if column.unsigned:  # flag bit 128 -> uint64 side
-            return _int_converter(name, 0, (1 << bits) - 1)
-        return _int_converter(name, -(1 << (bits - 1)), (1 << (bits - 1)) - 1)
-    if tc in (TypeCode.YEAR, TypeCode.ENUM, TypeCode.SET, TypeCode.BIT):
-        return _int_converter(name, 0, _U64_MAX)
+    if tc in INT_BITS or tc in (TypeCode.YEAR, TypeCode.ENUM, TypeCode.SET, TypeCode.BIT):
+        return _int_converter(name, *int_range(column))  # unsigned (flag bit 128): the uint64 side
     if tc is TypeCode.FLOAT or tc is TypeCode.DOUBLE:
         return _float_converter(name, tc is TypeCode.FLOAT)
     if tc is TypeCode.DECIMAL:
@@ -244,10 +241,8 @@ def _compile_reader(plan: _Plan, image_sig: Signature) -> Reader:
         lines.append(f"    if c.get('t') != T{k} or c.get('f') != F{k} or c.get('h') != H{k}: raise _MismatchError")
         lines.append(f"    v{k} = c.get('v')")
         tc = column.type_code
-        if tc in _INT_BITS:
-            bits = _INT_BITS[tc]
-            lo, hi = (0, (1 << bits) - 1) if column.unsigned else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
-            ns[f"LO{k}"], ns[f"HI{k}"] = lo, hi
+        if tc in INT_BITS:
+            ns[f"LO{k}"], ns[f"HI{k}"] = int_range(column)
             lines.append(f"    if v{k}.__class__ is not int or v{k} < LO{k} or v{k} > HI{k}:")
             lines.append(f"        if v{k} is not None: v{k} = C{k}(v{k})")
         elif tc in _TEXT_TYPES or (tc in CHAR_TYPES and not column.binary and f is not None):
@@ -333,7 +328,7 @@ class OpenProtocolDecoder(Decoder):
         ts, t = key.get("ts"), key.get("t")
         if type(t) is not int:
             raise ValueError(f'key "t" must be 1 (row), 2 (DDL) or 3 (resolved), got {t!r}')
-        if type(ts) is not int or not 0 <= ts <= _U64_MAX:
+        if type(ts) is not int or not 0 <= ts <= U64_MAX:
             raise ValueError(f'key "ts" must be a uint64, got {ts!r}')
         scm, tbl = key.get("scm", ""), key.get("tbl", "")
         if type(scm) is not str or type(tbl) is not str:
@@ -372,7 +367,7 @@ class OpenProtocolDecoder(Decoder):
 
     def _claim_check(self, ccl: str, ts: int) -> Event:
         """Spec §1.9: read the full one-event message named by the last path element of ``ccl``."""
-        name = PurePosixPath(ccl).name
+        name = file_name(ccl)
         if self._claim_dir is not None:
             path = self._claim_dir / name
         else:  # no configured storage: follow the location itself (file:// or a path)
@@ -383,7 +378,7 @@ class OpenProtocolDecoder(Decoder):
                     f"claim-check location {ccl!r}: {e.message}; configure claim-check-storage-uri"
                 ) from None
         try:
-            framed_key, framed_value = read_claim_check(path)
+            framed_key, framed_value = unwrap_pair(path.read_bytes())
         except OSError as e:
             raise ValueError(f"cannot read claim-check file {path}: {e}") from None
         except ValueError as e:
@@ -416,15 +411,15 @@ class OpenProtocolDecoder(Decoder):
                 if d is not None:
                     if u is None and p is None:
                         plan, read = readers[tuple(d)]
-                        return RowChange(Op.DELETE, plan.schema, ts, old=read(d), partition_id=ptn, row_id=rid)
+                        return trusted_row(Op.DELETE, plan.schema, ts, old=read(d), partition_id=ptn, row_id=rid)
                 elif u is not None:
                     plan, read = readers[tuple(u)]
                     if p is None:
-                        return RowChange(Op.INSERT, plan.schema, ts, new=read(u), partition_id=ptn, row_id=rid)
+                        return trusted_row(Op.INSERT, plan.schema, ts, new=read(u), partition_id=ptn, row_id=rid)
                     plan_p, read_p = readers[tuple(p)]
                     if plan_p is plan:
                         new, old = read(u), read_p(p)
-                        return RowChange(Op.UPDATE, plan.schema, ts, new=new, old=old, partition_id=ptn, row_id=rid)
+                        return trusted_row(Op.UPDATE, plan.schema, ts, new=new, old=old, partition_id=ptn, row_id=rid)
             except Exception:
                 pass
         return self._row_slow(doc, ts, scm, tbl, rid, ptn)
@@ -466,11 +461,11 @@ class OpenProtocolDecoder(Decoder):
                 decoded.append(entry[1](image))
         schema = plan.schema
         if d is not None:
-            return RowChange(Op.DELETE, schema, ts, old=decoded[0], partition_id=ptn, row_id=rid)
+            return trusted_row(Op.DELETE, schema, ts, old=decoded[0], partition_id=ptn, row_id=rid)
         if p is not None:
-            return RowChange(Op.UPDATE, schema, ts, new=decoded[0], old=decoded[1], partition_id=ptn, row_id=rid)
+            return trusted_row(Op.UPDATE, schema, ts, new=decoded[0], old=decoded[1], partition_id=ptn, row_id=rid)
         # "u" alone: INSERT (an UPDATE sent without old value cannot be told apart).
-        return RowChange(Op.INSERT, schema, ts, new=decoded[0], partition_id=ptn, row_id=rid)
+        return trusted_row(Op.INSERT, schema, ts, new=decoded[0], partition_id=ptn, row_id=rid)
 
     def _plan(self, scm: str, tbl: str, partitioned: bool, sig: Signature) -> tuple[_TableState, _Plan]:
         state = self._tables.get((scm, tbl, partitioned))

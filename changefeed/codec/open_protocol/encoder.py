@@ -7,39 +7,31 @@ order) so the per-row work is string concatenation.
 
 from __future__ import annotations
 
-import math
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any
 
 from ...errors import CodecError, ConfigError, MessageTooLargeError
 from ...model import ABSENT, ColumnFlag, DDLEvent, Op, Resolved, RowChange, TableSchema, TypeCode
 from ...model.schema import Column
 from ...model.types import BLOB_TYPES, CHAR_TYPES, INTEGER_TYPES
-from ...model.values import b64encode, decimal_text
+from ...model.values import b64encode
 from ..base import Encoder, Message
+from ..claimcheck import ClaimCheckStore, wrap_pair
+from ..compression import compression_codec
 from ..jsonstr import quote_jsoniter, quote_std
 from ..options import CodecOptions
+from ..plancache import PlanCache
+from ..rowkey import int_handle_position
+from ..textvalues import decimal_renderer
 from .floats import json_float32, json_float64
-from .framing import (
-    MAX_RECORD_OVERHEAD,
-    U64,
-    VERSION_HEADER,
-    claim_check_location,
-    compression_codec,
-    frame_single,
-    storage_dir,
-    write_claim_check,
-)
+from .framing import MAX_RECORD_OVERHEAD, U64, VERSION_HEADER, frame_single
 from .goquote import go_quote_json
 
 # Row/DDL/resolved message types in the key's "t" (spec §1.3).
 TYPE_ROW, TYPE_DDL, TYPE_RESOLVED = 1, 2, 3
 # Single-event size check: key + value + record overhead + two length prefixes + version header.
 _SINGLE_EVENT_EXTRA = MAX_RECORD_OVERHEAD + 16 + 8
-_PLAN_CACHE_LIMIT = 4096
 _U64 = U64.pack
 
 Render = Callable[[Any], str]
@@ -51,7 +43,7 @@ def _float_json(float32: bool) -> Render:
 
     def render(v: float) -> str:
         # The mounter turns NaN/±Inf into 0 before any encoder sees them (spec §0.4).
-        if math.isnan(v) or math.isinf(v):
+        if v - v != 0:  # NaN or ±Inf (cheaper than two math calls)
             return "0"
         return fmt(v)
 
@@ -70,18 +62,9 @@ def _renderer(column: Column, quote: Render, binary_quote: Render) -> Render:
     if tc is TypeCode.FLOAT or tc is TypeCode.DOUBLE:
         return _float_json(tc is TypeCode.FLOAT)  # float32 columns use float32 shortest digits
     if tc is TypeCode.DECIMAL:
-        scale = column.decimal
-        want = scale or 0
-
-        def decimal_json(v: Decimal) -> str:
-            # DECIMAL is a JSON string of MyDecimal.String(): exactly `scale` fraction digits.
-            text = format(v, "f")
-            dot = text.find(".")
-            if (0 if dot < 0 else len(text) - dot - 1) != want or (text[0] == "-" and not v):
-                text = decimal_text(v, scale)  # rescale, or drop the sign of a negative zero
-            return '"' + text + '"'
-
-        return decimal_json
+        text = decimal_renderer(column.decimal)
+        # DECIMAL is a JSON string of MyDecimal.String(): exactly `scale` fraction digits.
+        return lambda v: '"' + text(v) + '"'
     if tc in BLOB_TYPES or tc is TypeCode.GEOMETRY:
         return _b64_json  # TEXT and BLOB alike: base64 of the bytes, any charset
     if tc in CHAR_TYPES and column.binary:
@@ -168,13 +151,8 @@ def _compile(ts: TableSchema, tiflow: bool, quote: Render, binary_quote: Render)
         )
     else:
         key_head = f',"scm":{quote(ts.schema)},"tbl":{quote(ts.table)},"t":{TYPE_ROW}'
-    rid_index = None
-    if len(ts.handle_key) == 1:
-        pos = ts.handle_key[0]
-        col = ts.columns[pos]
-        # An integer primary key is TiDB's row handle, so tiflow's rid is its value.
-        if col.key_flags & ColumnFlag.PRIMARY_KEY and col.type_code in INTEGER_TYPES:
-            rid_index = pos
+    # An integer primary key is TiDB's row handle, so tiflow's rid is its value.
+    rid_index = int_handle_position(ts)
     width = len(ts.columns)
     return _Plan(
         schema=ts,
@@ -223,30 +201,18 @@ class OpenProtocolEncoder(Encoder):
         self._binary_quote: Render = go_quote_json(self._quote)
         if o.claim_check_raw_value:
             raise ConfigError("claim-check-raw-value is not supported by open-protocol")
-        self._claim_dir = None
+        self._claim_check: ClaimCheckStore | None = None
         if o.large_message_handle_option == "claim-check":
-            if not o.claim_check_storage_uri:
-                raise ConfigError("large-message-handle-option=claim-check needs claim-check-storage-uri")
-            self._claim_dir = storage_dir(o.claim_check_storage_uri)
+            self._claim_check = ClaimCheckStore(o.claim_check_storage_uri)
         codec = compression_codec(o.large_message_handle_compression)
         self._compress = codec[0] if codec else None
-        self._plans: dict[int, tuple[TableSchema, _Plan]] = {}
+        self._plans = PlanCache(lambda ts: _compile(ts, self._tiflow, self._quote, self._binary_quote))
         self._done: list[_Batch] = []
         self._cur: _Batch | None = None
         # Claim-check object names: TiCDC uses a random UUID; tests may pin this.
-        self.new_claim_check_name: Callable[[], str] = lambda: f"{uuid.uuid4()}.json"
+        self.new_claim_check_name: Callable[[], str] = ClaimCheckStore.new_name
 
     # ------------------------------------------------------------ rows
-
-    def _plan(self, ts: TableSchema) -> _Plan:
-        hit = self._plans.get(id(ts))
-        if hit is not None and hit[0] is ts:
-            return hit[1]
-        if len(self._plans) >= _PLAN_CACHE_LIMIT:
-            self._plans.clear()
-        plan = _compile(ts, self._tiflow, self._quote, self._binary_quote)
-        self._plans[id(ts)] = (ts, plan)
-        return plan
 
     def _row_key(self, row: RowChange, plan: _Plan, only_handle_key: bool = False, ccl: str | None = None) -> str:
         ptn = ""
@@ -310,9 +276,7 @@ class OpenProtocolEncoder(Encoder):
         return key, value
 
     def append_row(self, row: RowChange) -> None:
-        ts = row.table_schema
-        hit = self._plans.get(id(ts))
-        plan = hit[1] if hit is not None and hit[0] is ts else self._plan(ts)
+        plan = self._plans.get(row.table_schema)
         key, value = self._encode_row(row, plan)
         if len(key) + len(value) + _SINGLE_EVENT_EXTRA > self.options.max_message_bytes:
             key, value = self._large_message(row, plan, key, value)
@@ -338,11 +302,11 @@ class OpenProtocolEncoder(Encoder):
         if option == "claim-check":
             name = self.new_claim_check_name()
             framed_key, framed_value = frame_single(key, value)
+            assert self._claim_check is not None
             try:
-                write_claim_check(self._claim_dir, name, framed_key, framed_value)  # type: ignore[arg-type]
+                ccl = self._claim_check.write(name, wrap_pair(framed_key, framed_value))
             except OSError as e:
                 raise CodecError(f"open-protocol: cannot write claim-check file {name}: {e}") from e
-            ccl = claim_check_location(o.claim_check_storage_uri, name)
             key, value = self._encode_row(row, plan, only_handle_key=True, ccl=ccl)
             # The reference value holds only handle-key columns; its key says ccl (ticdc: and ohk=false).
         else:

@@ -23,28 +23,28 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from ...model import ABSENT, Column, DDLEvent, Op, RowChange, TableSchema, TypeCode
 from ...model.gofloat import to_float32
 from ...model.types import INTEGER_TYPES
-from ..options import CodecOptions
+from ..textvalues import decimal_renderer, int_range
 from .common import (
     AVRO_NAMESPACE,
     DDL_TYPES,
     DML_TYPES,
     U64,
+    FormatBase,
     Parsed,
-    SimpleFormatError,
+    PlanColumn,
+    TablePlan,
     build_column,
     build_index,
     build_table_schema,
     column_length,
     ddl_type_name,
     fail,
-    index_name,
-    index_nullable,
+    index_docs,
     json_default,
     to_int64,
     to_uint64,
-    within,
 )
-from .message import INT_TEXT, NUMBER_TEXT, decimal_renderer, int_range, parse_decimal
+from .message import INT_TEXT, NUMBER_TEXT, parse_decimal
 from .schema_cache import SchemaCache
 
 SCHEMA_PATH = Path(__file__).with_name("message.avsc")
@@ -146,71 +146,30 @@ def table_schema_avro(ts: TableSchema) -> dict[str, Any]:
             {"name": c.name, "dataType": data_type_avro(c), "nullable": c.nullable, "default": _default_text(c)}
             for c in ts.columns
         ],
-        "indexes": [
-            {
-                "name": index_name(idx),
-                "unique": idx.unique,
-                "primary": idx.primary,
-                "nullable": index_nullable(ts, idx),
-                "columns": list(idx.columns),
-            }
-            for idx in ts.indexes
-        ],
+        "indexes": index_docs(ts),
     }
 
 
-class _Table:
-    """Per-TableSchema plan: columns in table order (TiCDC's Go map order is random)."""
-
-    __slots__ = ("cols", "keys", "schema_avro")
-
-    def __init__(self, ts: TableSchema, location: str) -> None:
-        self.cols = [(c.name, i, value_renderer(c, location)) for i, c in enumerate(ts.columns)]
-        handle = set(ts.handle_key)
-        self.keys = [c for c in self.cols if c[1] in handle]
-        self.schema_avro = table_schema_avro(ts)
-
-
-def _render(cols: list[tuple[str, int, Callable[[Any], Any]]], image: tuple[Any, ...]) -> tuple[str, dict[str, Any]]:
+def _render(cols: list[PlanColumn], image: tuple[Any, ...]) -> tuple[str, dict[str, Any]]:
     return (
         "map",
         {name: (None if v is None else render(v)) for name, i, render in cols if (v := image[i]) is not ABSENT},
     )
 
 
-class AvroFormat:
+class AvroFormat(FormatBase):
     """Encodes model events to Simple Avro and parses Simple Avro into `Parsed`."""
 
-    def __init__(self, options: CodecOptions) -> None:
-        self.options = options
-        self.location = options.time_zone
-        self._tables: dict[int, tuple[TableSchema, _Table]] = {}
-
-    def _table(self, ts: TableSchema) -> _Table:
-        entry = self._tables.get(id(ts))
-        if entry is not None and entry[0] is ts:
-            return entry[1]
-        if len(self._tables) > 4096:
-            self._tables.clear()
-        plan = _Table(ts, self.location)
-        self._tables[id(ts)] = (ts, plan)
-        return plan
+    def _plan(self, ts: TableSchema) -> TablePlan:
+        # Columns in table order (TiCDC's Go map order is random; Avro maps carry no order rule).
+        cols = [(c.name, i, value_renderer(c, self.location)) for i, c in enumerate(ts.columns)]
+        return TablePlan(ts, cols, table_schema_avro(ts))
 
     # -------------------------------------------------------------- encode
 
     def dml(self, row: RowChange, handle_key_only: bool, location: str, build_ts: int) -> bytes:
         ts = row.table_schema
-        plan = self._table(ts)
-        cols = plan.keys if handle_key_only else plan.cols
-        data = old = None
-        if row.new is not None and row.op is not Op.DELETE:
-            data = _render(cols, row.new)
-        if row.old is not None and row.op is not Op.INSERT:
-            if row.op is Op.UPDATE and self.options.only_output_updated_columns and not handle_key_only:
-                new = row.new or ()
-                old = _render([c for c in cols if new[c[1]] != row.old[c[1]]], row.old)
-            else:
-                old = _render(cols, row.old)
+        cols, new, old_cols, old = self.dml_images(row, handle_key_only)
         payload = {
             "version": 1,
             "database": ts.schema,
@@ -223,8 +182,8 @@ class AvroFormat:
             "claimCheckLocation": ("string", location) if location else None,
             "handleKeyOnly": ("boolean", True) if handle_key_only else None,
             "checksum": None,  # the model carries no row checksum
-            "data": data,
-            "old": old,
+            "data": _render(cols, new) if new is not None else None,
+            "old": _render(old_cols, old) if old is not None else None,
         }
         return write_message({"type": "DML", "payload": (DML, payload)})
 
@@ -237,8 +196,8 @@ class AvroFormat:
             "sql": ddl.query,
             "commitTs": to_int64(ddl.commit_ts),
             "buildTs": build_ts,
-            "tableSchema": (TABLE_SCHEMA, self._table(ddl.table_schema).schema_avro) if ddl.table_schema else None,
-            "preTableSchema": (TABLE_SCHEMA, self._table(pre).schema_avro) if pre is not None else None,
+            "tableSchema": (TABLE_SCHEMA, self._tables.get(ddl.table_schema).schema_doc) if ddl.table_schema else None,
+            "preTableSchema": (TABLE_SCHEMA, self._tables.get(pre).schema_doc) if pre is not None else None,
         }
         return write_message({"type": "DDL", "payload": (DDL, payload)})
 
@@ -247,7 +206,7 @@ class AvroFormat:
         return write_message({"type": "WATERMARK", "payload": (WATERMARK, payload)})
 
     def bootstrap(self, ts: TableSchema, build_ts: int) -> bytes:
-        payload = {"version": 1, "buildTs": build_ts, "tableSchema": self._table(ts).schema_avro}
+        payload = {"version": 1, "buildTs": build_ts, "tableSchema": self._tables.get(ts).schema_doc}
         return write_message({"type": "BOOTSTRAP", "payload": (BOOTSTRAP, payload)})
 
     # -------------------------------------------------------------- decode
@@ -301,13 +260,6 @@ class AvroFormat:
             old=payload["old"],
         )
 
-    def table_schema(self, where: str, obj: Any, cache: SchemaCache, what: str = "tableSchema") -> TableSchema | None:
-        """TableSchema -> model, reusing the cached object for a known (schema, table, version)."""
-        try:
-            return self._table_schema(where, obj, cache)
-        except SimpleFormatError as exc:
-            raise within(exc, what) from None
-
     def _table_schema(self, where: str, obj: Any, cache: SchemaCache) -> TableSchema | None:
         if obj is None:
             return None
@@ -351,8 +303,9 @@ class AvroFormat:
             indexes=idxs,
         )
 
-    def parsers(self, ts: TableSchema) -> dict[str, tuple[int, Callable[[Any], Any]]]:
-        return {c.name: (i, value_parser(c)) for i, c in enumerate(ts.columns)}
+    @staticmethod
+    def value_parser(col: Column) -> Callable[[Any], Any]:
+        return value_parser(col)
 
 
 # ------------------------------------------------------------------ value parsing

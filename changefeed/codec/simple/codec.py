@@ -12,16 +12,18 @@ from typing import Any
 
 from ...errors import CodecError, MessageTooLargeError, UnknownSchemaError
 from ...model import ABSENT, DDLEvent, Event, Op, Resolved, RowChange, TableSchema
+from ...model.events import trusted_row
 from ..base import Decoder, Encoder, Message
+from ..claimcheck import ClaimCheckStore, unwrap_value, wrap_value
+from ..compression import compression_codec
 from ..options import CodecOptions
+from ..plancache import PlanCache, compile_object_reader
 from .avro import AvroFormat
 from .common import (
     DDL_TYPES,
     U64,
-    ClaimCheckStore,
     Parsed,
     SimpleFormatError,
-    compressor,
     ddl_action,
     fail,
     schema_of_sql,
@@ -52,10 +54,11 @@ class SimpleEncoder(Encoder):
     def __init__(self, options: CodecOptions | None = None) -> None:
         super().__init__(options)
         self._fmt = _format(self.options)
-        self._compress, _ = compressor(self.options)
-        self._claim_check = (
-            ClaimCheckStore(self.options) if self.options.large_message_handle_option == "claim-check" else None
-        )
+        codec = compression_codec(self.options.large_message_handle_compression)
+        self._compress = codec[0] if codec else None
+        self._claim_check: ClaimCheckStore | None = None
+        if self.options.large_message_handle_option == "claim-check":
+            self._claim_check = ClaimCheckStore(self.options.claim_check_storage_uri)
         self._out: list[Message] = []
 
     def _finish(self, value: bytes) -> bytes:
@@ -84,13 +87,23 @@ class SimpleEncoder(Encoder):
             raise MessageTooLargeError(what)
         if not row.table_schema.handle_key:
             raise MessageTooLargeError(f"{what}, and the table has no handle key for {option}")
-        location = self._claim_check.write(value) if self._claim_check is not None else ""
+        location = self._write_claim_check(value, row) if self._claim_check is not None else ""
         # TiCDC re-marshals with only the handle-key columns; a claim-check message carries both
         # handleKeyOnly and claimCheckLocation.
         msg.value = self._finish(self._fmt.dml(row, True, location, self.options.clock()))
         if msg.size > limit:
             raise MessageTooLargeError(f"{what}; even the handle-key-only form has {msg.size} bytes")
         return msg
+
+    def _write_claim_check(self, value: bytes, row: RowChange) -> str:
+        """Store the full value as ``<uuid>.json``, wrapped ``{"key":null,"value":b64}`` or raw."""
+        assert self._claim_check is not None
+        name = self._claim_check.new_name()
+        data = value if self.options.claim_check_raw_value else wrap_value(value)
+        try:
+            return self._claim_check.write(name, data)
+        except OSError as exc:
+            raise CodecError(f"simple protocol: {_describe(row)}: cannot write claim-check {name}: {exc}") from None
 
     def encode_ddl(self, ddl: DDLEvent) -> Message:
         value = self._finish(self._fmt.ddl(ddl, self.options.clock()))
@@ -132,10 +145,13 @@ class SimpleDecoder(Decoder):
     ) -> None:
         super().__init__(options)
         self._fmt = _format(self.options)
-        _, self._decompress = compressor(self.options)
-        self._claim_check = ClaimCheckStore(self.options) if self.options.claim_check_storage_uri else None
+        codec = compression_codec(self.options.large_message_handle_compression)
+        self._decompress = codec[1] if codec else None
+        uri = self.options.claim_check_storage_uri
+        self._claim_check = ClaimCheckStore(uri) if uri else None
         self.max_pending_messages = max_pending_messages
         self.schemas = SchemaCache()
+        self._readers = PlanCache(lambda ts: _Reader(ts, self._fmt.parsers(ts)))
         self._pending = PendingQueue()
         self._undelivered: list[Event] = []  # released, but the call that released them raised
         self._retry = False  # a release stopped at a bad message; the rest are ready
@@ -205,8 +221,19 @@ class SimpleDecoder(Decoder):
         # claimCheckLocation wins over handleKeyOnly: the full message is in the file (§3.4).
         if self._claim_check is None:
             raise fail(where, f"claim-check message ({p.claim_check_location}) but no claim-check-storage-uri is set")
-        value = self._claim_check.read(p.claim_check_location, where)
-        scope = f"claim-check file {p.claim_check_location!r}"
+        location = p.claim_check_location
+        scope = f"claim-check file {location!r}"
+        try:
+            stored = self._claim_check.read(location)
+        except ValueError as exc:
+            raise fail(where, str(exc)) from None
+        except OSError as exc:
+            raise fail(where, f"{scope}: {exc.strerror or exc}") from None
+        try:
+            # The wrapped form, or (claim-check-raw-value) the value itself: both are recognised.
+            value = unwrap_value(stored, raw_allowed=True)
+        except ValueError as exc:
+            raise fail(where, f"{scope}: {exc}") from None
         if self._decompress is not None:
             try:
                 value = self._decompress(value)
@@ -285,26 +312,37 @@ class SimpleDecoder(Decoder):
             raise fail(where, f"INSERT of {ts.qualified_name} with old")
         if op is Op.DELETE and p.data is not None:
             raise fail(where, f"DELETE of {ts.qualified_name} with data")
-        parsers = self.schemas.compiled(ts, self._fmt.parsers)
-        new = self._image(ts, parsers, p.data, "data", where) if p.data is not None else None
-        old = self._image(ts, parsers, p.old, "old", where) if p.old is not None else None
-        return RowChange(
-            op=op,
-            table_schema=ts,
-            commit_ts=p.commit_ts,
-            new=new,
-            old=old,
-            partition_id=p.table_id if p.table_id and p.table_id != ts.table_id else None,
+        reader = self._readers.get(ts)
+        new = reader.image(p.data, "data", where) if p.data is not None else None
+        old = reader.image(p.old, "old", where) if p.old is not None else None
+        # Images are built at the schema's width here, so the constructor's checks can be skipped.
+        partition_id = p.table_id if p.table_id and p.table_id != ts.table_id else None
+        return trusted_row(op, ts, p.commit_ts, new, old, partition_id)
+
+
+class _Reader:
+    """One table's ``data``/``old`` map reader: a generated fast path for complete maps of good
+    values, and the careful loop that reads partial maps and explains bad ones."""
+
+    __slots__ = ("fast", "parsers", "ts")
+
+    def __init__(self, ts: TableSchema, parsers: dict[str, tuple[int, Callable[[Any], Any]]]) -> None:
+        self.ts = ts
+        self.parsers = parsers
+        self.fast = compile_object_reader(
+            tuple(c.name for c in ts.columns), tuple(parsers[c.name][1] for c in ts.columns), strings_only=False
         )
 
-    @staticmethod
-    def _image(
-        ts: TableSchema,
-        parsers: dict[str, tuple[int, Callable[[Any], Any]]],
-        raw: Any,
-        which: str,
-        where: str,
-    ) -> tuple[Any, ...]:
+    def image(self, raw: Any, which: str, where: str) -> tuple[Any, ...]:
+        if type(raw) is dict:
+            try:
+                return self.fast(raw)
+            except Exception:
+                pass
+        return self._careful(raw, which, where)
+
+    def _careful(self, raw: Any, which: str, where: str) -> tuple[Any, ...]:
+        ts, parsers = self.ts, self.parsers
         image: list[Any] = [ABSENT] * len(ts.columns)
         for name, value in raw.items():
             entry = parsers.get(name)

@@ -2,27 +2,27 @@
 
 Both encodings carry the same members (spec §3.1/§3.5); only the wire form differs. This module
 holds the format-neutral pieces: the decoded message shape both formats parse into, TableSchema
-<-> column attributes (flen defaults, BIT defaults, the ``primary`` index name), the DDL type
-mapping, compression and the claim-check file store.
+<-> column attributes (flen defaults, BIT defaults, the ``primary`` index name) and the DDL type
+mapping.
 """
 
 from __future__ import annotations
 
 import re
-import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
-from urllib.parse import unquote, urlparse
+from typing import TYPE_CHECKING, Any
 
-import orjson
-
-from ...errors import CodecError, ConfigError
-from ...model import ActionType, Column, Index, TableSchema, TypeCode, classify_ddl, ddl_kind, parse_type_name
+from ...errors import CodecError
+from ...model import Column, Index, Op, RowChange, TableSchema, TypeCode, ddl_kind, parse_type_name
 from ...model.types import DEFAULT_FLEN, STRING_TYPES, UNSIGNED_DEFAULT_FLEN
-from ...model.values import b64decode, b64encode
+from ..ddlkind import ddl_action as _ddl_action
 from ..options import CodecOptions
+from ..plancache import PlanCache
+from ..textvalues import U64_MAX
+
+if TYPE_CHECKING:
+    from .schema_cache import SchemaCache
 
 AVRO_NAMESPACE = "com.pingcap.simple.avro"
 
@@ -32,7 +32,7 @@ DDL_TYPES = ("CREATE", "RENAME", "CINDEX", "DINDEX", "ERASE", "TRUNCATE", "ALTER
 _CHARSET_TYPES = STRING_TYPES | {TypeCode.ENUM, TypeCode.SET}
 _FSP_TYPES = (TypeCode.DATETIME, TypeCode.TIMESTAMP, TypeCode.TIME)
 _BIT_LITERAL = re.compile(r"[bB]'([01]+)'")
-U64 = (1 << 64) - 1
+U64 = U64_MAX
 
 
 class SimpleFormatError(CodecError):
@@ -85,6 +85,75 @@ class Parsed:
     @property
     def is_dml(self) -> bool:
         return self.type in DML_TYPES
+
+
+# ------------------------------------------------------------------ per-table plans, format base
+
+PlanColumn = tuple[str, int, Callable[[Any], Any] | None]  # (name, image position, value renderer)
+
+
+class TablePlan:
+    """Per-TableSchema encoding plan: columns in wire order, the handle-key subset, the schema document."""
+
+    __slots__ = ("cols", "keys", "schema_doc")
+
+    def __init__(self, ts: TableSchema, cols: list[PlanColumn], schema_doc: dict[str, Any]) -> None:
+        self.cols = cols
+        handle = set(ts.handle_key)
+        self.keys = [c for c in cols if c[1] in handle]
+        self.schema_doc = schema_doc
+
+
+class FormatBase:
+    """What `JSONFormat` and `AvroFormat` share: per-table plans, DML column choice, schema reading.
+
+    Subclasses provide `_plan` (their wire order, renderers and schema document),
+    `_table_schema` (their schema document back to a model) and `value_parser`.
+    """
+
+    def __init__(self, options: CodecOptions) -> None:
+        self.options = options
+        self.location = options.time_zone
+        self._tables: PlanCache[TablePlan] = PlanCache(self._plan)
+
+    def _plan(self, ts: TableSchema) -> TablePlan:
+        raise NotImplementedError
+
+    def _table_schema(self, where: str, obj: Any, cache: SchemaCache) -> TableSchema | None:
+        raise NotImplementedError
+
+    @staticmethod
+    def value_parser(col: Column) -> Callable[[Any], Any]:
+        raise NotImplementedError
+
+    def dml_images(
+        self, row: RowChange, handle_key_only: bool
+    ) -> tuple[list[PlanColumn], tuple[Any, ...] | None, list[PlanColumn], tuple[Any, ...] | None]:
+        """(data columns, data image, old columns, old image) of a DML; an image is None when not sent.
+
+        ``only-output-updated-columns`` keeps in ``old`` the columns whose value changed.
+        """
+        plan = self._tables.get(row.table_schema)
+        cols = plan.keys if handle_key_only else plan.cols
+        op = row.op
+        new = row.new if op is not Op.DELETE else None
+        old = row.old if op is not Op.INSERT else None
+        old_cols = cols
+        if old is not None and op is Op.UPDATE and self.options.only_output_updated_columns and not handle_key_only:
+            current = row.new or ()
+            old_cols = [c for c in cols if current[c[1]] != old[c[1]]]
+        return cols, new, old_cols, old
+
+    def table_schema(self, where: str, obj: Any, cache: SchemaCache, what: str = "tableSchema") -> TableSchema | None:
+        """TableSchema -> model, reusing the cached object for a known (schema, table, version)."""
+        try:
+            return self._table_schema(where, obj, cache)
+        except SimpleFormatError as exc:
+            raise within(exc, what) from None
+
+    def parsers(self, ts: TableSchema) -> dict[str, tuple[int, Callable[[Any], Any]]]:
+        """Column name -> (image position, value parser) for the decoder's ``data``/``old`` maps."""
+        return {c.name: (i, self.value_parser(c)) for i, c in enumerate(ts.columns)}
 
 
 # ------------------------------------------------------------------ TableSchema <-> attributes
@@ -141,9 +210,18 @@ def index_name(idx: Index) -> str:
     return "primary" if idx.primary else idx.name
 
 
-def index_nullable(ts: TableSchema, idx: Index) -> bool:
-    """IndexSchema.nullable: true if any member column is nullable (spec §3.2)."""
-    return any(ts.column(n).nullable for n in idx.columns)
+def index_docs(ts: TableSchema) -> list[dict[str, Any]]:
+    """IndexSchema members (both encodings); ``nullable``: any member column is nullable (spec §3.2)."""
+    return [
+        {
+            "name": index_name(idx),
+            "unique": idx.unique,
+            "primary": idx.primary,
+            "nullable": any(ts.column(n).nullable for n in idx.columns),
+            "columns": list(idx.columns),
+        }
+        for idx in ts.indexes
+    ]
 
 
 def build_column(
@@ -270,16 +348,6 @@ def opt_bool(where: str, what: str, value: Any) -> bool | None:
 
 # ------------------------------------------------------------------ DDL kinds
 
-_KIND_FALLBACK: dict[str, ActionType] = {
-    "CREATE": ActionType.CREATE_TABLE,
-    "RENAME": ActionType.RENAME_TABLE,
-    "CINDEX": ActionType.ADD_INDEX,
-    "DINDEX": ActionType.DROP_INDEX,
-    "ERASE": ActionType.DROP_TABLE,
-    "TRUNCATE": ActionType.TRUNCATE_TABLE,
-    "ALTER": ActionType.MODIFY_COLUMN,
-    "QUERY": ActionType.NONE,
-}
 _SCHEMA_DDL = re.compile(
     r"\s*(?:create|drop|alter)\s+(?:database|schema)\s+(?:if\s+(?:not\s+)?exists\s+)?(`(?:[^`]|``)*`|[\w$]+)",
     re.I,
@@ -293,13 +361,7 @@ def ddl_type_name(action: int) -> str:
 
 def ddl_action(kind: str, sql: str) -> int:
     """An ActionType for a decoded DDL: the SQL's, when it agrees with ``type``; else the kind's."""
-    try:
-        action = classify_ddl(sql)
-    except Exception:  # classify_ddl is a best-effort keyword reader; the type member decides
-        action = ActionType.NONE
-    if ddl_kind(action, simple=True) == kind:
-        return int(action)
-    return int(_KIND_FALLBACK[kind])
+    return _ddl_action(kind, sql, simple=True)
 
 
 def schema_of_sql(sql: str) -> str:
@@ -309,127 +371,3 @@ def schema_of_sql(sql: str) -> str:
         return ""
     name = m.group(1)
     return name[1:-1].replace("``", "`") if name.startswith("`") else name
-
-
-# ------------------------------------------------------------------ compression
-
-_MAX_INFLATED = 1 << 28  # refuse to inflate hostile input beyond 256 MiB
-_SNAPPY_MAX_RATIO = 32  # a Snappy block cannot expand much beyond ~21:1
-
-
-def _pyarrow(method: str) -> Any:
-    try:
-        import pyarrow as pa  # noqa: PLC0415 - heavy import, only when compression is configured
-    except ImportError:  # pragma: no cover - pyarrow is a declared dependency
-        raise ConfigError(f"large-message-handle-compression={method} needs pyarrow, which is not installed") from None
-    if not pa.Codec.is_available(method):  # pragma: no cover - depends on the pyarrow build
-        raise ConfigError(f"large-message-handle-compression={method}: this pyarrow build lacks the codec")
-    return pa
-
-
-def compressor(options: CodecOptions) -> tuple[Callable[[bytes], bytes] | None, Callable[[bytes], bytes] | None]:
-    """(compress, decompress) for ``large-message-handle-compression`` (spec §0.7), or (None, None).
-
-    TiCDC compresses every Simple value (DML, DDL, watermark, bootstrap) with the raw Snappy
-    *block* format or the LZ4 *frame* format; pyarrow (a project dependency) has both. Nothing
-    in a message says it is compressed: the decoder must be given the same option. The
-    decompressor raises ValueError on corrupt or absurdly inflating input.
-    """
-    method = options.large_message_handle_compression
-    if method == "none":
-        return None, None
-    pa = _pyarrow(method)
-    codec = pa.Codec(method)  # "snappy": raw block; "lz4": LZ4 frame
-
-    def compress(data: bytes) -> bytes:
-        return codec.compress(data, asbytes=True)
-
-    failures = (pa.lib.ArrowException, OSError, ValueError, EOFError)
-
-    def unsnappy(data: bytes) -> bytes:
-        size, shift, pos = 0, 0, 0
-        while True:  # the block starts with the uncompressed length as a base-128 varint
-            if pos >= len(data) or shift > 35:
-                raise ValueError("snappy block without a valid length header")
-            byte = data[pos]
-            size |= (byte & 0x7F) << shift
-            pos, shift = pos + 1, shift + 7
-            if byte < 0x80:
-                break
-        if size > len(data) * _SNAPPY_MAX_RATIO + 64 or size > _MAX_INFLATED:
-            raise ValueError(f"snappy block claims {size} bytes from {len(data)}")
-        try:
-            out = codec.decompress(data, decompressed_size=size, asbytes=True)
-        except failures as exc:
-            raise ValueError(f"snappy block does not decompress: {exc}") from None
-        if len(out) != size:
-            raise ValueError(f"snappy block gave {len(out)} bytes, its header said {size}")
-        return out
-
-    def unlz4(data: bytes) -> bytes:
-        try:
-            out = pa.input_stream(pa.py_buffer(data), compression="lz4").read(_MAX_INFLATED + 1)
-        except failures as exc:
-            raise ValueError(f"lz4 frame does not decompress: {exc}") from None
-        if len(out) > _MAX_INFLATED:
-            raise ValueError(f"lz4 frame inflates beyond {_MAX_INFLATED} bytes")
-        return out
-
-    return compress, unsnappy if method == "snappy" else unlz4
-
-
-# ------------------------------------------------------------------ claim check
-
-
-def claim_check_dir(uri: str) -> Path:
-    """The local directory of ``claim-check-storage-uri`` (``file:///path`` or a plain path)."""
-    if not uri:
-        raise ConfigError("large-message-handle-option=claim-check needs claim-check-storage-uri")
-    if "://" in uri:
-        parsed = urlparse(uri)
-        if parsed.scheme != "file":
-            raise ConfigError(f"claim-check-storage-uri {uri!r}: only file:// (local) storage is supported")
-        return Path(unquote(parsed.path))
-    return Path(uri)
-
-
-class ClaimCheckStore:
-    """Writes/reads claim-check files: ``<uuid>.json`` holding the full message value.
-
-    The value is wrapped as ``{"key":null,"value":"<base64>"}`` (Go encoding/json of TiCDC's
-    ClaimCheckMessage) or written raw with ``claim-check-raw-value``. The reader takes only the
-    file name from a location (as TiCDC's consumer does) and looks in its own directory, and
-    recognises both forms.
-    """
-
-    def __init__(self, options: CodecOptions) -> None:
-        self.uri = options.claim_check_storage_uri
-        self.dir = claim_check_dir(self.uri)
-        self.raw = options.claim_check_raw_value
-
-    def write(self, value: bytes) -> str:
-        name = f"{uuid.uuid4()}.json"
-        self.dir.mkdir(parents=True, exist_ok=True)
-        data = value if self.raw else b'{"key":null,"value":"' + b64encode(value).encode() + b'"}'
-        (self.dir / name).write_bytes(data)
-        return self.uri.rstrip("/") + "/" + name
-
-    def read(self, location: str, where: str) -> bytes:
-        name = location.rstrip("/").rsplit("/", 1)[-1]
-        if not name or name in (".", ".."):
-            raise fail(where, f"claimCheckLocation {location!r} names no file")
-        try:
-            data = (self.dir / name).read_bytes()
-        except OSError as exc:
-            raise fail(where, f"claim-check file {location!r}: {exc.strerror or exc}") from None
-        if data[:1] == b"{":
-            try:
-                obj = orjson.loads(data)
-            except orjson.JSONDecodeError:
-                obj = None
-            if isinstance(obj, dict) and set(obj) == {"key", "value"}:
-                try:
-                    return b64decode(need_str(where, "claim-check value", obj["value"]))
-                except ValueError:
-                    raise fail(where, f"claim-check file {location!r}: value is not base64") from None
-        return data

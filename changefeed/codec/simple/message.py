@@ -14,35 +14,34 @@ import re
 from binascii import b2a_base64
 from collections.abc import Callable
 from decimal import Decimal
-from functools import lru_cache, partial
 from typing import Any
 
 import orjson
 
 from ...model import ABSENT, Column, DDLEvent, Op, RowChange, TableSchema, TypeCode
-from ...model.gofloat import format_f, to_float32
+from ...model.gofloat import to_float32
 from ...model.types import INTEGER_TYPES
-from ...model.values import b64decode, decimal_text
-from ..options import CodecOptions
+from ...model.values import b64decode
+from ..textvalues import decimal_renderer, float32_text, float64_text, int_range
 from .common import (
     DDL_TYPES,
     DML_TYPES,
     U64,
+    FormatBase,
     Parsed,
-    SimpleFormatError,
+    PlanColumn,
+    TablePlan,
     build_column,
     build_index,
     build_table_schema,
     column_length,
     ddl_type_name,
     fail,
-    index_name,
-    index_nullable,
+    index_docs,
     json_default,
     need_bool,
     need_int,
     need_str,
-    within,
 )
 from .schema_cache import SchemaCache
 
@@ -54,7 +53,6 @@ _STD_ESCAPES = {
     "\u2028".encode(): b"\\u2028",
     "\u2029".encode(): b"\\u2029",
 }
-_INT_BITS = {TypeCode.TINYINT: 8, TypeCode.SMALLINT: 16, TypeCode.MEDIUMINT: 24, TypeCode.INT: 32, TypeCode.BIGINT: 64}
 _OP_TYPE = {Op.INSERT: "INSERT", Op.UPDATE: "UPDATE", Op.DELETE: "DELETE"}
 
 INT_TEXT = re.compile(r"-?[0-9]+").fullmatch
@@ -70,51 +68,7 @@ def dumps_std(obj: Any) -> bytes:
     return out
 
 
-def int_range(col: Column) -> tuple[int, int]:
-    """The value range of an integer-like column (YEAR/ENUM/SET/BIT: any uint64)."""
-    bits = _INT_BITS.get(col.type_code)
-    if bits is None:
-        return 0, U64
-    if col.unsigned:
-        return 0, (1 << bits) - 1
-    return -(1 << (bits - 1)), (1 << (bits - 1)) - 1
-
-
 # ------------------------------------------------------------------ encoding
-
-
-_f32_text = lru_cache(maxsize=65536)(partial(format_f, float32=True))
-_f64_text = lru_cache(maxsize=65536)(format_f)
-
-
-def _f32(v: float) -> str:
-    # Zero skips the cache (0.0 and -0.0 are one key there); NaN/Inf print 0 as the mounter
-    # turns them into 0 (spec §0.4).
-    if v and math.isfinite(v):
-        return _f32_text(v)
-    return format_f(v, True) if v == 0 else "0"
-
-
-def _f64(v: float) -> str:
-    if v and math.isfinite(v):
-        return _f64_text(v)
-    return format_f(v) if v == 0 else "0"
-
-
-def decimal_renderer(scale: int | None) -> Callable[[Decimal], str]:
-    """TiDB ``MyDecimal.String()`` via `decimal_text`, with a fast path when ``str`` already is it."""
-
-    def render(v: Decimal) -> str:
-        text = str(v)  # fixed notation unless it holds an "E"
-        if "E" not in text and not (text[0] == "-" and not v):
-            if scale is None:
-                return text
-            dot = text.find(".")
-            if (len(text) - dot - 1 if dot >= 0 else 0) == scale:
-                return text
-        return decimal_text(v, scale)
-
-    return render
 
 
 def _b64(v: bytes) -> str:
@@ -129,9 +83,9 @@ def value_renderer(col: Column, location: str) -> Callable[[Any], Any] | None:
     """
     tc = col.type_code
     if tc is TypeCode.FLOAT:
-        return _f32  # strconv 'f', -1, 32
+        return float32_text  # strconv 'f', -1, 32; NaN/Inf print 0 as the mounter makes them 0
     if tc is TypeCode.DOUBLE:
-        return _f64
+        return float64_text
     if tc is TypeCode.DECIMAL:
         return decimal_renderer(col.decimal)
     if tc is TypeCode.TIMESTAMP:
@@ -162,16 +116,6 @@ def data_type_json(col: Column) -> dict[str, Any]:
 
 def table_schema_json(ts: TableSchema) -> dict[str, Any]:
     """TableSchema JSON (spec §3.2): first member ``schema``, not ``database``."""
-    indexes = [
-        {
-            "name": index_name(idx),
-            "unique": idx.unique,
-            "primary": idx.primary,
-            "nullable": index_nullable(ts, idx),
-            "columns": list(idx.columns),
-        }
-        for idx in ts.indexes
-    ]
     # tiflow appends a synthetic "primary" index when the PK is the int handle and not among
     # TiDB's indexes; in our model a primary key is always an Index, so it is already above.
     return {
@@ -183,24 +127,11 @@ def table_schema_json(ts: TableSchema) -> dict[str, Any]:
             {"name": c.name, "dataType": data_type_json(c), "nullable": c.nullable, "default": json_default(c)}
             for c in ts.columns
         ],
-        "indexes": indexes,
+        "indexes": index_docs(ts),
     }
 
 
-class _Table:
-    """Per-TableSchema encoding plan: columns sorted by name (Go map order), key columns."""
-
-    __slots__ = ("cols", "keys", "schema_json")
-
-    def __init__(self, ts: TableSchema, location: str) -> None:
-        order = sorted(range(len(ts.columns)), key=lambda i: ts.columns[i].name)
-        self.cols = [(ts.columns[i].name, i, value_renderer(ts.columns[i], location)) for i in order]
-        handle = set(ts.handle_key)
-        self.keys = [c for c in self.cols if c[1] in handle]
-        self.schema_json = table_schema_json(ts)
-
-
-def _render(cols: list[tuple[str, int, Callable[[Any], Any] | None]], image: tuple[Any, ...]) -> dict[str, Any]:
+def _render(cols: list[PlanColumn], image: tuple[Any, ...]) -> dict[str, Any]:
     return {
         name: (v if v is None or render is None else render(v))
         for name, i, render in cols
@@ -208,30 +139,20 @@ def _render(cols: list[tuple[str, int, Callable[[Any], Any] | None]], image: tup
     }
 
 
-class JSONFormat:
+class JSONFormat(FormatBase):
     """Encodes model events to Simple JSON and parses Simple JSON into `Parsed`."""
 
-    def __init__(self, options: CodecOptions) -> None:
-        self.options = options
-        self.location = options.time_zone
-        self._tables: dict[int, tuple[TableSchema, _Table]] = {}
-
-    def _table(self, ts: TableSchema) -> _Table:
-        entry = self._tables.get(id(ts))
-        if entry is not None and entry[0] is ts:
-            return entry[1]
-        if len(self._tables) > 4096:
-            self._tables.clear()
-        plan = _Table(ts, self.location)
-        self._tables[id(ts)] = (ts, plan)
-        return plan
+    def _plan(self, ts: TableSchema) -> TablePlan:
+        # Columns sorted by name: Go's encoding/json writes the data/old maps with sorted keys.
+        order = sorted(range(len(ts.columns)), key=lambda i: ts.columns[i].name)
+        cols = [(ts.columns[i].name, i, value_renderer(ts.columns[i], self.location)) for i in order]
+        return TablePlan(ts, cols, table_schema_json(ts))
 
     # -------------------------------------------------------------- encode
 
     def dml(self, row: RowChange, handle_key_only: bool, location: str, build_ts: int) -> bytes:
         ts = row.table_schema
-        plan = self._table(ts)
-        cols = plan.keys if handle_key_only else plan.cols
+        cols, new, old_cols, old = self.dml_images(row, handle_key_only)
         m: dict[str, Any] = {"version": 1}
         if ts.schema:
             m["database"] = ts.schema
@@ -250,18 +171,14 @@ class JSONFormat:
         if handle_key_only:
             m["handleKeyOnly"] = True
         # The model has no row checksum, so the `checksum` member is never written.
-        if row.new is not None and row.op is not Op.DELETE:
-            data = _render(cols, row.new)
+        if new is not None:
+            data = _render(cols, new)
             if data:
                 m["data"] = data
-        if row.old is not None and row.op is not Op.INSERT:
-            if row.op is Op.UPDATE and self.options.only_output_updated_columns and not handle_key_only:
-                new = row.new or ()
-                old = _render([c for c in cols if new[c[1]] != row.old[c[1]]], row.old)
-            else:
-                old = _render(cols, row.old)
-            if old:
-                m["old"] = old
+        if old is not None:
+            before = _render(old_cols, old)
+            if before:
+                m["old"] = before
         return dumps_std(m)
 
     def ddl(self, ddl: DDLEvent, build_ts: int) -> bytes:
@@ -272,9 +189,9 @@ class JSONFormat:
         m["commitTs"] = ddl.commit_ts
         m["buildTs"] = build_ts
         if ddl.table_schema is not None:
-            m["tableSchema"] = self._table(ddl.table_schema).schema_json
+            m["tableSchema"] = self._tables.get(ddl.table_schema).schema_doc
         if ddl.pre_table_schema is not None and kind != "CREATE":
-            m["preTableSchema"] = self._table(ddl.pre_table_schema).schema_json
+            m["preTableSchema"] = self._tables.get(ddl.pre_table_schema).schema_doc
         return dumps_std(m)
 
     def watermark(self, commit_ts: int, build_ts: int) -> bytes:
@@ -287,7 +204,7 @@ class JSONFormat:
                 "type": "BOOTSTRAP",
                 "commitTs": 0,
                 "buildTs": build_ts,
-                "tableSchema": self._table(ts).schema_json,
+                "tableSchema": self._tables.get(ts).schema_doc,
             }
         )
 
@@ -356,13 +273,6 @@ class JSONFormat:
             )
         raise fail(where, f"unknown message type {kind!r}")
 
-    def table_schema(self, where: str, obj: Any, cache: SchemaCache, what: str = "tableSchema") -> TableSchema | None:
-        """TableSchema -> model, reusing the cached object for a known (schema, table, version)."""
-        try:
-            return self._table_schema(where, obj, cache)
-        except SimpleFormatError as exc:
-            raise within(exc, what) from None
-
     def _table_schema(self, where: str, obj: Any, cache: SchemaCache) -> TableSchema | None:
         if obj is None:
             return None
@@ -422,8 +332,9 @@ class JSONFormat:
             indexes=idxs,
         )
 
-    def parsers(self, ts: TableSchema) -> dict[str, tuple[int, Callable[[Any], Any]]]:
-        return {c.name: (i, value_parser(c)) for i, c in enumerate(ts.columns)}
+    @staticmethod
+    def value_parser(col: Column) -> Callable[[Any], Any]:
+        return value_parser(col)
 
 
 def _map(where: str, what: str, value: Any) -> dict[str, Any] | None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from ...model import Resolved, TableSchema
 from ..base import Message
@@ -20,7 +19,7 @@ SchemaKey = tuple[str, str, int]
 
 
 class SchemaCache:
-    """TableSchema by (schema, table, version), plus per-schema compiled helpers.
+    """TableSchema by (schema, table, version).
 
     RENAME TABLE keeps the version (TiDB limitation, seed 002 注記), so a renamed table lives
     under its new name and version as well as the old one: DDL messages cache both their
@@ -29,7 +28,6 @@ class SchemaCache:
 
     def __init__(self) -> None:
         self._schemas: dict[SchemaKey, TableSchema] = {}
-        self._compiled: dict[int, tuple[TableSchema, Any]] = {}
 
     def __len__(self) -> int:
         return len(self._schemas)
@@ -51,17 +49,6 @@ class SchemaCache:
 
     def keys(self) -> list[SchemaKey]:
         return list(self._schemas)
-
-    def compiled(self, ts: TableSchema, build: Callable[[TableSchema], Any]) -> Any:
-        """``build(ts)`` once per TableSchema object (identity-keyed; the object is kept alive)."""
-        entry = self._compiled.get(id(ts))
-        if entry is not None and entry[0] is ts:
-            return entry[1]
-        if len(self._compiled) > 4096:
-            self._compiled.clear()
-        value = build(ts)
-        self._compiled[id(ts)] = (ts, value)
-        return value
 
 
 @dataclass(slots=True)
