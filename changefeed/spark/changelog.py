@@ -1,0 +1,235 @@
+"""The changelog rows every `changefeed` data source input produces (docs/spark.md).
+
+One schema for all inputs, so a notebook or job does not care where changes came from: ``kind``,
+``op``, ``schema``, ``table``, ``commit_ts``, ``key`` (JSON of the handle-key columns), ``after`` /
+``before`` (JSON objects in the JSONL value encoding of docs/events.md), ``ddl`` and
+``source_position`` (JSON). With a single table selected, ``after``/``before`` become typed
+structs built from the table's columns (`TypedImages`). Pure Python apart from the Spark type
+objects, so the conversion runs in executors and is unit-testable without a JVM.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import pyarrow as pa
+
+from ..dispatch.tablefilter import TableFilter
+from ..errors import ConfigError
+from ..model import ABSENT, DDLEvent, Event, Resolved, RowChange, TableSchema
+from ..model.arrow import arrow_type
+from ..model.jsonl import _value_to_json, dumps_event
+
+if TYPE_CHECKING:
+    from pyspark.sql.types import DataType, StructType
+
+#: Column names of the changelog, in order (``event`` is appended when the ``events`` option is on).
+COLUMNS = ("kind", "op", "schema", "table", "commit_ts", "key", "after", "before", "ddl", "source_position")
+#: The largest commit ts a Spark ``long`` holds: physical ms < 2**45, i.e. commit times before 3084.
+MAX_SIGNED_TS = (1 << 63) - 1
+
+
+def changelog_schema(images: StructType | None = None, with_event: bool = False) -> StructType:
+    """The changelog's Spark schema; ``images`` replaces the JSON ``after``/``before`` with a struct."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType  # noqa: PLC0415
+
+    image_type: DataType = images if images is not None else StringType()
+    fields = [
+        StructField("kind", StringType(), False),
+        StructField("op", StringType(), True),
+        StructField("schema", StringType(), True),
+        StructField("table", StringType(), True),
+        StructField("commit_ts", LongType(), False),
+        StructField("key", StringType(), True),
+        StructField("after", image_type, True),
+        StructField("before", image_type, True),
+        StructField("ddl", StringType(), True),
+        StructField("source_position", StringType(), True),
+    ]
+    if with_event:
+        fields.append(StructField("event", StringType(), True))
+    return StructType(fields)
+
+
+def spark_type(arrow: pa.DataType) -> DataType:
+    """Spark type of a model Arrow type: unsigned -> next wider signed (uint64 -> decimal(20,0)),
+    decimal(p,s) up to 38 digits, wider decimals as their text."""
+    from pyspark.sql import types as T  # noqa: N812, PLC0415
+
+    simple = {
+        pa.int8(): T.ByteType(),
+        pa.int16(): T.ShortType(),
+        pa.int32(): T.IntegerType(),
+        pa.int64(): T.LongType(),
+        pa.uint8(): T.ShortType(),
+        pa.uint16(): T.IntegerType(),
+        pa.uint32(): T.LongType(),
+        pa.uint64(): T.DecimalType(20, 0),
+        pa.float32(): T.FloatType(),
+        pa.float64(): T.DoubleType(),
+        pa.string(): T.StringType(),
+        pa.binary(): T.BinaryType(),
+    }
+    if arrow in simple:
+        return simple[arrow]
+    if pa.types.is_decimal128(arrow):
+        return T.DecimalType(arrow.precision, arrow.scale)
+    return T.StringType()  # decimal256 (more than 38 digits) and anything else: text
+
+
+def image_struct(table: TableSchema) -> StructType:
+    from pyspark.sql.types import StructField, StructType  # noqa: PLC0415
+
+    return StructType([StructField(c.name, spark_type(arrow_type(c)), True) for c in table.columns])
+
+
+def check_ts(ts: int) -> int:
+    if ts > MAX_SIGNED_TS:
+        raise ConfigError(f"commit ts {ts} does not fit Spark's signed 64-bit long (commit time after year 3084?)")
+    return ts
+
+
+def _json_image(table: TableSchema, image: tuple[Any, ...] | None) -> str | None:
+    if image is None:
+        return None
+    obj = {c.name: _value_to_json(c, v) for c, v in zip(table.columns, image, strict=True) if v is not ABSENT}
+    return orjson.dumps(obj).decode()
+
+
+def _key_json(row: RowChange) -> str | None:
+    ts = row.table_schema
+    if not ts.handle_key:
+        return None
+    image = row.image
+    obj = {ts.columns[i].name: _value_to_json(ts.columns[i], image[i]) for i in ts.handle_key}
+    return orjson.dumps(obj).decode()
+
+
+def _position(pos: Any) -> str | None:
+    return orjson.dumps(dict(pos)).decode() if pos is not None else None
+
+
+class TypedImages:
+    """Row images -> tuples for the selected table's struct, matched by column name.
+
+    Rows of other schema versions map by name (a dropped column is NULL); values are converted to
+    what the Spark type takes (uint64 -> Decimal, wide DECIMAL -> text).
+    """
+
+    def __init__(self, table: TableSchema) -> None:
+        self.table = table
+        self.names = [c.name for c in table.columns]
+        self.convert: list[Callable[[Any], Any]] = [_converter(arrow_type(c)) for c in table.columns]
+        self._plans: dict[int, tuple[TableSchema, list[int | None]]] = {}
+
+    def __call__(self, source: TableSchema, image: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
+        if image is None:
+            return None
+        plan = self._plans.get(id(source))
+        if plan is None or plan[0] is not source:
+            index = source.column_index
+            plan = self._plans[id(source)] = (source, [index.get(n) for n in self.names])
+        out = []
+        for at, conv in zip(plan[1], self.convert, strict=True):
+            v = None if at is None else image[at]
+            out.append(None if v is None or v is ABSENT else conv(v))
+        return tuple(out)
+
+
+def _converter(arrow: pa.DataType) -> Callable[[Any], Any]:
+    if arrow == pa.uint64():
+        return lambda v: Decimal(int(v))
+    if pa.types.is_integer(arrow):
+        return int
+    if pa.types.is_floating(arrow):
+        return float
+    if pa.types.is_decimal128(arrow):
+        return lambda v: v if isinstance(v, Decimal) else Decimal(str(v))
+    if pa.types.is_decimal(arrow):
+        return lambda v: format(v, "f") if isinstance(v, Decimal) else str(v)
+    if pa.types.is_binary(arrow):
+        return lambda v: bytes(v) if not isinstance(v, str) else v.encode()
+    return lambda v: v if isinstance(v, str) else str(v)
+
+
+class ChangelogRows:
+    """Model events -> changelog tuples, with the ``filter`` rules and single-table selection applied."""
+
+    def __init__(
+        self,
+        rules: Iterable[str] = (),
+        table: tuple[str, str] | None = None,
+        typed: TableSchema | None = None,
+        with_event: bool = False,
+    ) -> None:
+        rules = list(rules)
+        self.filter = TableFilter(rules) if rules else None
+        self.table = table
+        self.typed = TypedImages(typed) if typed is not None else None
+        self.with_event = with_event
+
+    def keeps(self, schema: str, table: str) -> bool:
+        if self.table is not None and (schema, table) != self.table:
+            return False
+        if self.filter is None:
+            return True
+        return self.filter.match(schema, table) if table else self.filter.match_schema(schema)
+
+    def rows(self, events: Iterable[Event]) -> Iterator[tuple[Any, ...]]:
+        for ev in events:
+            row = self.row(ev)
+            if row is not None:
+                yield row
+
+    def row(self, ev: Event, position: Any = None) -> tuple[Any, ...] | None:
+        """The changelog tuple of one event, or None when the event is filtered out."""
+        pos = ev.position if position is None else position
+        if isinstance(ev, RowChange):
+            ts = ev.table_schema
+            if not self.keeps(ts.schema, ts.table):
+                return None
+            if self.typed is not None:
+                after: Any = self.typed(ts, ev.new)
+                before: Any = self.typed(ts, ev.old)
+            else:
+                after, before = _json_image(ts, ev.new), _json_image(ts, ev.old)
+            out = (
+                "row",
+                ev.op.value,
+                ts.schema,
+                ts.table,
+                check_ts(ev.commit_ts),
+                _key_json(ev),
+                after,
+                before,
+                None,
+                _position(pos),
+            )
+        elif isinstance(ev, DDLEvent):
+            if not self.keeps(ev.schema, ev.table):
+                return None
+            out = ("ddl", None, ev.schema, ev.table, check_ts(ev.commit_ts), None, None, None, ev.query, _position(pos))
+        elif isinstance(ev, Resolved):
+            out = ("resolved", None, None, None, check_ts(ev.commit_ts), None, None, None, None, _position(pos))
+        else:  # pragma: no cover - the model has no other events
+            raise TypeError(f"not an event: {ev!r}")
+        if self.with_event:
+            return (*out, dumps_event(ev).decode().rstrip("\n"))
+        return out
+
+
+def parse_rules(text: str | None) -> list[str]:
+    """The ``filter`` option: TiDB table-filter rules separated by commas (``db.*,!db.tmp*``)."""
+    return [r.strip() for r in (text or "").split(",") if r.strip()]
+
+
+def parse_table(text: str | None) -> tuple[str, str] | None:
+    if not text:
+        return None
+    schema, sep, table = text.partition(".")
+    if not sep or not schema or not table:
+        raise ConfigError(f"option table must be schema.table, got {text!r}")
+    return schema, table

@@ -1,0 +1,252 @@
+"""The streaming jobs: capture (binlog -> storage directory) and apply (storage -> Parquet snapshot).
+
+Both are Structured Streaming queries over the ``changefeed`` data source; Spark's checkpoint
+location is the savepoint (source offsets). Decoding runs in executors (the source's ``read``);
+the durable write runs in ``foreachBatch`` on the driver through a sink that makes a replayed
+micro-batch change nothing:
+
+* capture: `StorageWriter` publishes data before its checkpoint, removes a crashed flush's files
+  on start, and drops rows at or below its published checkpoint. Each batch ends with the
+  source's resolved row, so the storage checkpoint advances every batch.
+* apply: `ParquetSnapshotSink` skips events at or below its checkpoint and publishes snapshots
+  before the checkpoint.
+
+So a batch that failed (or was interrupted) after writing is re-run from the same offsets on
+restart and changes nothing twice. The storage writer encodes on the driver: its crash recovery
+needs the events, and it owns the file layout.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from ..codec import CodecOptions
+from ..errors import ChangefeedError, ConfigError
+from ..model import DDLEvent, Event, Resolved, RowChange
+from ..model.jsonl import EventReader
+from ..model.tso import tso_physical_ms
+from ..sink.parquet import ParquetSnapshotSink
+from ..sink.storage.writer import StorageOptions, StorageWriter
+from .datasource import NAME, register
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+progress = logging.getLogger("changefeed.progress")
+
+BatchHook = Callable[[int, str], None]
+"""Called as ``hook(batch_id, stage)`` with stage ``written`` (before the sink's flush) and
+``flushed`` (after it): tests inject failures here."""
+
+
+@dataclass
+class JobStats:
+    """What a job run did, for the CLI summary and tests."""
+
+    batches: int = 0
+    rows: int = 0
+    checkpoint_ts: int = 0
+    position: str = ""
+    seconds: float = 0.0
+    batch_ids: list[int] = field(default_factory=list)
+
+
+def _order(event: Event) -> tuple[int, int]:
+    # A DDL precedes rows of its commit ts; a resolved row follows everything it covers.
+    rank = 0 if isinstance(event, DDLEvent) else 2 if isinstance(event, Resolved) else 1
+    return (event.commit_ts, rank)
+
+
+def _short_position(pos: Any) -> str:
+    if not isinstance(pos, Mapping):
+        return ""
+    if "file" in pos and "pos" in pos:
+        return f"{pos['file']}:{pos['pos']}"
+    if "checkpoint" in pos:
+        return f"checkpoint {pos['checkpoint']}"
+    return orjson.dumps(dict(pos)).decode()
+
+
+class _BatchRunner:
+    """The foreachBatch body shared by both jobs: collect events, write, flush, report."""
+
+    def __init__(
+        self, name: str, write: Callable[[list[Event]], None], flush: Callable[[], int], hook: BatchHook | None
+    ) -> None:
+        self.name = name
+        self.write = write
+        self.flush = flush
+        self.hook = hook
+        self.reader = EventReader(source=f"{name} batch")
+        self.stats = JobStats()
+        self.started = time.monotonic()
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        t0 = time.monotonic()
+        lines = df.select("event").toArrow().column("event").to_pylist()
+        events = [self.reader.parse(line, where=f"batch {batch_id}") for line in lines if line]
+        events.sort(key=_order)
+        rows = sum(1 for e in events if isinstance(e, RowChange))
+        self.write(events)
+        if self.hook is not None:
+            self.hook(batch_id, "written")
+        checkpoint = self.flush()
+        if self.hook is not None:
+            self.hook(batch_id, "flushed")
+        last = next((e for e in reversed(events) if isinstance(e, Resolved)), None)
+        elapsed = max(time.monotonic() - t0, 1e-6)
+        self.stats.batches += 1
+        self.stats.rows += rows
+        self.stats.checkpoint_ts = max(self.stats.checkpoint_ts, checkpoint)
+        self.stats.batch_ids.append(batch_id)
+        if last is not None:
+            self.stats.position = _short_position(last.position)
+        lag = time.time() - tso_physical_ms(checkpoint) / 1000 if checkpoint else float("nan")
+        progress.info(
+            "%s batch=%d rows=%d rows/s=%.0f checkpoint_ts=%d position=%s lag=%.1fs",
+            self.name,
+            batch_id,
+            rows,
+            rows / elapsed,
+            checkpoint,
+            self.stats.position or "-",
+            lag,
+        )
+
+
+def _run_query(
+    spark: SparkSession,
+    source: DataFrame,
+    runner: _BatchRunner,
+    checkpoint: Path,
+    trigger_interval: str | None,
+    available_now: bool,
+    query_name: str,
+) -> JobStats:
+    writer = source.writeStream.foreachBatch(runner).option("checkpointLocation", str(checkpoint))
+    writer = writer.queryName(query_name)
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    elif trigger_interval:
+        writer = writer.trigger(processingTime=trigger_interval)
+    query = writer.start()
+    log.info("job started", extra={"job": runner.name, "checkpoint": str(checkpoint), "query_id": str(query.id)})
+    # Ctrl-C only sets a flag: PySpark's own SIGINT handler calls into the JVM while the main
+    # thread is inside a py4j call and fails noisily. The loop stops the query between polls.
+    interrupted = threading.Event()
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
+    try:
+        while not query.awaitTermination(0.5):
+            if interrupted.is_set():
+                progress.info("%s: interrupted; stopping (batches replay idempotently on restart)", runner.name)
+                query.stop()
+                raise KeyboardInterrupt
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
+        runner.stats.seconds = time.monotonic() - runner.started
+    return runner.stats
+
+
+def _check_dirs(checkpoint: Path, output: Path) -> None:
+    if checkpoint.resolve() == output.resolve():
+        raise ConfigError(f"the Spark checkpoint directory must not be the output directory itself: {output}")
+
+
+def run_capture(
+    spark: SparkSession,
+    binlog_dir: str | Path,
+    storage_root: str | Path,
+    codec: CodecOptions,
+    checkpoint: str | Path,
+    *,
+    storage: StorageOptions | None = None,
+    rules: list[str] | None = None,
+    time_zone: str = "UTC",
+    max_events: int | None = None,
+    events_per_partition: int | None = None,
+    trigger_interval: str | None = "1 second",
+    available_now: bool = False,
+    hook: BatchHook | None = None,
+) -> JobStats:
+    """Binlog files -> TiCDC storage-sink directory, one StorageWriter flush per micro-batch."""
+    checkpoint, storage_root = Path(checkpoint), Path(storage_root)
+    _check_dirs(checkpoint, storage_root)
+    register(spark)
+    writer = StorageWriter(storage_root, codec, storage)  # recovers a crashed flush before anything runs
+    runner = _BatchRunner("capture", writer.write_all, writer.flush, hook)
+    reader = spark.readStream.format(NAME).option("input", "binlog").option("path", str(binlog_dir))
+    reader = reader.option("events", "true").option("timeZone", time_zone)
+    if rules:
+        reader = reader.option("filter", ",".join(rules))
+    if max_events:
+        reader = reader.option("maxEventsPerTrigger", str(max_events))
+    if events_per_partition:
+        reader = reader.option("eventsPerPartition", str(events_per_partition))
+    return _run_query(spark, reader.load(), runner, checkpoint, trigger_interval, available_now, "changefeed-capture")
+
+
+def run_apply(
+    spark: SparkSession,
+    storage_root: str | Path,
+    codec: CodecOptions,
+    output: str | Path,
+    checkpoint: str | Path,
+    *,
+    trigger_interval: str | None = "1 second",
+    available_now: bool = False,
+    hook: BatchHook | None = None,
+) -> JobStats:
+    """TiCDC storage-sink directory -> Parquet snapshot per table, flushed every micro-batch."""
+    checkpoint, output = Path(checkpoint), Path(output)
+    _check_dirs(checkpoint, output)
+    register(spark)
+    sink = ParquetSnapshotSink(output)
+    runner = _BatchRunner("apply", sink.write_all, sink.flush, hook)
+    reader = spark.readStream.format(NAME).option("input", "storage").option("path", str(storage_root))
+    for key, value in _codec_options(codec).items():
+        reader = reader.option(key, value)
+    reader = reader.option("events", "true")
+    return _run_query(spark, reader.load(), runner, checkpoint, trigger_interval, available_now, "changefeed-apply")
+
+
+def _codec_options(codec: CodecOptions) -> dict[str, str]:
+    """The codec options that differ from the defaults, as data source options."""
+    defaults = CodecOptions()
+    out: dict[str, str] = {"protocol": codec.protocol}
+    for name in (
+        "enable_tidb_extension",
+        "include_commit_ts",
+        "delimiter",
+        "quote",
+        "null",
+        "terminator",
+        "binary_encoding_method",
+        "csv_output_old_value",
+        "output_field_header",
+        "time_zone",
+        "compat",
+    ):
+        value = getattr(codec, name)
+        if value != getattr(defaults, name):
+            key = "output-old-value" if name == "csv_output_old_value" else name.replace("_", "-")
+            out[key] = str(value).lower() if isinstance(value, bool) else str(value)
+    return out
+
+
+def failed_batch_error(exc: BaseException) -> ChangefeedError:
+    """A streaming failure as one error naming the job (the Spark trace stays in the log)."""
+    text = str(exc).strip().splitlines()
+    return ChangefeedError(f"streaming query failed: {text[0] if text else type(exc).__name__}")

@@ -1,0 +1,43 @@
+"""Shared expectations for the Spark tests: what file_capture emits, as changelog rows and snapshots."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from changefeed.capture.binlog import file_capture
+from changefeed.model import Event
+from changefeed.sink.parquet import ParquetSnapshotSink
+from changefeed.spark.changelog import ChangelogRows
+
+BINLOG = Path(__file__).resolve().parents[1] / "fixtures/binlog/full"
+
+
+@cache
+def captured() -> tuple[Event, ...]:
+    return tuple(file_capture(BINLOG).events())
+
+
+def expected_changes(kind: str = "row") -> list[tuple[Any, ...]]:
+    """(op, schema, table, commit_ts, key, after, before) of every row file_capture emits, in order."""
+    return [r[1:8] for r in ChangelogRows().rows(captured()) if r[0] == kind]
+
+
+def reference_snapshot(root: Path) -> dict[str, list[dict[str, Any]]]:
+    """The snapshot ParquetSnapshotSink makes straight from file_capture's events."""
+    sink = ParquetSnapshotSink(root)
+    sink.write_all(list(captured()))
+    sink.flush()
+    return read_snapshot(root)
+
+
+def read_snapshot(root: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for path in sorted(root.glob("*/*/snapshot.parquet")):
+        table = pq.read_table(path)
+        rows = sorted(table.to_pylist(), key=lambda r: repr(sorted(r.items())))
+        out[f"{path.parent.parent.name}.{path.parent.name}"] = (str(table.schema), rows)
+    return out

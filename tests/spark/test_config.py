@@ -1,0 +1,122 @@
+"""The changefeed TOML config and the CLI/data source option checks (no JVM needed)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from changefeed.cli.run import spark_interval
+from changefeed.config import load_config, parse_config, parse_sink_uri
+from changefeed.errors import ConfigError
+from changefeed.spark.datasource import SourceOptions
+
+ROOT = Path(__file__).resolve().parents[2]
+GOOD = """
+changefeed-id = "cf-1"
+sink-uri = "file:///tmp/cdc?protocol=csv&date-separator=none"
+time-zone = "Asia/Shanghai"
+[source]
+type = "binlog-files"
+path = "binlogs"
+[filter]
+rules = ["shop.*", "!shop.tmp*"]
+[sink]
+terminator = "\\n"
+[sink.csv]
+include-commit-ts = true
+delimiter = "|"
+[[sink.dispatchers]]
+matcher = ["shop.*"]
+partition = "table"
+"""
+
+
+def test_full_config_parses_into_typed_options(tmp_path: Path) -> None:
+    cfg = parse_config(GOOD, tmp_path)
+    assert cfg.changefeed_id == "cf-1"
+    assert cfg.source.path == tmp_path / "binlogs"
+    assert cfg.filter.rules == ["shop.*", "!shop.tmp*"]
+    assert cfg.sink_uri.path == Path("/tmp/cdc")
+    codec = cfg.codec_options()
+    assert (codec.protocol, codec.delimiter, codec.include_commit_ts, codec.terminator) == ("csv", "|", True, "\n")
+    assert codec.time_zone == "Asia/Shanghai"
+    assert cfg.storage_options().date_separator == "none"
+    assert cfg.sink.dispatchers[0].partition == "table"
+
+
+def test_bundled_example_points_at_the_fixtures() -> None:
+    cfg = load_config(ROOT / "examples/embedded.toml")
+    assert cfg.source.path == ROOT / "tests/fixtures/binlog/full"
+    assert cfg.codec_options().enable_tidb_extension
+    assert cfg.sink_uri.path == ROOT / "demo-output/storage"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('sink-uri = "file:///x"\nsink-url = 1\n[source]\npath="p"', "unknown key 'sink-url' in the top level"),
+        ('sink-uri = "file:///x"\n[source]\npath="p"\nport=1', "unknown key 'port' in [source]"),
+        ('sink-uri = "file:///x"\n[source]\npath="p"\n[sink]\nprotocl="csv"', "unknown key 'protocl' in [sink]"),
+        ('sink-uri = "file:///x"\n[source]\npath="p"\n[sink.csv]\nquotes="x"', "unknown key 'quotes' in [sink.csv]"),
+        ('sink-uri = "file:///x"\n[source]\npath="p"\n[filter]\nrule=["a.*"]', "unknown key 'rule' in [filter]"),
+        ('sink-uri = "mysql://root@127.0.0.1:3306/"\n[source]\npath="p"', "mysql sink is not wired"),
+        ('sink-uri = "kafka://127.0.0.1:9092/t?protocol=canal-json"\n[source]\npath="p"', "kafka sink is not wired"),
+        ('sink-uri = "s3://bucket/x"\n[source]\npath="p"', "unsupported sink-uri scheme 's3'"),
+        ('sink-uri = "file:///x?protocol=open-protocol"\n[source]\npath="p"', "csv or canal-json"),
+        ('sink-uri = "file:///x?workers=4"\n[source]\npath="p"', "unknown file sink-uri parameter(s) workers"),
+        ('sink-uri = "file:///x?protocol=csv"\n[source]\npath="p"\n[sink]\nprotocol="canal-json"', "give one"),
+        ('[source]\npath="p"', "sink-uri is required"),
+        ('sink-uri = "file:///x"', "[source] path is required"),
+        ('sink-uri = "file:///x"\n[source]\ntype="mysql"\npath="p"', "[source] type must be one of binlog-files"),
+        ('sink-uri = "file:///x"\n[source]\npath="p"\n[filter]\nrules=["nodot"]', "must look like schema.table"),
+        ('sink-uri = "file:///x"\n[source]\npath="p"\n[sink.csv]\ninclude-commit-ts="yes"', "true or false"),
+        ('sink-uri = "file:///x"\n[source]\npath="p"\n[sink]\ndate-separator="week"', "date-separator"),
+        ('sink-uri = "file:///x"\n[source]\npath="p"\n[[sink.dispatchers]]\npartition="ts"', "matcher"),
+        ('changefeed-id = "a b"\nsink-uri = "file:///x"\n[source]\npath="p"', "changefeed-id"),
+        ("sink-uri = ", "invalid TOML"),
+    ],
+)
+def test_config_errors_name_the_problem(text: str, message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_config(text, Path("/base"), where="cf.toml")
+    assert message in str(info.value)
+    assert "cf.toml" in str(info.value)
+
+
+def test_missing_config_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config"):
+        load_config(tmp_path / "nope.toml")
+
+
+def test_relative_file_uri_resolves_against_the_given_base(tmp_path: Path) -> None:
+    assert parse_sink_uri("file://out/dir?protocol=csv", tmp_path).path == tmp_path / "out/dir"
+
+
+@pytest.mark.parametrize(
+    ("text", "spark"), [("1s", "1000 milliseconds"), ("500ms", "500 milliseconds"), ("2m", "120000 milliseconds")]
+)
+def test_trigger_intervals(text: str, spark: str) -> None:
+    assert spark_interval(text) == spark
+
+
+def test_bad_trigger_interval() -> None:
+    with pytest.raises(ConfigError, match="bad interval"):
+        spark_interval("soon")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"input": "kafka", "path": "x"}, "kafka and kv are not built yet"),
+        ({"input": "binlog"}, "needs a path"),
+        ({"input": "binlog", "path": "x", "protocol": "csv"}, "unknown option(s) for input binlog: protocol"),
+        ({"input": "binlog", "path": "x", "maxeventspertrigger": "many"}, "maxEventsPerTrigger"),
+        ({"input": "storage", "path": "x", "table": "nodot"}, "schema.table"),
+        ({"input": "storage", "path": "x", "timezone": "Mars/Base"}, "unknown time zone"),
+    ],
+)
+def test_data_source_option_errors(options: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        SourceOptions.parse(options)
+    assert message in str(info.value)
