@@ -1,0 +1,359 @@
+"""Kafka sink: model events in commit order -> TiCDC-compatible messages on Kafka partitions.
+
+Follows TiCDC's MQ sink (spec §1.2, §1.8, §3.3, §4): rows are split when they change a key,
+routed to (topic, partition) by the dispatch rules, encoded by one encoder per partition (Open
+Protocol batches per partition), and produced in order with an idempotent producer (acks=all), so
+each partition keeps commit-ts order. A DDL is written only after every earlier message is
+acknowledged, then broadcast; resolved events become checkpoint/watermark messages on every
+partition of every topic in use plus the default topic. `flushed` reports the position up to which
+the broker acknowledged everything: the only thing a job may checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self
+
+from ...codec import CodecOptions, Encoder, Message, make_encoder
+from ...dispatch import DispatchRule, EventRouter, split_key_changing_update
+from ...errors import ConfigError, SinkError
+from ...model import DDLEvent, Event, Resolved, RowChange, TableSchema
+from .bootstrap import BootstrapPolicy
+from .progress import AckTracker, FlushedPosition
+from .topics import TopicManager
+
+if TYPE_CHECKING:
+    from confluent_kafka import KafkaError, Producer
+    from confluent_kafka import Message as KafkaMessage
+
+log = logging.getLogger(__name__)
+
+_POLL_EVERY = 1000  # serve delivery callbacks every N produced messages
+
+
+@dataclass(slots=True)
+class KafkaSinkConfig:
+    """TiCDC's Kafka sink-uri/``[sink]`` settings that matter here.
+
+    ``producer_config`` is passed to librdkafka after our defaults (it may tune batching; it may
+    not turn idempotence off). ``max_message_bytes`` of the codec is lowered to the producer's
+    ``message.max.bytes`` when that is set lower.
+    """
+
+    bootstrap_servers: str
+    topic: str
+    codec: CodecOptions
+    rules: Sequence[DispatchRule] = ()
+    case_sensitive: bool = False
+    auto_create_topic: bool = True
+    partition_num: int | None = None
+    replication_factor: int = 1
+    output_raw_change_event: bool = False  # False: split key-changing UPDATEs (TiCDC's default)
+    delivery_timeout_s: float = 30.0  # librdkafka message.timeout.ms
+    flush_timeout_s: float = 60.0
+    metadata_check_interval_s: float = 10.0  # how often partition counts are re-checked
+    batch_rows: int = 8192  # rows encoded before messages are built and produced
+    producer_config: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.codec.protocol == "csv":
+            raise ConfigError("the Kafka sink speaks open-protocol, canal-json or simple, not csv")
+        if not self.topic:
+            raise ConfigError("the Kafka sink needs a default topic")
+
+
+class KafkaSink:
+    def __init__(self, config: KafkaSinkConfig) -> None:
+        from confluent_kafka import Producer  # noqa: PLC0415
+        from confluent_kafka.admin import AdminClient  # noqa: PLC0415
+
+        self.config = config
+        producer_conf: dict[str, Any] = {
+            "bootstrap.servers": config.bootstrap_servers,
+            "linger.ms": 5,
+            "batch.num.messages": 10000,
+            "queue.buffering.max.messages": 1_000_000,
+            "message.timeout.ms": int(config.delivery_timeout_s * 1000),
+            "allow.auto.create.topics": False,  # topics are created (or refused) by TopicManager
+            "logger": log,
+            "error_cb": self._on_error,
+            **config.producer_config,
+            # TiCDC's producer: idempotent, acks from all in-sync replicas; not negotiable here.
+            "enable.idempotence": True,
+            "acks": "all",
+        }
+        limit = config.codec.max_message_bytes
+        if "message.max.bytes" in config.producer_config:
+            limit = min(limit, int(config.producer_config["message.max.bytes"]))
+        producer_conf["message.max.bytes"] = limit
+        self.codec = replace(config.codec, max_message_bytes=limit)
+        self._producer: Producer = Producer(producer_conf)
+        self._admin = AdminClient(
+            {"bootstrap.servers": config.bootstrap_servers, "logger": log, "allow.auto.create.topics": False}
+        )
+        self.topics = TopicManager(
+            self._admin,
+            auto_create=config.auto_create_topic,
+            partition_num=config.partition_num,
+            replication_factor=config.replication_factor,
+        )
+        self.router = EventRouter(
+            config.topic,
+            config.rules,
+            case_sensitive=config.case_sensitive,
+            compat=self.codec.compat,
+            require_schema_and_table=self.codec.protocol == "simple" and self.codec.encoding_format == "avro",
+        )
+        self._control = make_encoder(self.codec)  # DDL, resolved, BOOTSTRAP messages
+        self._encoders: dict[tuple[str, int], Encoder] = {}
+        self._acks = AckTracker()
+        self._inflight: dict[tuple[str, int], deque[int]] = {}
+        self._errors: list[str] = []
+        self._failed: SinkError | None = None
+        self._bootstrap = (
+            BootstrapPolicy(self.codec.send_bootstrap_interval_in_sec, self.codec.send_bootstrap_in_msg_count)
+            if self.codec.protocol == "simple"
+            else None
+        )
+        self._topics_seen: dict[str, None] = {config.topic: None}
+        self._open: tuple[int, Any] | None = None  # (commit ts, position) of the transaction being written
+        self._complete: list[FlushedPosition] = []  # transactions complete but not yet marked
+        self._last_resolved = -1
+        self._since_poll = 0
+        self._buffered_rows = 0
+        self._last_check = time.monotonic()
+        self.messages_sent = 0
+
+    # ------------------------------------------------------------------ public
+
+    def write(self, events: Iterable[Event]) -> None:
+        """Send ``events`` (commit order). Raises SinkError on any earlier delivery failure."""
+        self._raise_if_failed()
+        for event in events:
+            if isinstance(event, RowChange):
+                self._row(event)
+            elif isinstance(event, DDLEvent):
+                self._ddl(event)
+            elif isinstance(event, Resolved):
+                self._resolved(event)
+            else:  # pragma: no cover - the model has no other kinds
+                raise TypeError(f"unexpected event {type(event).__name__}")
+        self._build()
+        self._maybe_check_metadata()
+        self._raise_if_failed()
+
+    def flush(self, timeout_s: float | None = None) -> FlushedPosition | None:
+        """Wait until every message sent is acknowledged (or fail with SinkError)."""
+        self._build()
+        self._wait_acks(timeout_s)
+        self._maybe_check_metadata(force=False)
+        return self.flushed
+
+    @property
+    def flushed(self) -> FlushedPosition | None:
+        """Highest complete commit ts (and its source position) the broker acknowledged entirely.
+
+        A transaction counts as complete once a later commit ts, a DDL or a covering Resolved
+        event has been written after it.
+        """
+        self._producer.poll(0)
+        return self._acks.flushed()
+
+    def close(self) -> None:
+        """Flush and release the producer; raises SinkError if something was not delivered."""
+        try:
+            if self._failed is None:
+                self.flush()
+        finally:
+            self._producer.flush(0)
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if exc_type is None:
+            self.close()
+
+    # ------------------------------------------------------------------ events
+
+    def _row(self, row: RowChange) -> None:
+        self._advance(row.commit_ts)
+        rows = [row] if self.config.output_raw_change_event else split_key_changing_update(row)
+        for r in rows:
+            topic = self.router.topic(r.schema, r.table)
+            n = self.topics.partitions(topic)
+            self._topics_seen.setdefault(topic, None)
+            if self._bootstrap is not None:
+                schema = self._bootstrap.before_row(r)
+                if schema is not None:
+                    self._send_bootstrap(topic, schema)
+            partition = self.router.partition(r, n)
+            encoder = self._encoders.get((topic, partition))
+            if encoder is None:
+                encoder = self._encoders[(topic, partition)] = make_encoder(self.codec)
+            encoder.append_row(r)
+        self._open = (row.commit_ts, row.position)
+        self._buffered_rows += 1
+        if self._buffered_rows >= self.config.batch_rows:
+            self._build()
+
+    def _ddl(self, ddl: DDLEvent) -> None:
+        # TiCDC writes a DDL only after every earlier DML is acknowledged (seed 002 "DDL").
+        self._advance(ddl.commit_ts)
+        self._close_open()
+        self._build()
+        self._wait_acks(None)
+        topic = self.router.topic(ddl.schema, ddl.table)
+        n = self.topics.partitions(topic)
+        self._topics_seen.setdefault(topic, None)
+        msg = self._control.encode_ddl(ddl)
+        # canal/canal-json: partition 0 only; every other protocol broadcasts (spec §1.8).
+        targets = [0] if self.codec.protocol == "canal-json" else range(n)
+        for p in targets:
+            self._produce(topic, p, msg)
+        self._acks.mark(FlushedPosition(ddl.commit_ts, ddl.position))
+        self._wait_acks(None)
+        log.info("ddl sent", extra={"topic": topic, "commit_ts": ddl.commit_ts, "partitions": len(targets)})
+
+    def _resolved(self, resolved: Resolved) -> None:
+        ts = resolved.commit_ts
+        if self._open is not None and self._open[0] <= ts:
+            self._close_open()
+        if ts <= self._last_resolved:
+            return
+        self._build()
+        if self._bootstrap is not None:
+            for schema in self._bootstrap.due():
+                self._send_bootstrap(self.router.topic(schema.schema, schema.table), schema)
+        # The checkpoint promises everything before it was delivered: TiCDC emits it only after
+        # the DMLs are acknowledged.
+        self._wait_acks(None)
+        msg = self._control.encode_resolved(resolved)
+        if msg is not None:
+            # Every partition of every topic in use plus the default topic (spec §1.8, §4.3).
+            for topic in self._topics_seen:
+                for p in range(self.topics.partitions(topic)):
+                    self._produce(topic, p, msg)
+        self._acks.mark(FlushedPosition(ts, resolved.position))
+        self._last_resolved = ts
+
+    def _send_bootstrap(self, topic: str, schema: TableSchema) -> None:
+        msg = self._control.encode_bootstrap(schema)
+        if msg is None:  # pragma: no cover - only simple has BOOTSTRAP
+            return
+        n = self.topics.partitions(topic)
+        targets = range(n) if self.codec.send_bootstrap_to_all_partition else [0]
+        for p in targets:
+            self._produce(topic, p, msg)
+        log.debug("bootstrap sent", extra={"topic": topic, "table": schema.qualified_name, "partitions": len(targets)})
+
+    def _advance(self, commit_ts: int) -> None:
+        """A later commit ts completes the transaction written so far."""
+        if self._open is not None and commit_ts > self._open[0]:
+            self._close_open()
+
+    def _close_open(self) -> None:
+        if self._open is not None:
+            self._complete.append(FlushedPosition(*self._open))
+            self._open = None
+
+    # ------------------------------------------------------------------ producing
+
+    def _build(self) -> None:
+        """Turn the rows appended to each partition's encoder into messages and produce them."""
+        if self._buffered_rows:
+            for (topic, partition), encoder in self._encoders.items():
+                for msg in encoder.build():
+                    self._produce(topic, partition, msg)
+            self._buffered_rows = 0
+        if self._complete:
+            for position in self._complete:
+                self._acks.mark(position)
+            self._complete.clear()
+
+    def _produce(self, topic: str, partition: int, msg: Message) -> None:
+        if not msg.value:
+            # Kafka consumers (and tansu) may never see an empty value; no protocol here needs one.
+            raise SinkError(f"kafka: refusing to send a message with an empty value to {topic}[{partition}]")
+        seq = self._acks.sent()
+        queue = self._inflight.get((topic, partition))
+        if queue is None:
+            queue = self._inflight[(topic, partition)] = deque()
+        queue.append(seq)
+        producer = self._producer
+        while True:
+            try:
+                producer.produce(topic, msg.value, msg.key, partition=partition, on_delivery=self._on_delivery)
+                break
+            except BufferError:
+                producer.poll(0.05)  # local queue full: serve callbacks, then retry
+            except Exception as exc:  # KafkaException, e.g. MSG_SIZE_TOO_LARGE or a fatal producer
+                queue.pop()
+                raise SinkError(f"kafka: cannot produce to {topic}[{partition}]: {exc}", where=topic) from exc
+        self.messages_sent += 1
+        self._since_poll += 1
+        if self._since_poll >= _POLL_EVERY:
+            self._since_poll = 0
+            producer.poll(0)
+
+    def _on_delivery(self, err: KafkaError | None, msg: KafkaMessage) -> None:
+        # The idempotent producer reports a partition's messages in the order they were produced.
+        key = (msg.topic(), msg.partition())
+        seq = self._inflight[key].popleft()
+        if err is None:
+            self._acks.acked(seq)
+        else:
+            self._errors.append(f"{key[0]}[{key[1]}]: {err.str()}")
+
+    def _on_error(self, err: KafkaError) -> None:
+        if err.fatal():
+            self._errors.append(f"fatal producer error: {err.str()}")
+        else:
+            log.warning("kafka client error", extra={"error": err.str()})
+
+    def _wait_acks(self, timeout_s: float | None) -> None:
+        timeout = self.config.flush_timeout_s if timeout_s is None else timeout_s
+        left = self._producer.flush(timeout)
+        self._raise_if_failed()
+        if left:
+            self._fail(
+                SinkError(
+                    f"kafka: {left} messages not acknowledged within {timeout} s (broker down or unreachable?)",
+                    where=self.config.bootstrap_servers,
+                )
+            )
+
+    def _maybe_check_metadata(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or now - self._last_check >= self.config.metadata_check_interval_s:
+            self._last_check = now
+            try:
+                self.topics.check()
+            except SinkError as exc:
+                self._fail(exc)
+
+    def _raise_if_failed(self) -> None:
+        if self._failed is None and self._errors:
+            first, count = self._errors[0], len(self._errors)
+            more = f" (and {count - 1} more)" if count > 1 else ""
+            message, where = f"kafka: delivery failed: {first}{more}", self.config.bootstrap_servers
+            try:  # a lost or recreated topic explains a stalled producer better than a timeout
+                self.topics.check()
+            except SinkError as cause:
+                message, where = f"{message}; {cause.message}", cause.where or where
+            self._failed = SinkError(message, where=where)
+            log.error("kafka sink failed", extra={"error": message})
+        if self._failed is not None:
+            raise self._failed
+
+    def _fail(self, exc: SinkError) -> None:
+        self._failed = exc
+        log.error("kafka sink failed", extra={"error": str(exc)})
+        raise exc
