@@ -22,14 +22,13 @@ import random
 import sys
 import tempfile
 import time
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from changefeed.model import Column, Event, Index, Op, Resolved, RowChange, TableSchema, TypeCode
-from changefeed.model.gofloat import to_float32
+from bench.orders import order_image, orders_table
+from changefeed.model import Event, Index, Op, Resolved, RowChange, TableSchema
 from changefeed.sink.mysql import MySQLParams, MySQLSink, parse_mysql_url
 
 UTF8 = {"charset": "utf8mb4", "collation": "utf8mb4_bin"}
@@ -42,39 +41,7 @@ DDL = (
 
 
 def table(schema: str) -> TableSchema:
-    return TableSchema(
-        schema,
-        "orders",
-        (
-            Column("id", TypeCode.BIGINT, nullable=False),
-            Column("customer_id", TypeCode.INT, unsigned=True),
-            Column("status", TypeCode.VARCHAR, length=32, **UTF8),
-            Column("amount", TypeCode.DECIMAL, length=12, decimal=2),
-            Column("ratio", TypeCode.DOUBLE),
-            Column("weight", TypeCode.FLOAT),
-            Column("created_at", TypeCode.DATETIME, decimal=3),
-            Column("note", TypeCode.BLOB, **UTF8),
-            Column("flags", TypeCode.TINYINT),
-            Column("payload", TypeCode.VARCHAR, length=64),
-        ),
-        (Index("PRIMARY", ("id",), primary=True), Index("customer_id", ("customer_id",))),
-    )
-
-
-def make_image(rnd: random.Random, i: int) -> tuple[Any, ...]:
-    return (
-        i,
-        rnd.randrange(1 << 20),
-        rnd.choice(["new", "paid", "shipped", "cancelled"]),
-        Decimal(rnd.randrange(10**8)).scaleb(-2),
-        rnd.random() * 1000,
-        to_float32(rnd.random()),
-        f"2024-{rnd.randint(1, 12):02d}-{rnd.randint(1, 28):02d} 12:{rnd.randint(0, 59):02d}:00"
-        f".{rnd.randrange(1000):03d}",
-        rnd.choice(["", "gift wrap", "leave at door", 'it\'s fragile\\ "x"', "日本語のメモ"]),
-        rnd.randint(-128, 127),
-        rnd.randbytes(rnd.randint(0, 32)),
-    )
+    return orders_table(schema, (Index("customer_id", ("customer_id",)),))
 
 
 def stream(t: TableSchema, n: int, mixed: bool, seed: int = 1) -> list[Event]:
@@ -93,7 +60,7 @@ def stream(t: TableSchema, n: int, mixed: bool, seed: int = 1) -> list[Event]:
         for _ in range(min(rnd.randint(1, 20), n - done)):
             roll = rnd.random() if mixed and live else 0.0
             if roll < 0.55:
-                image = make_image(rnd, next_id)
+                image = order_image(rnd, next_id)
                 live[next_id] = image
                 keys.append(next_id)
                 next_id += 1

@@ -28,7 +28,6 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -36,53 +35,18 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.orders import order_image, orders_table
 from changefeed.codec import CodecOptions, Message, make_decoder, make_encoder
-from changefeed.model import Column, Index, Op, RowChange, TableSchema, TypeCode
-from changefeed.model.gofloat import to_float32
+from changefeed.model import Op, RowChange
 
 TARGET_ENCODE = 150_000
 TARGET_DECODE = 200_000
-UTF8 = {"charset": "utf8mb4", "collation": "utf8mb4_bin"}
-
-TABLE = TableSchema(
-    "bench",
-    "orders",
-    (
-        Column("id", TypeCode.BIGINT, nullable=False),
-        Column("customer_id", TypeCode.INT, unsigned=True),
-        Column("status", TypeCode.VARCHAR, length=32, **UTF8),
-        Column("amount", TypeCode.DECIMAL, length=12, decimal=2),
-        Column("ratio", TypeCode.DOUBLE),
-        Column("weight", TypeCode.FLOAT),
-        Column("created_at", TypeCode.DATETIME, decimal=3),
-        Column("note", TypeCode.BLOB, **UTF8),
-        Column("flags", TypeCode.TINYINT),
-        Column("payload", TypeCode.VARCHAR, charset="binary", length=64),
-    ),
-    (Index("PRIMARY", ("id",), primary=True),),
-    table_id=42,
-    version=1,
-)
+TABLE = orders_table()
 
 
 def make_rows(n: int, seed: int = 7) -> list[RowChange]:
     rnd = random.Random(seed)
-    rows = []
-    for i in range(n):
-        image = (
-            i,
-            rnd.randrange(1 << 32),
-            rnd.choice(["new", "paid", "shipped", "cancelled"]),
-            Decimal(rnd.randrange(10**9)).scaleb(-2),
-            rnd.random() * 1000,
-            to_float32(rnd.random() * 100),
-            f"2024-05-{1 + i % 28:02d} 12:{i % 60:02d}:{(i * 7) % 60:02d}.{i % 1000:03d}",
-            "note about order " + str(i),
-            rnd.randrange(-128, 128),
-            rnd.randbytes(16),
-        )
-        rows.append(RowChange(Op.INSERT, TABLE, (1_700_000_000_000 << 18) + i, new=image))
-    return rows
+    return [RowChange(Op.INSERT, TABLE, (1_700_000_000_000 << 18) + i, new=order_image(rnd, i)) for i in range(n)]
 
 
 class Rate:

@@ -26,41 +26,21 @@ import shlex
 import sys
 import time
 import uuid
-from decimal import Decimal
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
+from bench.orders import order_image, orders_table
 from changefeed.codec import CodecOptions, make_decoder, make_encoder
 from changefeed.consume import KafkaSource, KafkaSourceConfig
 from changefeed.dispatch import DispatchRule
-from changefeed.model import Column, Event, Index, Op, Resolved, RowChange, TableSchema, TypeCode
-from changefeed.model.gofloat import to_float32
+from changefeed.model import Event, Op, Resolved, RowChange
 from changefeed.sink.kafka import KafkaSink, KafkaSinkConfig
 from changefeed.testing import Broker
 
-UTF8 = {"charset": "utf8mb4", "collation": "utf8mb4_bin"}
-TABLE = TableSchema(
-    "bench",
-    "orders",
-    (
-        Column("id", TypeCode.BIGINT, nullable=False),
-        Column("customer_id", TypeCode.INT, unsigned=True),
-        Column("status", TypeCode.VARCHAR, length=32, **UTF8),
-        Column("amount", TypeCode.DECIMAL, length=12, decimal=2),
-        Column("ratio", TypeCode.DOUBLE),
-        Column("weight", TypeCode.FLOAT),
-        Column("created_at", TypeCode.DATETIME, decimal=3),
-        Column("note", TypeCode.VARCHAR, length=255, **UTF8),
-        Column("flags", TypeCode.TINYINT),
-        Column("payload", TypeCode.VARCHAR, charset="binary", length=64),
-    ),
-    (Index("PRIMARY", ("id",), primary=True),),
-    table_id=42,
-    version=1,
-)
+TABLE = orders_table()
 PROTOCOLS = {
     "open-protocol": {"protocol": "open-protocol"},
     "canal-json": {"protocol": "canal-json", "enable_tidb_extension": True},
@@ -76,18 +56,7 @@ def make_events(n: int) -> list[Event]:
     out: list[Event] = []
     for i in range(n):
         ts = base + (i // 10 + 1) * 1000
-        image = (
-            i,
-            rnd.randrange(1 << 32),
-            rnd.choice(["new", "paid", "shipped", "cancelled"]),
-            Decimal(rnd.randrange(10**9)).scaleb(-2),
-            rnd.random() * 1000,
-            to_float32(rnd.random() * 100),
-            f"2024-05-{1 + i % 28:02d} 12:{i % 60:02d}:{(i * 7) % 60:02d}.{i % 1000:03d}",
-            "note about order " + str(i),
-            rnd.randrange(-128, 128),
-            rnd.randbytes(16),
-        )
+        image = order_image(rnd, i)
         out.append(RowChange(Op.INSERT, TABLE, ts, new=image, position={"row": i}))
         if (i + 1) % 1000 == 0:
             out.append(Resolved(ts, position={"row": i}))
