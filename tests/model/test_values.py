@@ -81,6 +81,16 @@ def test_format_f_round_trips_float32(v: float) -> None:
         (Column("v", TypeCode.VARCHAR, **UTF8), "测试😀", "测试😀"),
         (Column("v", TypeCode.VARCHAR, charset="binary"), b"\x00\xff", "\x00\xff"),
         (Column("j", TypeCode.JSON), '{"key1": "value1"}', '{"key1": "value1"}'),
+        (Column("s", TypeCode.SMALLINT, unsigned=True), 65535, "65535"),
+        (Column("m", TypeCode.MEDIUMINT), -8388608, "-8388608"),
+        (Column("i", TypeCode.INT, unsigned=True), 4294967295, "4294967295"),
+        (Column("d", TypeCode.DATE), "0000-00-00", "0000-00-00"),
+        (Column("ts", TypeCode.TIMESTAMP, decimal=6), "2011-11-10 11:11:11.999999", "2011-11-10 11:11:11.999999"),
+        (Column("c", TypeCode.CHAR, **UTF8), "", ""),
+        (Column("c", TypeCode.CHAR, charset="binary", length=4), b"ab\x00\x00", "ab\x00\x00"),
+        (Column("t", TypeCode.BLOB, **UTF8), "long text ✓", "long text ✓"),
+        (Column("g", TypeCode.GEOMETRY), b"\x00\x01", "\x00\x01"),
+        (Column("v", TypeCode.VECTOR), "[1,2,3]", "[1,2,3]"),
     ],
 )
 def test_canonical_text(column: Column, value: object, text: str) -> None:
