@@ -19,6 +19,7 @@ from ..errors import ConfigError, EventFormatError
 from ..model import DDLEvent, Event, Resolved, RowChange
 from ..model.jsonl import EventReader, dumps_event
 from ..model.values import b64decode, b64encode
+from ..sink.storage.layout import SchemaFile
 
 DEFAULTS = CodecOptions()
 # Rows encoded between two `build()` calls: bounds memory while leaving Open Protocol's batching
@@ -54,6 +55,11 @@ def _add_codec_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--binary-encoding-method", choices=("base64", "hex"), default="base64", help="csv")
     p.add_argument("--terminator", default="\r\n", help="csv/storage line terminator")
     p.add_argument("--input", type=argparse.FileType("rb"), default=None, help="read from a file, not stdin")
+    p.add_argument(
+        "--schema-file",
+        default=None,
+        help="csv decode: the table's storage-sink schema file (schema_<version>_<checksum>.json) typing the lines",
+    )
 
 
 def options_from_args(args: argparse.Namespace) -> CodecOptions:
@@ -150,9 +156,14 @@ def run_encode(args: argparse.Namespace) -> int:
 
 def run_decode(args: argparse.Namespace) -> int:
     options = options_from_args(args)
-    if options.protocol == "csv":
-        raise ConfigError("csv lines carry no column types: read them with the storage reader, not `decode`")
     decoder = make_decoder(options)
+    if options.protocol == "csv":
+        # CSV lines carry no types: TiCDC's consumer types them from the table's schema file.
+        if not args.schema_file:
+            raise ConfigError("csv lines carry no column types: pass the table's schema file with --schema-file")
+        with open(args.schema_file, "rb") as f:
+            schema_file = SchemaFile.parse(f.read(), where=args.schema_file)
+        decoder.set_table_schema(schema_file.to_table_schema())  # type: ignore[attr-defined]
     stream = args.input or sys.stdin.buffer
     out = sys.stdout.buffer
     for msg, where in read_messages(stream, str(getattr(stream, "name", "<stdin>"))):

@@ -26,6 +26,7 @@ from changefeed.model import (
     TypeCode,
 )
 from changefeed.model.jsonl import EventReader, dumps_event
+from changefeed.sink.storage.layout import SchemaFile
 
 UTF8 = {"charset": "utf8mb4", "collation": "utf8mb4_bin"}
 T = TableSchema(
@@ -127,3 +128,23 @@ def test_simple_decode_fails_when_schemas_never_arrive() -> None:
         timeout=120,
     )
     assert proc.returncode == 1 and "wait for their table schema" in proc.stderr.decode()
+
+
+def test_csv_round_trip_with_a_schema_file(tmp_path: Path) -> None:
+    schema_file = tmp_path / "schema.json"
+    schema_file.write_text(SchemaFile.from_table(T, T.version).to_json())
+    rows = [e for e in EVENTS if isinstance(e, RowChange)]
+    args = ["--protocol", "csv", "--include-commit-ts"]
+    messages = _run(["encode", *args], b"".join(dumps_event(e) for e in rows))
+    out = _run(["decode", *args, "--schema-file", str(schema_file)], messages)
+    back = list(EventReader().read(io.BytesIO(out)))
+    # CSV without output-old-value carries an UPDATE as its new row only (TiCDC's "U" line).
+    def image(e: RowChange) -> dict[str, object]:
+        return e.as_dict(old=e.op is Op.DELETE)
+
+    assert [(e.op, e.commit_ts, image(e)) for e in back] == [(e.op, e.commit_ts, image(e)) for e in rows]
+    assert image(back[-1]) == {"id": 1, "val": "aa", "amount": Decimal("1.50"), "raw": b"\x00\xff"}
+    missing = subprocess.run(
+        [sys.executable, "-m", "changefeed", "decode", *args], input=messages, capture_output=True, check=False
+    )
+    assert missing.returncode == 1 and "--schema-file" in missing.stderr.decode()
