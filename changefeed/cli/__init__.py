@@ -8,14 +8,14 @@ Spark does not make ``changefeed --help`` start a JVM.
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from importlib import import_module
 
 from ..errors import ChangefeedError
+from ..ops.logging import setup_logging
 
 # Subcommand modules under changefeed.cli, in the order --help lists them.
-COMMANDS: tuple[str, ...] = ("capture", "mount", "codec", "diff", "run", "apply")
+COMMANDS: tuple[str, ...] = ("capture", "mount", "codec", "diff", "run", "apply", "check", "status")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,6 +24,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Change data capture for MySQL/MariaDB and TiDB, speaking TiCDC's protocols, on Spark.",
     )
     parser.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
+    parser.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default="text",
+        help="text lines, or JSON lines with every structured field (default text); credentials are masked",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMANDS:
         try:
@@ -39,11 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
-        format="%(asctime)s %(levelname)s %(name)s %(message)s",
-        stream=sys.stderr,
-    )
+    setup_logging(args.log_level, args.log_format)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

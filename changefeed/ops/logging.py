@@ -1,0 +1,159 @@
+"""Log setup for the CLI: text or JSON lines, with credentials masked in every record.
+
+JSON lines (``--log-format json``) are for log shippers: one object per record with ``time``
+(UTC, ISO 8601), ``level``, ``logger``, ``message`` and every ``extra=`` field the code passed
+(``changefeed``, ``position``, ``table``, ``checkpoint_ts``...), so a dashboard can filter on them
+without parsing the message.
+
+`SecretFilter` sits on the handler, so it sees records of every logger (a filter on a logger
+would miss records propagated from its children). It masks ``scheme://user:PASSWORD@`` in the
+message, its arguments, ``extra`` values and exception text, and ``password=...`` style fields,
+and replaces the value of any ``extra`` key that names a secret. Sinks already mask URLs they
+log; this is the net under code that forgets.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+import sys
+from collections.abc import Mapping
+from typing import IO, Any, Literal
+
+import orjson
+
+from ..sink.mysql.url import mask_url
+
+__all__ = ["JsonFormatter", "LogFormat", "SecretFilter", "mask_secrets", "setup_logging"]
+
+LogFormat = Literal["text", "json"]
+
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
+
+#: Attributes every LogRecord has; anything else on a record came from ``extra=``.
+_STANDARD_ATTRS = frozenset(
+    vars(logging.LogRecord("", logging.INFO, "", 0, "", (), None)).keys() | {"message", "asctime", "taskName"}
+)
+_SECRET_KEY = re.compile(r"pass(word|wd)?|pwd|secret|token|credential|api[_-]?key|sasl[._]password", re.I)
+# password=xxx, "password": "xxx", passwd: xxx, sasl.password=xxx (in DSNs, config dumps, reprs).
+_SECRET_FIELD = re.compile(
+    r"""(?P<key>\b[\w.-]*(?:password|passwd|pwd|secret|token)["']?\s*[=:]\s*)(?P<q>["']?)(?P<value>[^\s"',;&}]+)""",
+    re.I,
+)
+MASK = "***"
+
+
+def mask_secrets(text: str) -> str:
+    """``text`` with URL passwords and ``password=`` style values replaced by ``***``."""
+    text = mask_url(text)
+    return _SECRET_FIELD.sub(lambda m: m.group("key") + m.group("q") + MASK, text)
+
+
+def _mask_value(value: Any, depth: int = 0) -> Any:
+    """A masked copy of a log argument or extra value; non-text objects are kept if they hold no secret."""
+    if depth > 4:
+        return value
+    if isinstance(value, str):
+        return mask_secrets(value)
+    if isinstance(value, bytes | bytearray):
+        return value
+    if isinstance(value, Mapping):
+        return {
+            k: MASK if isinstance(k, str) and _SECRET_KEY.search(k) else _mask_value(v, depth + 1)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple | set | frozenset):
+        return type(value)(_mask_value(v, depth + 1) for v in value)
+    if isinstance(value, int | float | bool) or value is None:
+        return value
+    # Any other object is formatted with %s / %r later: mask its text now if it carries a secret.
+    for text in (str(value), repr(value)):
+        if mask_secrets(text) != text:
+            return mask_secrets(str(value))
+    return value
+
+
+class SecretFilter(logging.Filter):
+    """Masks credentials in place; always lets the record through."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        # Format first, then mask: masking the format string could eat a placeholder
+        # ("password=%s") and leave the argument unformatted in the record.
+        try:
+            message = record.getMessage()
+        except Exception:  # a broken format: mask the parts, let the handler report it
+            record.msg = _mask_value(record.msg)
+            if isinstance(record.args, Mapping):
+                record.args = _mask_value(record.args)
+            elif record.args:
+                record.args = tuple(_mask_value(a) for a in record.args)
+        else:
+            record.msg = mask_secrets(message)
+            record.args = None
+        for key, value in list(vars(record).items()):
+            if key in _STANDARD_ATTRS:
+                continue
+            record.__dict__[key] = MASK if _SECRET_KEY.search(key) else _mask_value(value)
+        if record.exc_info and not record.exc_text:
+            # Format the traceback now so the (masked) text is what every formatter prints.
+            record.exc_text = mask_secrets(logging.Formatter().formatException(record.exc_info))
+        elif record.exc_text:
+            record.exc_text = mask_secrets(record.exc_text)
+        return True
+
+
+def extra_fields(record: logging.LogRecord) -> dict[str, Any]:
+    """The ``extra=`` fields of a record."""
+    return {k: v for k, v in vars(record).items() if k not in _STANDARD_ATTRS and not k.startswith("_")}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, then the extra fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": dt.datetime.fromtimestamp(record.created, dt.UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key, value in extra_fields(record).items():
+            entry.setdefault(key, value)
+        if record.exc_info or record.exc_text:
+            entry["exception"] = record.exc_text or self.formatException(record.exc_info)  # type: ignore[arg-type]
+        if record.stack_info:
+            entry["stack"] = self.formatStack(record.stack_info)
+        line = orjson.dumps(entry, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+        return mask_secrets(line)  # last line of defence: nothing formatted above may leak
+
+
+class _MaskingTextFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        return mask_secrets(super().format(record))
+
+
+def setup_logging(
+    level: str | int = "WARNING", fmt: LogFormat = "text", stream: IO[str] | None = None
+) -> logging.Handler | None:
+    """Install one masking handler on the root logger (stderr), replacing one installed before.
+
+    Like ``logging.basicConfig``, text format leaves a root logger that already has other handlers
+    (an embedding application, pytest) alone; such an application can add `SecretFilter` to its
+    own handlers. JSON format always installs its handler: asking for JSON means a shipper parses
+    stderr.
+    """
+    if isinstance(level, str):
+        level = int(level) if level.isdigit() else getattr(logging, level.upper(), logging.WARNING)
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if getattr(h, "_changefeed", False)]:
+        root.removeHandler(old)
+    if fmt == "text" and root.handlers:
+        return None  # someone else configured logging (as basicConfig, leave it: their records, their handlers)
+    handler = logging.StreamHandler(stream or sys.stderr)
+    handler._changefeed = True  # type: ignore[attr-defined]
+    handler.addFilter(SecretFilter())
+    handler.setFormatter(JsonFormatter() if fmt == "json" else _MaskingTextFormatter(TEXT_FORMAT))
+    root.addHandler(handler)
+    root.setLevel(level)
+    return handler

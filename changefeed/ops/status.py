@@ -1,0 +1,250 @@
+"""Where a changefeed stands, read from what it leaves behind: no running process is needed.
+
+Three places hold progress, and each answers a different question:
+
+* a storage-sink directory's ``metadata`` (`storage_status`): what consumers can read;
+* a MySQL sink's checkpoint table (`mysql_status`): what the downstream has applied, and the
+  source position it resumes from;
+* a Spark checkpoint directory (`spark_status`): which micro-batch ran last, the source offsets
+  it planned (``offsets/<id>``) and whether it finished (``commits/<id>``). A last batch without
+  a commit is re-run with the same offsets on restart.
+
+Lag is now minus the checkpoint's physical time (TSO-shaped commit ts), so it grows while the
+source is idle too: it is "how old is the newest change we are sure of", as TiCDC reports it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pymysql
+
+from ..errors import ChangefeedError
+from ..model.tso import tso_physical_ms
+from ..sink.mysql.checkpoint import CHECKPOINT_TABLE
+from ..sink.mysql.sql import quote_table
+from ..sink.mysql.url import MySQLParams, mask_url, parse_mysql_url
+from ..sink.storage.layout import DATA_FILE_RE, SCHEMA_FILE_RE, read_checkpoint
+
+__all__ = [
+    "MySQLCheckpointStatus",
+    "SparkCheckpointStatus",
+    "StatusError",
+    "StorageStatus",
+    "TableFiles",
+    "mysql_status",
+    "spark_status",
+    "storage_status",
+    "ts_wall_time",
+]
+
+
+class StatusError(ChangefeedError):
+    """A status source is missing or unreadable."""
+
+
+def ts_wall_time(ts: int) -> str | None:
+    """The UTC wall time of a TSO-shaped commit ts (ISO 8601), ``None`` for 0 (nothing yet)."""
+    if ts <= 0:
+        return None
+    return dt.datetime.fromtimestamp(tso_physical_ms(ts) / 1000, dt.UTC).isoformat(timespec="milliseconds")
+
+
+def ts_lag(ts: int, now: float | None = None) -> float | None:
+    """Seconds between now and the commit ts's physical time; ``None`` for 0."""
+    if ts <= 0:
+        return None
+    return round((time.time() if now is None else now) - tso_physical_ms(ts) / 1000, 3)
+
+
+@dataclass(frozen=True, slots=True)
+class TableFiles:
+    """One table of a storage directory: data files, its newest table version and how many versions it had."""
+
+    table: str
+    files: int
+    newest_version: int | None
+    versions: int
+
+
+@dataclass(frozen=True, slots=True)
+class StorageStatus:
+    root: str
+    checkpoint_ts: int
+    checkpoint_time: str | None
+    lag_seconds: float | None
+    tables: list[TableFiles] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def storage_status(root: str | Path, now: float | None = None) -> StorageStatus:
+    """The published checkpoint and per-table data file counts of a storage-sink directory."""
+    path = Path(root)
+    if not path.is_dir():
+        raise StatusError(f"no storage directory at {path}")
+    checkpoint = read_checkpoint(path)
+    tables: list[TableFiles] = []
+    for schema_dir in sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        for table_dir in sorted(p for p in schema_dir.iterdir() if p.is_dir() and p.name != "meta"):
+            # A version shows as a data directory, or only as a schema file (a DDL with no rows since).
+            versions = {int(p.name) for p in table_dir.iterdir() if p.is_dir() and p.name.isdigit()}
+            if (table_dir / "meta").is_dir():
+                matches = (SCHEMA_FILE_RE.match(p.name) for p in (table_dir / "meta").iterdir())
+                versions |= {int(m.group(1)) for m in matches if m}
+            files = sum(
+                1
+                for f in table_dir.rglob("CDC*")
+                if f.is_file() and "meta" not in f.relative_to(table_dir).parts and DATA_FILE_RE.match(f.name)
+            )
+            tables.append(
+                TableFiles(f"{schema_dir.name}.{table_dir.name}", files, max(versions, default=None), len(versions))
+            )
+    return StorageStatus(str(path), checkpoint, ts_wall_time(checkpoint), ts_lag(checkpoint, now), tables)
+
+
+@dataclass(frozen=True, slots=True)
+class MySQLCheckpointStatus:
+    changefeed_id: str
+    commit_ts: int
+    checkpoint_time: str | None
+    lag_seconds: float | None
+    position: Mapping[str, Any] | None
+    updated_at: str | None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def mysql_status(
+    target: str | MySQLParams,
+    changefeed_id: str | None = None,
+    *,
+    schema: str = "changefeed",
+    now: float | None = None,
+) -> list[MySQLCheckpointStatus]:
+    """Rows of a MySQL sink's checkpoint table (one changefeed, or all of them)."""
+    params = parse_mysql_url(target) if isinstance(target, str) else target
+    table = quote_table(schema, CHECKPOINT_TABLE)
+    sql = f"SELECT changefeed_id, commit_ts, position, updated_at FROM {table}"
+    args: tuple[Any, ...] = ()
+    if changefeed_id is not None:
+        sql += " WHERE changefeed_id=%s"
+        args = (changefeed_id,)
+    try:
+        with params.connect(autocommit=True, connect_timeout=5) as conn, conn.cursor() as cur:
+            cur.execute(sql + " ORDER BY changefeed_id", args)
+            rows = cur.fetchall()
+    except pymysql.err.ProgrammingError as exc:
+        if exc.args and exc.args[0] == 1146:  # ER_NO_SUCH_TABLE
+            raise StatusError(
+                f"{params.url} has no checkpoint table {schema}.{CHECKPOINT_TABLE}: no MySQL sink has run there "
+                "(or it uses another checkpoint schema: --checkpoint-schema)"
+            ) from None
+        raise StatusError(f"reading the checkpoint table on {params.url} failed: {mask_url(str(exc))}") from None
+    except pymysql.err.MySQLError as exc:
+        raise StatusError(f"cannot read the checkpoint table on {params.url}: {mask_url(str(exc))}") from None
+    if changefeed_id is not None and not rows:
+        raise StatusError(
+            f"changefeed {changefeed_id!r} has no checkpoint in {schema}.{CHECKPOINT_TABLE} on {params.url}"
+        )
+    out: list[MySQLCheckpointStatus] = []
+    for cf, commit_ts, position, updated_at in rows:
+        ts = int(commit_ts)
+        out.append(
+            MySQLCheckpointStatus(
+                str(cf),
+                ts,
+                ts_wall_time(ts),
+                ts_lag(ts, now),
+                json.loads(position) if position else None,
+                updated_at.isoformat() if updated_at is not None else None,
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class SparkCheckpointStatus:
+    directory: str
+    query_id: str | None
+    last_batch_id: int | None
+    last_committed_batch_id: int | None
+    last_batch_committed: bool
+    batch_time: str | None
+    offsets: list[Any] = field(default_factory=list)
+    committed_offsets: list[Any] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _batch_ids(directory: Path) -> list[int]:
+    if not directory.is_dir():
+        return []
+    return sorted(int(p.name) for p in directory.iterdir() if p.is_file() and p.name.isdigit())
+
+
+def _read_offsets(path: Path) -> tuple[dict[str, Any], list[Any]]:
+    """``offsets/<id>``: a version line, the batch metadata JSON, then one line per source (``-``: none)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+        if len(lines) < 2 or not lines[0].startswith("v"):
+            raise ValueError("expected a version line and a metadata line")
+        meta = json.loads(lines[1])
+        offsets = [None if line.strip() == "-" else _json_or_text(line) for line in lines[2:]]
+    except (OSError, ValueError) as exc:
+        raise StatusError(f"unreadable Spark offset log: {exc}", where=str(path)) from None
+    return meta, offsets
+
+
+def _json_or_text(line: str) -> Any:
+    try:
+        return json.loads(line)
+    except ValueError:
+        return line
+
+
+def spark_status(directory: str | Path) -> SparkCheckpointStatus:
+    """The last micro-batch of a Structured Streaming checkpoint and whether it committed."""
+    path = Path(directory)
+    if not (path / "offsets").is_dir():
+        raise StatusError(f"{path} is not a Spark streaming checkpoint (no offsets/ folder)")
+    query_id = None
+    if (path / "metadata").is_file():
+        try:
+            query_id = json.loads((path / "metadata").read_text(encoding="utf-8")).get("id")
+        except ValueError:
+            query_id = None
+    planned = _batch_ids(path / "offsets")
+    committed = _batch_ids(path / "commits")
+    last = planned[-1] if planned else None
+    last_commit = committed[-1] if committed else None
+    meta: dict[str, Any] = {}
+    offsets: list[Any] = []
+    if last is not None:
+        meta, offsets = _read_offsets(path / "offsets" / str(last))
+    committed_offsets: list[Any] = offsets if last is not None and last == last_commit else []
+    if last_commit is not None and last_commit != last and (path / "offsets" / str(last_commit)).is_file():
+        committed_offsets = _read_offsets(path / "offsets" / str(last_commit))[1]
+    stamp = meta.get("batchTimestampMs")
+    batch_time = (
+        dt.datetime.fromtimestamp(int(stamp) / 1000, dt.UTC).isoformat(timespec="milliseconds") if stamp else None
+    )
+    return SparkCheckpointStatus(
+        str(path),
+        query_id,
+        last,
+        last_commit,
+        last is not None and last == last_commit,
+        batch_time,
+        offsets,
+        committed_offsets,
+    )

@@ -1,0 +1,105 @@
+"""JSON log lines carry every extra field, and no credential survives in any part of a record."""
+
+from __future__ import annotations
+
+import io
+import logging
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from changefeed.ops.logging import mask_secrets, setup_logging
+from changefeed.testing import free_port
+
+SECRET = "hunter2-Secret"
+
+
+@pytest.fixture
+def json_log() -> Iterator[io.StringIO]:
+    stream = io.StringIO()
+    handler = setup_logging("DEBUG", "json", stream)
+    root = logging.getLogger()
+    level = root.level
+    try:
+        yield stream
+    finally:
+        root.removeHandler(handler)  # type: ignore[arg-type]
+        root.setLevel(level)
+
+
+class _Dsn:
+    """An object whose str() leaks a password, as a careless config class might."""
+
+    def __str__(self) -> str:
+        return f"Dsn(host=db1 password={SECRET})"
+
+
+def _lines(stream: io.StringIO) -> list[dict]:
+    return [orjson.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def test_json_lines_carry_extra_fields(json_log: io.StringIO) -> None:
+    log = logging.getLogger("changefeed.progress")
+    log.info(
+        "batch %d done",
+        7,
+        extra={"changefeed": "cf-1", "position": {"file": "binlog.000003", "pos": 1234}, "table": "shop.orders"},
+    )
+    (entry,) = _lines(json_log)
+    assert entry["level"] == "INFO" and entry["logger"] == "changefeed.progress"
+    assert entry["message"] == "batch 7 done"
+    assert entry["changefeed"] == "cf-1" and entry["table"] == "shop.orders"
+    assert entry["position"] == {"file": "binlog.000003", "pos": 1234}
+    assert entry["time"].endswith("+00:00")
+
+
+def test_passwords_never_reach_the_output(json_log: io.StringIO) -> None:
+    log = logging.getLogger("changefeed.test")
+    url = f"mysql://repl:{SECRET}@db1:3306/shop"
+    log.warning(f"connecting to {url}")  # in the message itself
+    log.warning("connecting to %s via %r", url, _Dsn())  # in the arguments
+    log.warning("config %s", {"sink": url, "password": SECRET, "sasl.password": SECRET})  # a mapping argument
+    log.warning(
+        "extra fields",
+        extra={
+            "url": url,
+            "password": SECRET,
+            "dsn": f"host=db1 user=repl password={SECRET}",
+            "options": {"source": [url], "token": SECRET},
+        },
+    )
+    try:
+        raise ConnectionError(f"lost {url}")
+    except ConnectionError:
+        log.exception("failed with password=%s", SECRET)
+    out = json_log.getvalue()
+    assert SECRET not in out
+    entries = _lines(json_log)
+    assert len(entries) == 5
+    assert entries[0]["message"] == "connecting to mysql://repl:***@db1:3306/shop"
+    assert entries[3]["password"] == "***" and entries[3]["url"] == "mysql://repl:***@db1:3306/shop"
+    assert entries[3]["options"]["token"] == "***"
+    assert "mysql://repl:***@db1" in entries[4]["exception"]
+
+
+def test_mask_secrets_forms() -> None:
+    assert mask_secrets(f"kafka://u:{SECRET}@b:9092 and password={SECRET}") == "kafka://u:***@b:9092 and password=***"
+    assert mask_secrets(f'{{"password": "{SECRET}"}}') == '{"password": "***"}'
+    assert mask_secrets("mysql://root@h:3306") == "mysql://root@h:3306"
+
+
+def test_cli_log_format_json(tmp_path: Path) -> None:
+    """End to end: the flag gives JSON lines on stderr, with the URL's password masked."""
+    port = free_port("127.0.0.1")
+    argv = [sys.executable, "-m", "changefeed", "--log-format", "json", "--log-level", "INFO", "check"]
+    argv += ["--from", f"mysql://root:{SECRET}@127.0.0.1:{port}", "--timeout", "1"]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    assert result.returncode == 1, result.stderr
+    assert "source-unreachable" in result.stdout
+    assert SECRET not in result.stdout + result.stderr
+    lines = [orjson.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
+    assert any(e.get("check") == "source-unreachable" and e["logger"] == "changefeed.ops.preflight" for e in lines)
