@@ -67,7 +67,18 @@ class KafkaSinkConfig:
             raise ConfigError("the Kafka sink needs a default topic")
 
 
+_REBUILD_HINT = "the sink stays failed: create a new KafkaSink and re-send every event after its `flushed` position"
+
+
 class KafkaSink:
+    """One changefeed's Kafka writer.
+
+    Recovery is the caller's job, by design: after any delivery failure (a broker restart that
+    lost data, a stalled or fatal idempotent producer) the sink raises SinkError and stays failed,
+    because only the caller still holds the events after ``flushed``. It builds a new sink and
+    re-sends from there; the consumer drops the overlap (docs/kafka.md, "Broker restarts").
+    """
+
     def __init__(self, config: KafkaSinkConfig) -> None:
         from confluent_kafka import Producer  # noqa: PLC0415
         from confluent_kafka.admin import AdminClient  # noqa: PLC0415
@@ -325,7 +336,8 @@ class KafkaSink:
         if left:
             self._fail(
                 SinkError(
-                    f"kafka: {left} messages not acknowledged within {timeout} s (broker down or unreachable?)",
+                    f"kafka: {left} messages not acknowledged within {timeout} s (broker down or unreachable?); "
+                    f"{_REBUILD_HINT}",
                     where=self.config.bootstrap_servers,
                 )
             )
@@ -348,6 +360,7 @@ class KafkaSink:
                 self.topics.check()
             except SinkError as cause:
                 message, where = f"{message}; {cause.message}", cause.where or where
+            message = f"{message}; {_REBUILD_HINT}"
             self._failed = SinkError(message, where=where)
             log.error("kafka sink failed", extra={"error": message})
         if self._failed is not None:

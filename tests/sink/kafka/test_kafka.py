@@ -1,7 +1,7 @@
 """Kafka sink -> tansu broker -> Kafka source, for every protocol.
 
-Each test uses its own topic. Persistent broker storage (tansu on s3rver) is not covered here:
-the restart test uses memory storage and checks that both sides notice the loss.
+Each test uses its own topic. The restart test here uses memory storage and checks that both sides
+notice the loss; restarts with persistent storage (tansu on s3rver) are in test_restart.py.
 """
 
 from __future__ import annotations

@@ -1,0 +1,51 @@
+"""Kafka fixtures beyond the shared memory-storage ``broker``: a tansu broker whose data survives restarts."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from changefeed.testing import Broker, service_unavailable
+from changefeed.testing.s3 import S3Server
+
+log = logging.getLogger(__name__)
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """One s3rver (npm, disk-backed) for the session; each persistent broker gets its own bucket."""
+    server = S3Server()
+    try:
+        server.start()
+    except Exception as exc:
+        log.exception("s3rver could not start")
+        service_unavailable(f"s3rver could not start: {type(exc).__name__}: {exc}")
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def persistent_broker(s3_server: S3Server) -> Iterator[Broker]:
+    """A private tansu broker with ``--storage-engine s3://<fresh bucket>/``: restart() keeps the data.
+
+    Function-scoped because tests restart it. Restart only while no producer has messages in flight
+    (see changefeed.testing.broker on the tansu watermark bug).
+    """
+    bucket = f"tansu-{uuid.uuid4().hex[:12]}"
+    broker = Broker(storage_engine=f"s3://{bucket}/", env=s3_server.tansu_env(), name="tansu-s3")
+    try:
+        s3_server.create_bucket(bucket)
+        broker.start()
+    except Exception as exc:
+        log.exception("tansu with s3 storage could not start")
+        broker.stop()
+        service_unavailable(f"tansu with s3 storage could not start: {type(exc).__name__}: {exc}")
+    try:
+        yield broker
+    finally:
+        broker.stop()
