@@ -19,25 +19,15 @@ import importlib.resources
 import logging
 import os
 import shutil
-import signal
-import subprocess
 import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
-from changefeed.testing import (
-    ServiceError,
-    _log_tail,
-    _register_cleanup,
-    _signal_group,
-    _spawn,
-    _unregister_cleanup,
-    _wait_or_kill,
-)
-from changefeed.testing.ports import free_port, port_is_open
+from changefeed.testing import ServiceError
+from changefeed.testing.ports import port_is_open
+from changefeed.testing.process import ManagedProcess
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
@@ -45,9 +35,6 @@ if TYPE_CHECKING:
 __all__ = ["Broker", "tansu_binary"]
 
 log = logging.getLogger(__name__)
-
-_HOST = "127.0.0.1"
-_BIND_RETRIES = 3
 
 
 def tansu_binary() -> str:
@@ -77,12 +64,17 @@ def tansu_binary() -> str:
         raise ServiceError(f"no tansu binary: {exc}") from exc
 
 
-class Broker:
+class Broker(ManagedProcess):
     """A private tansu broker on a free 127.0.0.1 port.
 
     ``storage_engine`` is passed through (``memory://tansu/`` loses everything on restart; an
-    ``s3://bucket/`` URL with ``env`` carrying the AWS_* settings survives restarts).
+    ``s3://bucket/`` URL with ``env`` carrying the AWS_* settings survives restarts). Ready once an
+    AdminClient can list topics (and, with persistent storage, after :meth:`warm_up`); stopped with
+    SIGTERM (tansu drains ~5 s with the port bound), SIGKILL after ``shutdown_timeout``.
     """
+
+    program = "tansu"
+    not_ready = "no metadata from"
 
     def __init__(
         self,
@@ -97,30 +89,15 @@ class Broker:
         name: str = "tansu",
     ) -> None:
         """Configure (not start) a broker; ``env`` adds to the inherited environment."""
+        super().__init__(
+            name=name, port=port, startup_timeout=startup_timeout, shutdown_timeout=shutdown_timeout, keep=keep_logs
+        )
         self.storage_engine = storage_engine
-        self.startup_timeout = startup_timeout
-        self.shutdown_timeout = shutdown_timeout
-        self.name = name
         self._binary = binary
         self._env = dict(env or {})
-        self._fixed_port = port is not None
-        self._port = port
-        self._keep_logs = keep_logs
-        self._dir: Path | None = None
         self._log_offset = 0
-        self._proc: subprocess.Popen[bytes] | None = None
 
     # --- connection details -------------------------------------------------------------------------
-
-    @property
-    def host(self) -> str:
-        return _HOST
-
-    @property
-    def port(self) -> int:
-        if self._port is None:
-            raise ServiceError(f"{self.name} has no port yet: call start()")
-        return self._port
 
     @property
     def bootstrap_servers(self) -> str:
@@ -129,16 +106,7 @@ class Broker:
 
     @property
     def log_file(self) -> Path:
-        if self._dir is None:
-            raise ServiceError(f"{self.name} has no log yet: call start()")
-        return self._dir / "broker.log"
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
-
-    def is_running(self) -> bool:
-        return self.pid is not None
+        return self._require_dir("log") / "broker.log"
 
     def info(self) -> dict[str, Any]:
         """Connection details as plain JSON-able data (for the CLI and for logs)."""
@@ -197,46 +165,7 @@ class Broker:
                 )
             time.sleep(0.05)
 
-    # --- lifecycle ----------------------------------------------------------------------------------
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
-
-    def start(self) -> Self:
-        """Start tansu and wait until an AdminClient can list topics."""
-        if self.is_running():
-            return self
-        if self._dir is None:
-            self._dir = Path(tempfile.mkdtemp(prefix="changefeed-tansu-"))
-        try:
-            for attempt in range(1, _BIND_RETRIES + 1):
-                if self._port is None:
-                    self._port = free_port(_HOST)
-                try:
-                    self._launch()
-                    break
-                except ServiceError as exc:
-                    bind_failed = self._bind_failed()
-                    if self._fixed_port or not bind_failed or attempt == _BIND_RETRIES:
-                        raise
-                    log.warning("%s: port %d was taken, retrying on another (%s)", self.name, self._port, exc)
-                    self._port = None
-        except BaseException:
-            self._discard_files()
-            raise
-        return self
-
-    def stop(self) -> None:
-        """SIGTERM and wait for exit (tansu drains ~5 s with the port bound); SIGKILL after the timeout."""
-        try:
-            self._shutdown()
-        finally:
-            self._discard_files()
+    # --- lifecycle ---------------------------------------------------------------------------------
 
     @property
     def persistent(self) -> bool:
@@ -250,25 +179,18 @@ class Broker:
         stalls: tests must recreate topics and producers. With persistent storage the data stays
         (see the module doc for the warm-up this needs).
         """
-        self._shutdown()
-        self._launch()
-        return self
+        return super().restart()
 
-    def kill(self) -> None:
-        """SIGKILL the broker, as a crash would; :meth:`start` brings it back on the same port."""
-        proc = self._proc
-        if proc is None:
-            return
-        _signal_group(proc, signal.SIGKILL)
-        _wait_or_kill(proc, 10, self.name)
-        self._proc = None
-        log.info("%s killed (pid %d)", self.name, proc.pid)
+    def _make_dir(self) -> Path:
+        return Path(tempfile.mkdtemp(prefix="changefeed-tansu-"))
 
-    # --- internals ----------------------------------------------------------------------------------
+    def _prepare(self) -> None:
+        # Only this run's part of the log counts for _bind_failed.
+        self._log_offset = self.log_file.stat().st_size if self.log_file.exists() else 0
 
-    def _launch(self) -> None:
+    def _argv(self) -> list[str]:
         listener = f"tcp://{self.host}:{self.port}"
-        argv = [
+        return [
             self._binary or tansu_binary(),
             "broker",
             "--listener-url",
@@ -278,56 +200,36 @@ class Broker:
             "--storage-engine",
             self.storage_engine,
         ]
-        env = {"NO_COLOR": "1", **os.environ, **self._env}  # plain-text log for error messages
-        started = time.monotonic()
-        self._log_offset = self.log_file.stat().st_size if self.log_file.exists() else 0
-        self._proc = _spawn(argv, log_path=self.log_file, env=env)
-        _register_cleanup(self, self.stop)
-        try:
-            self._wait_ready(started)
-            if self.persistent:
-                self.warm_up()
-        except BaseException:
-            self._shutdown()
-            raise
-        log.info(
-            "%s ready on %s (pid %d, %s) in %.2f s",
-            self.name,
-            self.bootstrap_servers,
-            self._proc.pid,
-            self.storage_engine,
-            time.monotonic() - started,
-        )
 
-    def _wait_ready(self, started: float) -> None:
-        """Wait for the port first (so librdkafka does not log refused connections), then for metadata."""
+    def _process_env(self) -> dict[str, str]:
+        return {"NO_COLOR": "1", **os.environ, **self._env}  # plain-text log for error messages
+
+    def _output_path(self) -> Path:
+        return self.log_file
+
+    def _address(self) -> str:
+        return self.bootstrap_servers
+
+    def _ready_note(self) -> str:
+        return f", {self.storage_engine}"
+
+    def _probe(self) -> bool | Exception:
+        """The port first (so librdkafka does not log refused connections), then metadata."""
         from confluent_kafka import KafkaException  # noqa: PLC0415
 
-        assert self._proc is not None
-        deadline = started + self.startup_timeout
-        last_error: Exception | None = None
-        while True:
-            code = self._proc.poll()
-            if code is not None:
-                raise ServiceError(
-                    f"{self.name}: tansu exited with code {code} during startup (port {self._port}). "
-                    f"Log tail:\n{_log_tail(self.log_file)}"
-                )
-            if self._bind_failed():  # tansu panics in a worker thread and lingers
-                raise ServiceError(f"{self.name}: port {self._port} is in use. Log tail:\n{_log_tail(self.log_file)}")
-            if port_is_open(self.host, self.port, timeout=0.5):
-                try:
-                    self.admin().list_topics(timeout=2)
-                except KafkaException as exc:
-                    last_error = exc
-                else:
-                    return
-            if time.monotonic() >= deadline:
-                raise ServiceError(
-                    f"{self.name}: no metadata from {self.bootstrap_servers} within {self.startup_timeout:.0f} s "
-                    f"(last error: {last_error!r}). Log tail:\n{_log_tail(self.log_file)}"
-                )
-            time.sleep(0.05)
+        if self._bind_failed():  # tansu panics in a worker thread and lingers
+            raise ServiceError(f"{self.name}: port {self._port} is in use. Log tail:\n{self._logs()}")
+        if not port_is_open(self.host, self.port, timeout=0.5):
+            return False
+        try:
+            self.admin().list_topics(timeout=2)
+        except KafkaException as exc:
+            return exc
+        return True
+
+    def _after_ready(self) -> None:
+        if self.persistent:
+            self.warm_up()
 
     def warm_up(self, timeout: float = 30.0) -> None:
         """Fetch once from every partition of every topic, so tansu loads their high watermarks.
@@ -362,7 +264,7 @@ class Broker:
                 if time.monotonic() >= deadline:
                     raise ServiceError(
                         f"{self.name}: warm-up fetched nothing from {sorted(left)} within {timeout:.0f} s; "
-                        f"producing now could overwrite stored batches. Log tail:\n{_log_tail(self.log_file)}"
+                        f"producing now could overwrite stored batches. Log tail:\n{self._logs()}"
                     )
                 for msg in consumer.consume(100, 0.2):
                     err = msg.error()
@@ -385,28 +287,3 @@ class Broker:
                 return b"AddrInUse" in f.read(256 * 1024)
         except OSError:
             return False
-
-    def _shutdown(self) -> None:
-        proc = self._proc
-        if proc is None:
-            _unregister_cleanup(self)
-            return
-        try:
-            if proc.poll() is None:
-                _signal_group(proc, signal.SIGTERM)
-                _wait_or_kill(proc, self.shutdown_timeout, self.name)
-                log.info("%s stopped (pid %d)", self.name, proc.pid)
-        finally:
-            if proc.poll() is None:  # pragma: no cover - belt and braces for an interrupted wait
-                _signal_group(proc, signal.SIGKILL)
-                proc.wait(timeout=30)
-            self._proc = None
-            _unregister_cleanup(self)
-
-    def _discard_files(self) -> None:
-        if self._dir is not None and not self._keep_logs and not self.is_running():
-            shutil.rmtree(self._dir, ignore_errors=True)
-        if not self._keep_logs:
-            self._dir = None
-            if not self._fixed_port:
-                self._port = None

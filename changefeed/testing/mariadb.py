@@ -15,22 +15,13 @@ import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import pymysql
 import pymysql.connections
 
-from changefeed.testing import (
-    ServiceError,
-    _log_tail,
-    _register_cleanup,
-    _signal_group,
-    _spawn,
-    _unregister_cleanup,
-    _wait_or_kill,
-)
-from changefeed.testing.ports import free_port
+from changefeed.testing import ServiceError
+from changefeed.testing.process import ManagedProcess, _log_tail, _signal_group
 
 __all__ = ["ConfigValue", "MariaDBServer"]
 
@@ -39,9 +30,7 @@ log = logging.getLogger(__name__)
 #: An option value in my.cnf: ``None`` or ``True`` writes a bare flag, ``False`` drops the option.
 ConfigValue = str | int | float | bool | None
 
-_HOST = "127.0.0.1"
 _BIND_FAILURE_MARKERS = ("Address already in use", "Do you already have another server running")
-_BIND_RETRIES = 3
 
 
 def _key(option: str) -> str:
@@ -57,12 +46,17 @@ def _find(binary: str) -> str:
     return found
 
 
-class MariaDBServer:
+class MariaDBServer(ManagedProcess):
     """A private ``mariadbd`` for tests and demos: ROW binlog with full images and metadata.
 
     Use as a context manager or call :meth:`start`/:meth:`stop`. :meth:`restart` keeps the datadir
     and port (for "server restarted mid-stream" tests); :meth:`kill` simulates a crash.
     """
+
+    program = "mariadbd"
+    not_ready = "no root login on"
+    log_heading = "Error log tail"
+    poll_interval = 0.1
 
     def __init__(
         self,
@@ -82,29 +76,18 @@ class MariaDBServer:
         ``{"binlog_format": "STATEMENT"}``. With ``basedir`` the files go there and are kept;
         otherwise a temp dir is used and removed on :meth:`stop` unless ``keep``.
         """
+        super().__init__(
+            name=name or f"mariadb[server_id={server_id}]",
+            port=port,
+            startup_timeout=startup_timeout,
+            shutdown_timeout=shutdown_timeout,
+            keep=keep or basedir is not None,
+        )
         self.server_id = server_id
         self.extra_config: dict[str, ConfigValue] = dict(extra_config or {})
-        self.startup_timeout = startup_timeout
-        self.shutdown_timeout = shutdown_timeout
-        self.name = name or f"mariadb[server_id={server_id}]"
-        self._fixed_port = port is not None
-        self._port = port
         self._given_basedir = Path(basedir).resolve() if basedir is not None else None
-        self._keep = keep or basedir is not None
-        self._basedir: Path | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
 
     # --- connection details -------------------------------------------------------------------------
-
-    @property
-    def host(self) -> str:
-        return _HOST
-
-    @property
-    def port(self) -> int:
-        if self._port is None:
-            raise ServiceError(f"{self.name} has no port yet: call start()")
-        return self._port
 
     @property
     def user(self) -> str:
@@ -121,9 +104,7 @@ class MariaDBServer:
 
     @property
     def basedir(self) -> Path:
-        if self._basedir is None:
-            raise ServiceError(f"{self.name} has no directory yet: call start()")
-        return self._basedir
+        return self._require_dir("directory")
 
     @property
     def datadir(self) -> Path:
@@ -145,13 +126,6 @@ class MariaDBServer:
     @property
     def error_log(self) -> Path:
         return self.basedir / "error.log"
-
-    @property
-    def pid(self) -> int | None:
-        return self._proc.pid if self._proc is not None and self._proc.poll() is None else None
-
-    def is_running(self) -> bool:
-        return self.pid is not None
 
     def connect(self, database: str | None = None, **kwargs: Any) -> pymysql.connections.Connection:
         """A PyMySQL connection as root over TCP, autocommit on (override with ``autocommit=False``)."""
@@ -184,55 +158,59 @@ class MariaDBServer:
             "error_log": str(self.error_log),
         }
 
-    # --- lifecycle ----------------------------------------------------------------------------------
+    # --- lifecycle hooks (ManagedProcess) ------------------------------------------------------------
 
-    def __enter__(self) -> Self:
-        return self.start()
+    def _make_dir(self) -> Path:
+        if self._given_basedir is not None:
+            self._given_basedir.mkdir(parents=True, exist_ok=True)
+            return self._given_basedir
+        return Path(tempfile.mkdtemp(prefix=f"changefeed-mariadb{self.server_id}-"))
 
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.stop()
+    def _prepare(self) -> None:
+        """Write my.cnf for the current port and initialise the datadir on first use."""
+        self._write_config()
+        if not self._initialised():
+            self._install_db()
 
-    def start(self) -> Self:
-        """Initialise the datadir if needed, start ``mariadbd`` and wait until root can log in over TCP."""
-        if self.is_running():
-            return self
-        if self._basedir is None:
-            if self._given_basedir is not None:
-                self._given_basedir.mkdir(parents=True, exist_ok=True)
-                self._basedir = self._given_basedir
-            else:
-                self._basedir = Path(tempfile.mkdtemp(prefix=f"changefeed-mariadb{self.server_id}-"))
+    def _argv(self) -> list[str]:
+        return [_find("mariadbd"), f"--defaults-file={self.config_file}"]  # defaults-file must be first
+
+    def _output_path(self) -> Path:
+        return self.basedir / "stdout.log"
+
+    def _address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def _ready_note(self) -> str:
+        return f", {self.basedir}"
+
+    def _startup_context(self) -> str:
+        return f"port {self._port}, {self.basedir}"
+
+    def _probe(self) -> bool | Exception:
+        """Root can log in over TCP."""
         try:
-            self._start_with_port_retry()
-        except BaseException:
-            self._discard_files()
-            raise
-        return self
+            # read_timeout too: a foreign listener on the port may accept and never greet us.
+            conn = self.connect(connect_timeout=2, read_timeout=2, write_timeout=2)
+        except pymysql.err.MySQLError as exc:
+            return exc
+        conn.close()
+        return True
 
-    def stop(self) -> None:
-        """Shut down cleanly (SIGKILL after ``shutdown_timeout``) and remove the temp dir unless kept."""
-        try:
-            self._shutdown()
-        finally:
-            self._discard_files()
+    def _logs(self) -> str:
+        text = _log_tail(self.error_log)
+        stdout = self.basedir / "stdout.log"
+        if stdout.exists() and stdout.stat().st_size:
+            text += "\n--- stdout/stderr ---\n" + _log_tail(stdout, 15)
+        return text
 
-    def restart(self) -> Self:
-        """Stop and start again on the same datadir and port (binlog continues in a new file)."""
-        self._shutdown()
-        self._launch()
-        return self
+    def _bind_failed(self) -> bool:
+        return any(m in _log_tail(self.error_log, 15) for m in _BIND_FAILURE_MARKERS)
 
-    def kill(self) -> None:
-        """SIGKILL the server, as a crash would; the datadir stays, :meth:`start` recovers it."""
-        proc = self._proc
-        if proc is None:
-            return
-        _signal_group(proc, signal.SIGKILL)
-        _wait_or_kill(proc, 10, self.name)
-        self._proc = None
-        log.info("%s killed (pid %d)", self.name, proc.pid)
+    def _graceful_stop(self, proc: subprocess.Popen[bytes]) -> None:
+        """Clean shutdown via mariadb-admin; SIGTERM if that fails."""
+        if not self._admin_shutdown():
+            _signal_group(proc, signal.SIGTERM)
 
     # --- internals ----------------------------------------------------------------------------------
 
@@ -245,7 +223,7 @@ class MariaDBServer:
             "log_error": base / "error.log",
             "tmpdir": base / "tmp",
             "port": self.port,
-            "bind_address": _HOST,
+            "bind_address": self.host,
             "skip_name_resolve": None,
             "character_set_server": "utf8mb4",
             "collation_server": "utf8mb4_unicode_ci",
@@ -306,96 +284,6 @@ class MariaDBServer:
             )
         log.debug("%s: datadir initialised in %.1f s", self.name, time.monotonic() - started)
 
-    def _start_with_port_retry(self) -> None:
-        """First start: a free port can be taken by someone else before we bind, so pick another."""
-        for attempt in range(1, _BIND_RETRIES + 1):
-            if self._port is None:
-                self._port = free_port(_HOST)
-            try:
-                self._launch()
-                return
-            except ServiceError as exc:
-                bind_failed = any(m in _log_tail(self.error_log, 15) for m in _BIND_FAILURE_MARKERS)
-                if self._fixed_port or not bind_failed or attempt == _BIND_RETRIES:
-                    raise
-                log.warning("%s: port %d was taken, retrying on another (%s)", self.name, self._port, exc)
-                self._port = None
-
-    def _launch(self) -> None:
-        self._write_config()
-        if not self._initialised():
-            self._install_db()
-        argv = [_find("mariadbd"), f"--defaults-file={self.config_file}"]  # defaults-file must be first
-        started = time.monotonic()
-        self._proc = _spawn(argv, log_path=self.basedir / "stdout.log")
-        _register_cleanup(self, self.stop)
-        try:
-            self._wait_ready(started)
-        except BaseException:
-            self._shutdown()
-            raise
-        log.info(
-            "%s ready on %s:%d (pid %d, %s) in %.1f s",
-            self.name,
-            self.host,
-            self.port,
-            self._proc.pid,
-            self.basedir,
-            time.monotonic() - started,
-        )
-
-    def _wait_ready(self, started: float) -> None:
-        assert self._proc is not None
-        deadline = started + self.startup_timeout
-        last_error: Exception | None = None
-        while True:
-            code = self._proc.poll()
-            if code is not None:
-                raise ServiceError(
-                    f"{self.name}: mariadbd exited with code {code} during startup "
-                    f"(port {self._port}, {self.basedir}). Error log tail:\n{self._logs()}"
-                )
-            try:
-                # read_timeout too: a foreign listener on the port may accept and never greet us.
-                conn = self.connect(connect_timeout=2, read_timeout=2, write_timeout=2)
-            except pymysql.err.MySQLError as exc:
-                last_error = exc
-            else:
-                conn.close()
-                return
-            if time.monotonic() >= deadline:
-                raise ServiceError(
-                    f"{self.name}: no root login on {self.host}:{self._port} within "
-                    f"{self.startup_timeout:.0f} s (last error: {last_error!r}). Error log tail:\n{self._logs()}"
-                )
-            time.sleep(0.1)
-
-    def _logs(self) -> str:
-        text = _log_tail(self.error_log)
-        stdout = self.basedir / "stdout.log"
-        if stdout.exists() and stdout.stat().st_size:
-            text += "\n--- stdout/stderr ---\n" + _log_tail(stdout, 15)
-        return text
-
-    def _shutdown(self) -> None:
-        """Clean shutdown via mariadb-admin; SIGTERM if that fails; SIGKILL after the timeout."""
-        proc = self._proc
-        if proc is None:
-            _unregister_cleanup(self)
-            return
-        try:
-            if proc.poll() is None:
-                if not self._admin_shutdown():
-                    _signal_group(proc, signal.SIGTERM)
-                _wait_or_kill(proc, self.shutdown_timeout, self.name)
-                log.info("%s stopped (pid %d)", self.name, proc.pid)
-        finally:
-            if proc.poll() is None:  # pragma: no cover - belt and braces for an interrupted wait
-                _signal_group(proc, signal.SIGKILL)
-                proc.wait(timeout=30)
-            self._proc = None
-            _unregister_cleanup(self)
-
     def _admin_shutdown(self) -> bool:
         argv = [
             _find("mariadb-admin"),
@@ -421,12 +309,3 @@ class MariaDBServer:
             )
             return False
         return True
-
-    def _discard_files(self) -> None:
-        if self._basedir is not None and not self._keep and not self.is_running():
-            shutil.rmtree(self._basedir, ignore_errors=True)
-            log.debug("%s: removed %s", self.name, self._basedir)
-        if not self._keep:
-            self._basedir = None
-            if not self._fixed_port:
-                self._port = None
