@@ -31,7 +31,7 @@ import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
 from .codec import CodecOptions
@@ -39,6 +39,9 @@ from .dispatch.router import DispatchRule
 from .dispatch.tablefilter import TableFilter
 from .errors import ConfigError
 from .sink.storage.writer import StorageOptions
+
+if TYPE_CHECKING:
+    from .sink.kafka import KafkaSinkConfig
 
 SOURCE_TYPES = ("binlog-files",)
 #: sink-uri query parameters of a ``file://`` storage sink.
@@ -53,6 +56,20 @@ FILE_URI_PARAMS = frozenset(
         "enable-tidb-extension",
     }
 )
+#: sink-uri query parameters of a ``kafka://`` sink (TiCDC's names).
+KAFKA_URI_PARAMS = frozenset(
+    {
+        "protocol",
+        "partition-num",
+        "replication-factor",
+        "max-message-bytes",
+        "max-batch-size",
+        "enable-tidb-extension",
+        "auto-create-topic",
+        "flush-interval",
+    }
+)
+KAFKA_PROTOCOLS = ("canal-json", "open-protocol", "simple")
 _CSV_KEYS = {
     "delimiter": str,
     "quote": str,
@@ -141,6 +158,10 @@ class SinkURI:
     def path(self) -> Path:
         return Path(self.location)
 
+    @property
+    def is_kafka(self) -> bool:
+        return self.scheme == "kafka"
+
 
 @dataclass
 class ChangefeedConfig:
@@ -154,6 +175,27 @@ class ChangefeedConfig:
     @property
     def protocol(self) -> str:
         return self.sink_uri.params.get("protocol") or self.sink.protocol or "canal-json"
+
+    def kafka_sink_config(self) -> KafkaSinkConfig:
+        """The ``kafka://HOST:PORT/TOPIC?...`` sink: codec from URI parameters, dispatchers from ``[sink]``."""
+        from .sink.kafka import KafkaSinkConfig  # noqa: PLC0415 - confluent-kafka only when a kafka sink is used
+
+        p = self.sink_uri.params
+        codec = self.codec_options()
+        if "max-message-bytes" in p:
+            codec.max_message_bytes = _typed(p["max-message-bytes"], int, "max-message-bytes")
+        if "max-batch-size" in p:
+            codec.max_batch_size = _typed(p["max-batch-size"], int, "max-batch-size")
+        servers, _, topic = self.sink_uri.location.partition("/")
+        return KafkaSinkConfig(
+            bootstrap_servers=servers,
+            topic=topic,
+            codec=codec,
+            rules=self.sink.dispatchers,
+            auto_create_topic=_typed(p.get("auto-create-topic", "true"), bool, "auto-create-topic"),
+            partition_num=_typed(p["partition-num"], int, "partition-num") if "partition-num" in p else None,
+            replication_factor=_typed(p.get("replication-factor", "1"), int, "replication-factor"),
+        )
 
     def codec_options(self) -> CodecOptions:
         """The codec options of the storage sink (URI parameters, ``[sink]``, ``[sink.csv]``)."""
@@ -195,7 +237,7 @@ class ChangefeedConfig:
 
 
 def parse_sink_uri(uri: str, base_dir: Path | None = None) -> SinkURI:
-    """``file://DIR?...`` is wired; ``mysql://`` and ``kafka://`` are recognised and refused clearly."""
+    """``file://DIR?...`` and ``kafka://HOST:PORT/TOPIC?...`` are wired; ``mysql://`` and others are refused clearly."""
     parts = urlsplit(uri)
     scheme = parts.scheme.lower()
     params: dict[str, str] = {}
@@ -205,11 +247,13 @@ def parse_sink_uri(uri: str, base_dir: Path | None = None) -> SinkURI:
         params[key] = value
     if scheme in ("mysql", "mysql+ssl", "tidb", "tidb+ssl"):
         raise ConfigError(
-            "the mysql sink is not wired into `changefeed run` yet; use a file:// sink-uri and "
-            "`changefeed apply` (or the MySQL sink from Python)"
+            "the mysql sink is not wired into `changefeed run` yet; use a file:// or kafka:// sink-uri and "
+            "`changefeed apply --to mysql://...`"
         )
-    if scheme in ("kafka", "kafka+ssl", "pulsar"):
-        raise ConfigError(f"the {scheme} sink is not wired into `changefeed run` yet; use a file:// sink-uri")
+    if scheme == "kafka":
+        return _kafka_uri(uri, parts.netloc, parts.path, params)
+    if scheme in ("kafka+ssl", "pulsar"):
+        raise ConfigError(f"the {scheme} sink is not wired into `changefeed run` yet; use file:// or kafka://")
     if scheme != "file":
         raise ConfigError(f"unsupported sink-uri scheme {scheme or '(none)'!r} in {uri!r}; expected file://DIR")
     location = parts.netloc + parts.path
@@ -227,6 +271,21 @@ def parse_sink_uri(uri: str, base_dir: Path | None = None) -> SinkURI:
     if params.get("protocol") not in (None, "canal-json", "csv"):
         raise ConfigError(f"a file:// sink writes csv or canal-json, not {params['protocol']!r}")
     return SinkURI(scheme, str(path), params)
+
+
+def _kafka_uri(uri: str, netloc: str, path: str, params: dict[str, str]) -> SinkURI:
+    topic = path.strip("/")
+    if not netloc or not topic or "/" in topic:
+        raise ConfigError(f"a kafka sink-uri is kafka://HOST:PORT[,HOST:PORT]/TOPIC?protocol=..., got {uri!r}")
+    unknown = set(params) - KAFKA_URI_PARAMS
+    if unknown:
+        raise ConfigError(
+            f"unknown kafka sink-uri parameter(s) {', '.join(sorted(unknown))} "
+            f"(expected: {', '.join(sorted(KAFKA_URI_PARAMS))})"
+        )
+    if params.get("protocol") not in (None, *KAFKA_PROTOCOLS):
+        raise ConfigError(f"a kafka:// sink writes {', '.join(KAFKA_PROTOCOLS)}, not {params['protocol']!r}")
+    return SinkURI("kafka", f"{netloc}/{topic}", params)
 
 
 def parse_config(text: str, base_dir: Path | None = None, where: str = "<config>") -> ChangefeedConfig:
@@ -317,6 +376,11 @@ def _build(doc: dict[str, Any], base: Path) -> ChangefeedConfig:
             f"sink-uri says protocol={uri.params['protocol']} but [sink] protocol = {sink.protocol!r}; give one"
         )
     config = ChangefeedConfig(cid, uri, time_zone, source, FilterConfig(list(rules)), sink)
+    if uri.is_kafka:
+        if config.protocol not in KAFKA_PROTOCOLS:
+            raise ConfigError(f"a kafka:// sink writes {', '.join(KAFKA_PROTOCOLS)}, not {config.protocol!r}")
+        config.kafka_sink_config()  # validates the parameters now, not inside the job
+        return config
     if config.protocol not in ("canal-json", "csv"):
         raise ConfigError(f"a file:// sink writes csv or canal-json, not {config.protocol!r}")
     config.codec_options()  # validates csv options, time zone names stay for the capture to check

@@ -1,14 +1,19 @@
-"""``changefeed apply --from file://STORAGE --to parquet://DIR``: the apply job on Spark."""
+"""``changefeed apply --from file://STORAGE | kafka://... --to parquet://DIR | mysql://...``: the apply job on Spark."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 from pathlib import Path
-from urllib.parse import parse_qsl, urlsplit
+from typing import TYPE_CHECKING, Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..errors import ConfigError
+from ..sink.mysql.url import mask_url
 from .run import add_spark_options, show_progress, spark_interval, start_spark, streaming, wall_time
+
+if TYPE_CHECKING:
+    from ..sink.mysql import MySQLSinkConfig
 
 # Storage-layout parameters of a sink-uri: the reader finds the layout itself, so they are accepted
 # (the capture's sink-uri can be passed as is) and ignored.
@@ -20,12 +25,28 @@ _LAYOUT_PARAMS = frozenset(
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "apply",
-        help="apply a storage-sink directory to Parquet snapshots as a Spark streaming job",
+        help="apply a storage-sink directory to Parquet snapshots or MySQL as a Spark streaming job",
         description="Follow a TiCDC storage-sink directory (written by `changefeed run` or by TiCDC) and keep "
-        "one Parquet snapshot per table (latest row per key as of the published checkpoint).",
+        "one Parquet snapshot per table (latest row per key as of the published checkpoint), or apply it to "
+        "MySQL/MariaDB exactly once (checkpoint row in the same transaction).",
     )
-    p.add_argument("--from", dest="source", required=True, help="file://DIR?protocol=canal-json|csv&...")
-    p.add_argument("--to", dest="target", required=True, help="parquet://DIR")
+    p.add_argument(
+        "--from",
+        dest="source",
+        required=True,
+        help="file://DIR?protocol=canal-json|csv&... or kafka://HOST:PORT/TOPIC?protocol=open-protocol|canal-json&...",
+    )
+    p.add_argument(
+        "--to",
+        dest="target",
+        required=True,
+        help="parquet://DIR, or mysql://USER[:PASS]@HOST:PORT/?worker-count=N&safe-mode=true (MySQLSink)",
+    )
+    p.add_argument(
+        "--changefeed-id",
+        default="default",
+        help="mysql target: the key of the downstream checkpoint row (default 'default')",
+    )
     add_spark_options(p)
     p.set_defaults(func=run)
 
@@ -40,36 +61,109 @@ def _local_path(uri: str, scheme: str) -> tuple[Path, dict[str, str]]:
     return Path(location), dict(parse_qsl(parts.query, keep_blank_values=True))
 
 
+#: TiCDC mysql sink-uri parameters we map onto MySQLSinkConfig; the rest go to parse_mysql_url.
+_MYSQL_SINK_PARAMS = {"worker-count": "workers", "safe-mode": "safe_mode", "max-txn-row": "batch_rows"}
+
+
+def mysql_target(uri: str, changefeed_id: str, time_zone: str = "UTC") -> tuple[str, MySQLSinkConfig]:
+    """Split TiCDC's sink parameters (worker-count, safe-mode, max-txn-row) off a mysql:// URI."""
+    from ..sink.mysql import MySQLSinkConfig, parse_mysql_url  # noqa: PLC0415
+
+    parts = urlsplit(uri)
+    kept: list[tuple[str, str]] = []
+    settings: dict[str, Any] = {"changefeed_id": changefeed_id, "time_zone": time_zone}
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        name = _MYSQL_SINK_PARAMS.get(key)
+        if name is None:
+            kept.append((key, value))
+        elif name == "safe_mode":
+            if value.lower() not in ("true", "false"):
+                raise ConfigError(f"mysql sink-uri safe-mode must be true or false, got {value!r}")
+            settings[name] = value.lower() == "true"
+        else:
+            if not value.isdigit() or int(value) < 1:
+                raise ConfigError(f"mysql sink-uri {key} must be a positive integer, got {value!r}")
+            settings[name] = int(value)
+    url = urlunsplit(parts._replace(query=urlencode(kept)))
+    parse_mysql_url(url)  # validates host and connection options now, not inside the job
+    return url, MySQLSinkConfig(**settings)
+
+
+#: Parameters of a kafka:// sink-uri that shape the topic, not the messages: accepted and ignored.
+_KAFKA_WRITE_PARAMS = frozenset({"partition-num", "replication-factor", "auto-create-topic", "flush-interval"})
+
+
+def kafka_source(uri: str) -> dict[str, str]:
+    """``kafka://HOST:PORT/TOPIC?protocol=...`` (the capture's sink-uri as is) -> data source options."""
+    from ..codec import CodecOptions  # noqa: PLC0415
+
+    parts = urlsplit(uri)
+    topic = parts.path.strip("/")
+    if not parts.netloc or not topic:
+        raise ConfigError(f"expected kafka://HOST:PORT/TOPIC?protocol=..., got {uri!r}")
+    params = {k: v for k, v in parse_qsl(parts.query, keep_blank_values=True) if k not in _KAFKA_WRITE_PARAMS}
+    CodecOptions.from_mapping(params)  # unknown codec parameters fail here, naming the key
+    return {"input": "kafka", "bootstrap.servers": parts.netloc, "topic": topic, **params}
+
+
 def run(args: argparse.Namespace) -> int:
     from ..codec import CodecOptions  # noqa: PLC0415
-    from ..spark.jobs import run_apply  # noqa: PLC0415
+    from ..spark.jobs import run_apply, run_apply_mysql, storage_source  # noqa: PLC0415
 
-    source, params = _local_path(args.source, "file")
-    target, extra = _local_path(args.target, "parquet")
-    if extra:
-        raise ConfigError(f"parquet:// takes no parameters, got {', '.join(sorted(extra))}")
-    if not source.is_dir():
-        raise ConfigError(f"no storage directory at {source}")
-    codec = CodecOptions.from_mapping({k: v for k, v in params.items() if k not in _LAYOUT_PARAMS})
-    if codec.protocol not in ("canal-json", "csv"):
-        raise ConfigError(f"a storage directory holds csv or canal-json, not {codec.protocol!r}")
-    checkpoint = args.checkpoint or target / "_spark_checkpoint"
-    show_progress()
-    spark = start_spark(args.master, args.spark_conf)
-    stats = streaming(
-        lambda: run_apply(
-            spark,
-            source,
-            codec,
-            target,
-            checkpoint,
-            trigger_interval=spark_interval(args.trigger_interval or "1s"),
-            available_now=args.available_now,
+    codec = CodecOptions()
+    if urlsplit(args.source).scheme.lower() == "kafka":
+        options = kafka_source(args.source)
+        source = Path()
+    else:
+        source, params = _local_path(args.source, "file")
+        if not source.is_dir():
+            raise ConfigError(f"no storage directory at {source}")
+        codec = CodecOptions.from_mapping({k: v for k, v in params.items() if k not in _LAYOUT_PARAMS})
+        if codec.protocol not in ("canal-json", "csv"):
+            raise ConfigError(f"a storage directory holds csv or canal-json, not {codec.protocol!r}")
+        options = storage_source(source, codec)
+    scheme = urlsplit(args.target).scheme.lower()
+    if scheme in ("mysql", "tidb"):
+        url, config = mysql_target(args.target, args.changefeed_id, options.get("time-zone", codec.time_zone))
+        # Spark's offsets only save re-reading: the downstream checkpoint row is what makes it exactly once.
+        checkpoint = args.checkpoint or Path.cwd() / ".changefeed" / f"apply-{args.changefeed_id}"
+        show_progress()
+        spark = start_spark(args.master, args.spark_conf)
+        stats = streaming(
+            lambda: run_apply_mysql(
+                spark,
+                options,
+                url,
+                checkpoint,
+                sink_config=config,
+                trigger_interval=spark_interval(args.trigger_interval or "1s"),
+                available_now=args.available_now,
+            )
         )
-    )
+        where = f"{mask_url(url)} (changefeed {args.changefeed_id})"
+    else:
+        target, extra = _local_path(args.target, "parquet")
+        if extra:
+            raise ConfigError(f"parquet:// takes no parameters, got {', '.join(sorted(extra))}")
+        checkpoint = args.checkpoint or target / "_spark_checkpoint"
+        show_progress()
+        spark = start_spark(args.master, args.spark_conf)
+        stats = streaming(
+            lambda: run_apply(
+                spark,
+                source,
+                codec,
+                target,
+                checkpoint,
+                source=options,
+                trigger_interval=spark_interval(args.trigger_interval or "1s"),
+                available_now=args.available_now,
+            )
+        )
+        where = f"snapshots in {target}"
     print(
         f"apply: {stats.rows} rows in {stats.batches} batches ({stats.seconds:.1f} s); "
-        f"checkpoint ts {stats.checkpoint_ts} ({wall_time(stats.checkpoint_ts)}); snapshots in {target}",
+        f"checkpoint ts {stats.checkpoint_ts} ({wall_time(stats.checkpoint_ts)}); {where}",
         file=sys.stdout,
     )
     return 0

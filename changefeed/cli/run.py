@@ -1,4 +1,4 @@
-"""``changefeed run CONFIG.toml``: the capture job (binlog files -> storage-sink directory) on Spark."""
+"""``changefeed run CONFIG.toml``: the capture job (binlog files -> storage-sink directory or Kafka) on Spark."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "run",
-        help="run a changefeed (binlog files -> storage sink) as a Spark streaming job",
+        help="run a changefeed (binlog files -> storage or kafka sink) as a Spark streaming job",
         description="Run the changefeed described by CONFIG.toml as a Spark Structured Streaming query. "
         "Spark's checkpoint directory is the savepoint: run it again to resume. Progress goes to stderr; "
         "Ctrl-C stops cleanly.",
@@ -95,14 +95,36 @@ def streaming(call: Any) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from ..config import load_config, parse_sink_uri  # noqa: PLC0415
-    from ..spark.jobs import run_capture  # noqa: PLC0415
+    from ..spark.jobs import run_capture, run_capture_kafka  # noqa: PLC0415
 
     config = load_config(args.config)
     if args.sink_uri:
         config.sink_uri = parse_sink_uri(args.sink_uri, Path.cwd())
+    interval = args.trigger_interval or config.flush_interval or "1s"
+    if config.sink_uri.is_kafka:
+        kafka = config.kafka_sink_config()
+        # No output directory to hold Spark's offsets: default to one per changefeed in the current directory.
+        checkpoint = args.checkpoint or Path.cwd() / ".changefeed" / f"run-{config.changefeed_id}"
+        show_progress()
+        spark = start_spark(args.master, args.spark_conf)
+        stats = streaming(
+            lambda: run_capture_kafka(
+                spark,
+                config.source.path,
+                kafka,
+                checkpoint,
+                rules=config.filter.rules,
+                time_zone=config.time_zone,
+                max_events=args.max_events,
+                trigger_interval=spark_interval(interval),
+                available_now=args.available_now,
+            )
+        )
+        where = f"kafka {kafka.bootstrap_servers} topic {kafka.topic}"
+        _summary(config.changefeed_id, stats, where)
+        return 0
     out = config.sink_uri.path
     checkpoint = args.checkpoint or out / "_spark_checkpoint"
-    interval = args.trigger_interval or config.flush_interval or "1s"
     show_progress()
     spark = start_spark(args.master, args.spark_conf)
     stats = streaming(
@@ -120,10 +142,14 @@ def run(args: argparse.Namespace) -> int:
             available_now=args.available_now,
         )
     )
+    _summary(config.changefeed_id, stats, f"storage {out}")
+    return 0
+
+
+def _summary(changefeed_id: str, stats: Any, where: str) -> None:
     print(
-        f"changefeed {config.changefeed_id}: {stats.rows} rows in {stats.batches} batches "
+        f"changefeed {changefeed_id}: {stats.rows} rows in {stats.batches} batches "
         f"({stats.seconds:.1f} s); position {stats.position or '-'}; "
-        f"checkpoint ts {stats.checkpoint_ts} ({wall_time(stats.checkpoint_ts)}); storage {out}",
+        f"checkpoint ts {stats.checkpoint_ts} ({wall_time(stats.checkpoint_ts)}); {where}",
         file=sys.stdout,
     )
-    return 0

@@ -1,4 +1,4 @@
-"""The streaming jobs: capture (binlog -> storage directory) and apply (storage -> Parquet snapshot).
+"""The streaming jobs: capture (binlog -> storage directory or Kafka) and apply (storage or Kafka -> Parquet or MySQL).
 
 Both are Structured Streaming queries over the ``changefeed`` data source; Spark's checkpoint
 location is the savepoint (source offsets). Decoding runs in executors (the source's ``read``);
@@ -8,8 +8,11 @@ micro-batch change nothing:
 * capture: `StorageWriter` publishes data before its checkpoint, removes a crashed flush's files
   on start, and drops rows at or below its published checkpoint. Each batch ends with the
   source's resolved row, so the storage checkpoint advances every batch.
+* capture to Kafka: `KafkaSink.flush` waits for every acknowledgement before foreachBatch returns;
+  a replayed batch is sent again and the apply side's merge drops the copies.
 * apply: `ParquetSnapshotSink` skips events at or below its checkpoint and publishes snapshots
-  before the checkpoint.
+  before the checkpoint; `MySQLSink` commits rows and its checkpoint row in one transaction,
+  skips commit ts at or below it, and starts in safe mode (idempotent statements).
 
 So a batch that failed (or was interrupted) after writing is re-run from the same offsets on
 restart and changes nothing twice. The storage writer encodes on the driver: its crash recovery
@@ -34,9 +37,12 @@ from ..errors import ChangefeedError, ConfigError
 from ..model import DDLEvent, Event, Resolved, RowChange
 from ..model.jsonl import EventReader
 from ..model.tso import tso_physical_ms
+from ..sink.kafka import KafkaSink, KafkaSinkConfig
+from ..sink.mysql import MySQLParams, MySQLSink, MySQLSinkConfig
 from ..sink.parquet import ParquetSnapshotSink
 from ..sink.storage.writer import StorageOptions, StorageWriter
-from .datasource import NAME, register
+from .datasource import NAME, KafkaInput, SourceOptions, register
+from .merge import MergeStage
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -74,6 +80,8 @@ def _short_position(pos: Any) -> str:
         return f"{pos['file']}:{pos['pos']}"
     if "checkpoint" in pos:
         return f"checkpoint {pos['checkpoint']}"
+    if "offsets" in pos:
+        return f"{pos.get('topic', '')} offsets " + ",".join(f"{p}:{o}" for p, o in pos["offsets"].items())
     return orjson.dumps(dict(pos)).decode()
 
 
@@ -81,12 +89,18 @@ class _BatchRunner:
     """The foreachBatch body shared by both jobs: collect events, write, flush, report."""
 
     def __init__(
-        self, name: str, write: Callable[[list[Event]], None], flush: Callable[[], int], hook: BatchHook | None
+        self,
+        name: str,
+        write: Callable[[list[Event]], None],
+        flush: Callable[[], int],
+        hook: BatchHook | None,
+        stage: MergeStage | None = None,
     ) -> None:
         self.name = name
         self.write = write
         self.flush = flush
         self.hook = hook
+        self.stage = stage
         self.reader = EventReader(source=f"{name} batch")
         self.stats = JobStats()
         self.started = time.monotonic()
@@ -95,7 +109,10 @@ class _BatchRunner:
         t0 = time.monotonic()
         lines = df.select("event").toArrow().column("event").to_pylist()
         events = [self.reader.parse(line, where=f"batch {batch_id}") for line in lines if line]
-        events.sort(key=_order)
+        if self.stage is not None:
+            events = self.stage.merge(events, batch_id)  # kafka: released in commit-ts order
+        else:
+            events.sort(key=_order)
         rows = sum(1 for e in events if isinstance(e, RowChange))
         self.write(events)
         if self.hook is not None:
@@ -103,6 +120,8 @@ class _BatchRunner:
         checkpoint = self.flush()
         if self.hook is not None:
             self.hook(batch_id, "flushed")
+        if self.stage is not None:
+            self.stage.commit(batch_id)
         last = next((e for e in reversed(events) if isinstance(e, Resolved)), None)
         elapsed = max(time.monotonic() - t0, 1e-6)
         self.stats.batches += 1
@@ -165,6 +184,26 @@ def _check_dirs(checkpoint: Path, output: Path) -> None:
         raise ConfigError(f"the Spark checkpoint directory must not be the output directory itself: {output}")
 
 
+def _capture_stream(
+    spark: SparkSession,
+    binlog_dir: str | Path,
+    rules: list[str] | None,
+    time_zone: str,
+    max_events: int | None,
+    events_per_partition: int | None,
+) -> DataFrame:
+    register(spark)
+    reader = spark.readStream.format(NAME).option("input", "binlog").option("path", str(binlog_dir))
+    reader = reader.option("events", "true").option("timeZone", time_zone)
+    if rules:
+        reader = reader.option("filter", ",".join(rules))
+    if max_events:
+        reader = reader.option("maxEventsPerTrigger", str(max_events))
+    if events_per_partition:
+        reader = reader.option("eventsPerPartition", str(events_per_partition))
+    return reader.load()
+
+
 def run_capture(
     spark: SparkSession,
     binlog_dir: str | Path,
@@ -184,18 +223,72 @@ def run_capture(
     """Binlog files -> TiCDC storage-sink directory, one StorageWriter flush per micro-batch."""
     checkpoint, storage_root = Path(checkpoint), Path(storage_root)
     _check_dirs(checkpoint, storage_root)
-    register(spark)
     writer = StorageWriter(storage_root, codec, storage)  # recovers a crashed flush before anything runs
     runner = _BatchRunner("capture", writer.write_all, writer.flush, hook)
-    reader = spark.readStream.format(NAME).option("input", "binlog").option("path", str(binlog_dir))
-    reader = reader.option("events", "true").option("timeZone", time_zone)
-    if rules:
-        reader = reader.option("filter", ",".join(rules))
-    if max_events:
-        reader = reader.option("maxEventsPerTrigger", str(max_events))
-    if events_per_partition:
-        reader = reader.option("eventsPerPartition", str(events_per_partition))
-    return _run_query(spark, reader.load(), runner, checkpoint, trigger_interval, available_now, "changefeed-capture")
+    stream = _capture_stream(spark, binlog_dir, rules, time_zone, max_events, events_per_partition)
+    return _run_query(spark, stream, runner, checkpoint, trigger_interval, available_now, "changefeed-capture")
+
+
+def run_capture_kafka(
+    spark: SparkSession,
+    binlog_dir: str | Path,
+    sink_config: KafkaSinkConfig,
+    checkpoint: str | Path,
+    *,
+    rules: list[str] | None = None,
+    time_zone: str = "UTC",
+    max_events: int | None = None,
+    events_per_partition: int | None = None,
+    trigger_interval: str | None = "1 second",
+    available_now: bool = False,
+    hook: BatchHook | None = None,
+) -> JobStats:
+    """Binlog files -> Kafka topic through `KafkaSink`, every micro-batch acknowledged before it ends.
+
+    At least once on the wire, exactly once downstream: foreachBatch returns only after
+    ``flush()`` saw every message acknowledged (acks=all), so Spark commits the binlog offsets of
+    acknowledged batches only. A replayed batch sends its messages again; consumers drop them
+    (rows at or below their partition's resolved ts, or identical to rows already received).
+    """
+    sink = KafkaSink(sink_config)
+
+    def flush() -> int:
+        flushed = sink.flush()
+        return flushed.commit_ts if flushed is not None else 0
+
+    runner = _BatchRunner("capture", sink.write, flush, hook)
+    stream = _capture_stream(spark, binlog_dir, rules, time_zone, max_events, events_per_partition)
+    try:
+        return _run_query(
+            spark, stream, runner, Path(checkpoint), trigger_interval, available_now, "changefeed-capture"
+        )
+    finally:
+        try:
+            sink.close()  # every batch flushed itself; this only releases the producer
+        except ChangefeedError as exc:
+            log.warning("kafka sink close failed", extra={"error": str(exc)})
+
+
+def storage_source(storage_root: str | Path, codec: CodecOptions) -> dict[str, str]:
+    """The data source options that read a storage-sink directory written with ``codec``."""
+    return {"input": "storage", "path": str(storage_root), **_codec_options(codec)}
+
+
+def _merge_stage(source: Mapping[str, str], checkpoint: Path) -> MergeStage | None:
+    """A kafka source needs the cross-partition merge (changefeed/spark/merge.py); others are ordered already."""
+    opts = SourceOptions.parse(source)
+    if opts.input != "kafka":
+        return None
+    kafka = KafkaInput(opts)
+    return MergeStage(checkpoint / "changefeed-merge", kafka.topic, kafka.partition_ids())
+
+
+def _apply_stream(spark: SparkSession, source: Mapping[str, str]) -> DataFrame:
+    register(spark)
+    reader = spark.readStream.format(NAME)
+    for key, value in source.items():
+        reader = reader.option(key, value)
+    return reader.option("events", "true").load()
 
 
 def run_apply(
@@ -205,21 +298,61 @@ def run_apply(
     output: str | Path,
     checkpoint: str | Path,
     *,
+    source: Mapping[str, str] | None = None,
     trigger_interval: str | None = "1 second",
     available_now: bool = False,
     hook: BatchHook | None = None,
 ) -> JobStats:
-    """TiCDC storage-sink directory -> Parquet snapshot per table, flushed every micro-batch."""
+    """TiCDC storage-sink directory (or ``source`` options) -> Parquet snapshot per table, flushed every micro-batch."""
     checkpoint, output = Path(checkpoint), Path(output)
     _check_dirs(checkpoint, output)
-    register(spark)
+    source = source if source is not None else storage_source(storage_root, codec)
     sink = ParquetSnapshotSink(output)
-    runner = _BatchRunner("apply", sink.write_all, sink.flush, hook)
-    reader = spark.readStream.format(NAME).option("input", "storage").option("path", str(storage_root))
-    for key, value in _codec_options(codec).items():
-        reader = reader.option(key, value)
-    reader = reader.option("events", "true")
-    return _run_query(spark, reader.load(), runner, checkpoint, trigger_interval, available_now, "changefeed-apply")
+    runner = _BatchRunner("apply", sink.write_all, sink.flush, hook, _merge_stage(source, checkpoint))
+    stream = _apply_stream(spark, source)
+    return _run_query(spark, stream, runner, checkpoint, trigger_interval, available_now, "changefeed-apply")
+
+
+def run_apply_mysql(
+    spark: SparkSession,
+    source: Mapping[str, str],
+    target: str | MySQLParams,
+    checkpoint: str | Path,
+    *,
+    sink_config: MySQLSinkConfig | None = None,
+    trigger_interval: str | None = "1 second",
+    available_now: bool = False,
+    hook: BatchHook | None = None,
+) -> JobStats:
+    """Data source (``source`` options, e.g. `storage_source`) -> MySQL/MariaDB through `MySQLSink`.
+
+    Exactly once without two-phase commit: each micro-batch is written and flushed (rows and the
+    sink's checkpoint row in one downstream transaction) before foreachBatch returns, so Spark
+    commits a batch's offsets only after it is durable downstream. A batch replayed after a crash
+    between the two commits carries commit ts at or below the sink's checkpoint and is skipped;
+    the sink starts in safe mode (REPLACE / DELETE by key), so a partial replay converges too.
+    """
+    sink = MySQLSink(target, sink_config or MySQLSinkConfig())
+    loaded = sink.load_checkpoint()  # connects, creates the checkpoint table, starts safe mode
+    log.info(
+        "apply to mysql: downstream checkpoint loaded",
+        extra={
+            "changefeed": sink.config.changefeed_id,
+            "target": sink.params.url,
+            "checkpoint_ts": loaded.commit_ts if loaded else 0,
+        },
+    )
+
+    def flush() -> int:
+        sink.flush()
+        return sink.checkpoint.commit_ts if sink.checkpoint else 0
+
+    runner = _BatchRunner("apply", sink.write, flush, hook, _merge_stage(source, Path(checkpoint)))
+    try:
+        stream = _apply_stream(spark, source)
+        return _run_query(spark, stream, runner, Path(checkpoint), trigger_interval, available_now, "changefeed-apply")
+    finally:
+        sink.abort()  # every batch flushed itself; anything still buffered belongs to a failed batch
 
 
 def _codec_options(codec: CodecOptions) -> dict[str, str]:

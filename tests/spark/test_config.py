@@ -9,7 +9,7 @@ import pytest
 from changefeed.cli.run import spark_interval
 from changefeed.config import load_config, parse_config, parse_sink_uri
 from changefeed.errors import ConfigError
-from changefeed.spark.datasource import SourceOptions
+from changefeed.spark.datasource import KafkaInput, SourceOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 GOOD = """
@@ -61,7 +61,13 @@ def test_bundled_example_points_at_the_fixtures() -> None:
         ('sink-uri = "file:///x"\n[source]\npath="p"\n[sink.csv]\nquotes="x"', "unknown key 'quotes' in [sink.csv]"),
         ('sink-uri = "file:///x"\n[source]\npath="p"\n[filter]\nrule=["a.*"]', "unknown key 'rule' in [filter]"),
         ('sink-uri = "mysql://root@127.0.0.1:3306/"\n[source]\npath="p"', "mysql sink is not wired"),
-        ('sink-uri = "kafka://127.0.0.1:9092/t?protocol=canal-json"\n[source]\npath="p"', "kafka sink is not wired"),
+        ('sink-uri = "kafka://127.0.0.1:9092/t?protocol=csv"\n[source]\npath="p"', "a kafka:// sink writes"),
+        ('sink-uri = "kafka://127.0.0.1:9092?protocol=canal-json"\n[source]\npath="p"', "kafka://HOST:PORT"),
+        (
+            'sink-uri = "kafka://h:1/t?partitions=3"\n[source]\npath="p"',
+            "unknown kafka sink-uri parameter(s) partitions",
+        ),
+        ('sink-uri = "kafka://h:1/t?partition-num=x"\n[source]\npath="p"', "partition-num must be an integer"),
         ('sink-uri = "s3://bucket/x"\n[source]\npath="p"', "unsupported sink-uri scheme 's3'"),
         ('sink-uri = "file:///x?protocol=open-protocol"\n[source]\npath="p"', "csv or canal-json"),
         ('sink-uri = "file:///x?workers=4"\n[source]\npath="p"', "unknown file sink-uri parameter(s) workers"),
@@ -108,7 +114,7 @@ def test_bad_trigger_interval() -> None:
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"input": "kafka", "path": "x"}, "kafka and kv are not built yet"),
+        ({"input": "nosuch", "path": "x"}, "option input must be one of"),
         ({"input": "binlog"}, "needs a path"),
         ({"input": "binlog", "path": "x", "protocol": "csv"}, "unknown option(s) for input binlog: protocol"),
         ({"input": "binlog", "path": "x", "maxeventspertrigger": "many"}, "maxEventsPerTrigger"),
@@ -120,3 +126,54 @@ def test_data_source_option_errors(options: dict[str, str], message: str) -> Non
     with pytest.raises(ConfigError) as info:
         SourceOptions.parse(options)
     assert message in str(info.value)
+
+
+def test_kafka_sink_uri() -> None:
+    text = (
+        'sink-uri = "kafka://127.0.0.1:9092,127.0.0.1:9093/cdc?protocol=open-protocol&partition-num=3'
+        '&max-message-bytes=1048576&max-batch-size=4"\n[source]\npath="/p"\n'
+        '[[sink.dispatchers]]\nmatcher = ["cf.*"]\npartition = "table"'
+    )
+    kafka = parse_config(text).kafka_sink_config()
+    assert (kafka.bootstrap_servers, kafka.topic, kafka.partition_num) == ("127.0.0.1:9092,127.0.0.1:9093", "cdc", 3)
+    assert (kafka.codec.protocol, kafka.codec.max_message_bytes, kafka.codec.max_batch_size) == (
+        "open-protocol",
+        1048576,
+        4,
+    )
+    assert len(kafka.rules) == 1
+
+
+_KAFKA = {"input": "kafka", "bootstrap.servers": "127.0.0.1:1", "topic": "t"}
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"input": "kafka", "topic": "t"}, "needs options bootstrap.servers"),
+        ({**_KAFKA, "protocol": "simple"}, "canal-json or open-protocol"),
+        ({**_KAFKA, "protocol": "canal-json"}, "enable-tidb-extension=true"),
+        ({**_KAFKA, "protocol": "open-protocol", "table": "a.b"}, "no typed images"),
+        ({**_KAFKA, "protocol": "open-protocol", "startingoffset": "earliest"}, "unknown codec option"),
+    ],
+)
+def test_kafka_option_errors(options: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        KafkaInput(SourceOptions.parse(options))
+
+
+def test_apply_kafka_source_uri() -> None:
+    from changefeed.cli.apply import kafka_source  # noqa: PLC0415
+
+    uri = "kafka://127.0.0.1:9092/cdc?protocol=canal-json&enable-tidb-extension=true&partition-num=3"
+    assert kafka_source(uri) == {
+        "input": "kafka",
+        "bootstrap.servers": "127.0.0.1:9092",
+        "topic": "cdc",
+        "protocol": "canal-json",
+        "enable-tidb-extension": "true",
+    }
+    with pytest.raises(ConfigError, match="unknown codec option"):
+        kafka_source("kafka://h:1/t?protocol=open-protocol&bogus=1")
+    with pytest.raises(ConfigError, match="TOPIC"):
+        kafka_source("kafka://h:1?protocol=open-protocol")
