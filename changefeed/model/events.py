@@ -146,7 +146,11 @@ class DDLEvent:
 
 @dataclass(slots=True)
 class Resolved:
-    """Every change with commit_ts < ``commit_ts`` has been emitted (a watermark)."""
+    """Every change with commit_ts <= ``commit_ts`` has been emitted (a watermark).
+
+    TiCDC's resolved ts and checkpoint ts mean exactly this (its consumers drop a row whose commit
+    ts is at or below a partition's resolved ts as a fallback), so the value goes on the wire as is.
+    """
 
     kind: ClassVar[str] = "resolved"
     commit_ts: int

@@ -113,7 +113,7 @@ class ParquetSnapshotSink:
 
     def write(self, event: Event) -> None:
         if isinstance(event, Resolved):
-            self._pending_checkpoint = max(self._pending_checkpoint, event.commit_ts - 1)
+            self._pending_checkpoint = max(self._pending_checkpoint, event.commit_ts)
             return
         if event.commit_ts <= self.checkpoint_ts:
             return  # already in the published snapshot

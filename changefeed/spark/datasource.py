@@ -208,7 +208,7 @@ class StorageRange(InputPartition):
         events.sort(key=lambda e: (e.commit_ts, 0 if isinstance(e, DDLEvent) else 1))
         yield from self.changelog.rows(events)
         if self.ddl_and_resolved:
-            resolved = self.changelog.row(Resolved(self.high + 1, position=self.end_offset))
+            resolved = self.changelog.row(Resolved(self.high, position=self.end_offset))
             if resolved is not None:
                 yield resolved
 

@@ -32,17 +32,6 @@ log = logging.getLogger(__name__)
 _KEEP = 3  # state files kept (the newest is what the next batch needs; older ones help debugging)
 
 
-def _inclusive(event: Event) -> Event:
-    """The model's ``Resolved(ts)`` covers commit ts < ts (docs/model.md); the merger's covers <= ts.
-
-    Fed as is, a transaction whose commit ts equals the preceding watermark (binlog capture emits
-    ``Resolved(T)`` before transaction T) would be dropped as "behind resolved".
-    """
-    if isinstance(event, Resolved):
-        return Resolved(event.commit_ts - 1, position=event.position)
-    return event
-
-
 class MergeStage:
     """Feeds a batch's per-message events to a `PartitionMerger` restored for that batch id."""
 
@@ -83,14 +72,13 @@ class MergeStage:
                 j += 1
             if partition not in self.partitions:
                 raise ChangefeedError(f"kafka topic {self.topic!r}: partition {partition} appeared mid-stream")
-            merger.feed(partition, [_inclusive(e) for _, _, e in keyed[i:j]], offset)
+            merger.feed(partition, [e for _, _, e in keyed[i:j]], offset)
             i = j
         out = merger.ready()
         if out and isinstance(out[-1], Resolved):
             checkpoint: dict[Any, int] = merger.checkpoint()
             offsets = {str(p): o for p, o in checkpoint.items()}
-            # Back to the model's meaning: every change *below* the resolved ts was emitted.
-            out[-1] = Resolved(out[-1].commit_ts + 1, position={"topic": self.topic, "offsets": offsets})
+            out[-1] = Resolved(out[-1].commit_ts, position={"topic": self.topic, "offsets": offsets})
         self._merger = merger
         log.debug(
             "kafka merge batch=%d released=%d buffered=%d global_resolved=%d",

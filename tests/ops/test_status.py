@@ -34,7 +34,7 @@ def test_storage_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> N
     checkpoint = writer.flush()
     now = time.time()
     status = storage_status(tmp_path, now=now)
-    assert status.checkpoint_ts == checkpoint == events[-1].commit_ts - 1
+    assert status.checkpoint_ts == checkpoint == events[-1].commit_ts
     assert status.checkpoint_time == ts_wall_time(checkpoint) and status.checkpoint_time.endswith("+00:00")
     assert status.lag_seconds == pytest.approx(now - (checkpoint >> 18) / 1000, abs=0.01)
     newest: dict[str, int] = {}
@@ -69,7 +69,7 @@ def test_mysql_checkpoint_status(mariadb: MariaDBServer, capsys: pytest.CaptureF
     position = {"file": "binlog.000007", "pos": 4242, "gtid": "0-1-77"}
     try:
         with MySQLSink(mariadb.url, changefeed_id="orders", checkpoint_schema=schema, safe_mode_duration=0) as sink:
-            sink.write([Resolved(ts + 1, position=position)])
+            sink.write([Resolved(ts, position=position)])
         with MySQLSink(mariadb.url, changefeed_id="audit", checkpoint_schema=schema, safe_mode_duration=0) as sink:
             sink.write([Resolved(ts - 5, position={"file": "binlog.000006", "pos": 4})])
         (row,) = mysql_status(mariadb.url, "orders", schema=schema)

@@ -52,7 +52,7 @@ def test_latest_row_per_key(tmp_path: Path) -> None:
             Resolved(15),
         ]
     )
-    assert sink.flush() == 14
+    assert sink.flush() == 15
     assert _read(tmp_path) == [{"id": 1, "v": "a2", "d": D}, {"id": 3, "v": "b", "d": None}]
 
 
@@ -62,7 +62,7 @@ def test_restart_and_replay_change_nothing(tmp_path: Path) -> None:
     first.write_all(events)
     first.flush()
     again = ParquetSnapshotSink(tmp_path)
-    assert again.checkpoint_ts == 10
+    assert again.checkpoint_ts == 11
     again.write_all([*events, RowChange(Op.UPDATE, T, 20, new=(1, "b", D), old=(1, "a", D)), Resolved(21)])
     again.flush()
     assert _read(tmp_path) == [{"id": 1, "v": "b", "d": D}]

@@ -66,14 +66,14 @@ def test_round_trip_and_layout(tmp_path: Path, protocol: str) -> None:
     events.append(RowChange(Op.UPDATE, T, 1010, new=(1, "x", Decimal("9.99")), old=(1, "n1", Decimal("0.01"))))
     events.append(RowChange(Op.DELETE, T, 1011, old=(2, "n2", Decimal("0.02"))))
     w.write_all([*events, Resolved(1012)])
-    assert w.flush() == 1011
+    assert w.flush() == 1012  # Resolved(R): everything at or below R is in
     ext = ".json" if protocol == "canal-json" else ".csv"
     data = tmp_path / "shop/orders/5/2024-05-01" / f"CDC{1:020d}{ext}"
     assert data.exists()
     assert (data.parent / "meta/CDC.index").read_text() == data.name + "\n"
     schema_file = SchemaFile.from_table(T, 5)
     assert (tmp_path / schema_file.path()).exists()
-    assert read_checkpoint(tmp_path) == 1011
+    assert read_checkpoint(tmp_path) == 1012
 
     got = StorageReader(tmp_path, codec).poll()
     assert isinstance(got[-1], Resolved) and got[-1].commit_ts == 1012
@@ -124,7 +124,7 @@ def test_replay_after_a_crash_changes_nothing(tmp_path: Path, monkeypatch: pytes
         w.flush()  # data file 2 is published, the checkpoint is not
     monkeypatch.undo()
     directory = tmp_path / "shop/orders/5/2024-05-01"
-    assert read_checkpoint(tmp_path) == 11 and (directory / f"CDC{2:020d}.json").exists()
+    assert read_checkpoint(tmp_path) == 12 and (directory / f"CDC{2:020d}.json").exists()
 
     reader = StorageReader(tmp_path, codec)
     assert [e.new[0] for e in _rows_only(reader.poll())] == [1, 2]
@@ -217,7 +217,7 @@ def test_csv_without_commit_ts_uses_file_positions(tmp_path: Path) -> None:
     w.write_all([_ins(1, 10), Resolved(11)])
     w.flush()
     r = StorageReader(tmp_path, codec)
-    assert [(e.new[0], e.commit_ts) for e in _rows_only(r.poll())] == [(1, 10)]  # the checkpoint
+    assert [(e.new[0], e.commit_ts) for e in _rows_only(r.poll())] == [(1, 11)]  # the checkpoint
     w.write_all([_ins(2, 20), Resolved(21)])
     w.flush()
-    assert [(e.new[0], e.commit_ts) for e in _rows_only(r.poll())] == [(2, 20)]
+    assert [(e.new[0], e.commit_ts) for e in _rows_only(r.poll())] == [(2, 21)]

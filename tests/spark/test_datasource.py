@@ -61,7 +61,7 @@ def test_storage_batch_equals_what_was_written(cf: SparkSession, tmp_path: Path,
     assert got == sorted(expected_changes("row"), key=lambda c: (c[3], repr(c)))
     direct = [e for e in StorageReader(tmp_path, codec).poll() if isinstance(e, RowChange)]
     assert len(got) == len(direct) == 23
-    assert [r.commit_ts for r in rows if r.kind == "resolved"] == [checkpoint + 1]
+    assert [r.commit_ts for r in rows if r.kind == "resolved"] == [checkpoint]
     assert {r.ddl for r in rows if r.kind == "ddl"} <= {e.query for e in captured() if e.kind == "ddl"}
 
 

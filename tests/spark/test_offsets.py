@@ -57,4 +57,4 @@ def test_storage_files_published_ahead_of_the_checkpoint_are_read_again(tmp_path
     rows = _read(source, start, first) + _read(source, first, second)
     got = [r[1:8] for r in rows if r[0] == "row"]
     assert sorted(got, key=repr) == sorted(expected_changes("row"), key=repr)
-    assert [r[4] for r in rows if r[0] == "resolved"] == [first["checkpoint"] + 1, second["checkpoint"] + 1]
+    assert [r[4] for r in rows if r[0] == "resolved"] == [first["checkpoint"], second["checkpoint"]]

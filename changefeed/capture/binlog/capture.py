@@ -2,9 +2,10 @@
 
 One event group (BEGIN or a MariaDB GTID .. XID/COMMIT, or one standalone DDL) becomes its
 events in binlog order, all sharing one TSO-shaped commit ts from `CommitClock`, followed by
-``Resolved(commit_ts + 1)``: every later group gets a larger ts, so once a group is out nothing
-below ``commit_ts + 1`` can follow. A group is emitted only when its commit event has been read,
-so a dropped connection or a file still being written never yields half a transaction.
+``Resolved(commit_ts)``: every later group gets a larger ts, so once a group is out nothing at
+or below ``commit_ts`` can follow (TiCDC's resolved-ts meaning). A group is emitted only when its
+commit event has been read, so a dropped connection or a file still being written never yields
+half a transaction.
 
 Positions: the final ``Resolved`` of a group carries the savepoint after it; every other event
 carries the group's start plus its ordinal (``skip``), so resuming from any event's position
@@ -335,8 +336,8 @@ class BinlogCapture:
                         change.position = {**base, "skip": ordinal}
                         yield change
             self.savepoint = self._position(file, end)
-            # Later groups get larger timestamps, so everything below last + 1 is out.
-            yield Resolved(self.clock.last + 1, position=self.savepoint.to_dict())
+            # Later groups get larger timestamps, so everything at or below `last` is out.
+            yield Resolved(self.clock.last, position=self.savepoint.to_dict())
             return
         # A group with DDL is collected: it may be held back for one group (see docs/capture.md).
         # DDLs of the previous (held) group: this group's table maps are their last chance.
@@ -362,7 +363,7 @@ class BinlogCapture:
                     change.position = {**base, "skip": ordinal}
                     out.append(change)
         self.savepoint = self._position(file, end)
-        out.append(Resolved(self.clock.last + 1, position=self.savepoint.to_dict()))
+        out.append(Resolved(self.clock.last, position=self.savepoint.to_dict()))
         self._pending = [d for d in self._pending if id(d) not in previous and d.table_schema is None]
         yield from self._release()
         mine = {id(e) for e in out}

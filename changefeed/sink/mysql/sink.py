@@ -364,7 +364,7 @@ class MySQLSink:
             if event.position is not None:
                 self._pending_pos = event.position
         elif isinstance(event, Resolved):
-            ts = event.commit_ts - 1  # everything below the resolved ts has been emitted
+            ts = event.commit_ts  # everything at or below the resolved ts has been emitted
             if ts > self._checkpoint_ts and ts > self._pending_ts:
                 self._pending_ts = ts
                 if event.position is not None:

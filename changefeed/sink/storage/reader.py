@@ -3,7 +3,7 @@
 Each `poll` is one round of TiCDC's storage consumer: read the published checkpoint; load the
 schema files and new data files of table versions at or below it; decode them; and return the
 new events ordered by commit ts (a DDL before the rows of its version), followed by
-``Resolved(checkpoint + 1)``. A round emits exactly the rows with previous checkpoint < commit ts
+``Resolved(checkpoint)``. A round emits exactly the rows with previous checkpoint < commit ts
 <= checkpoint: rows above it (published before their transaction was complete) wait for a later
 round, and rows at or below the previous checkpoint are replays of a writer that crashed between
 publishing data and its checkpoint, so they are dropped. A reader may run while the writer is
@@ -95,7 +95,7 @@ class StorageReader:
         # Stable sort: a DDL (at its table version) precedes the rows of that version.
         events.sort(key=lambda e: e.commit_ts)
         self.position.checkpoint = checkpoint
-        events.append(Resolved(checkpoint + 1, position=self.position.to_json()))
+        events.append(Resolved(checkpoint, position=self.position.to_json()))
         return events
 
     # ------------------------------------------------------------------ schema files

@@ -113,8 +113,8 @@ class StorageWriter:
         elif isinstance(event, DDLEvent):
             self._write_ddl(event)
         elif isinstance(event, Resolved):
-            # Resolved(R) promises every commit ts < R; TiCDC's checkpoint-ts means <= checkpoint.
-            self._pending_checkpoint = max(self._pending_checkpoint, event.commit_ts - 1)
+            # Resolved(R) and TiCDC's checkpoint-ts both mean: every commit ts <= R is in.
+            self._pending_checkpoint = max(self._pending_checkpoint, event.commit_ts)
 
     def _write_row(self, row: RowChange) -> None:
         if row.commit_ts <= self.checkpoint_ts:

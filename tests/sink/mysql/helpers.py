@@ -110,8 +110,8 @@ def kv_stream(table: TableSchema, seed: int, txns: int, start_ts: int = 1000, ma
             rows[new[0]] = new
             out.events.append(RowChange(Op.UPDATE, table, ts, old=old, new=new))
         if t % 7 == 6:
-            out.events.append(Resolved(ts + 1))
-    out.events.append(Resolved(ts + 1))
+            out.events.append(Resolved(ts))  # everything at or below ts is out (TiCDC's meaning)
+    out.events.append(Resolved(ts))
     out.final = rows
     return out
 
