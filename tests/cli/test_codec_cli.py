@@ -138,6 +138,7 @@ def test_csv_round_trip_with_a_schema_file(tmp_path: Path) -> None:
     messages = _run(["encode", *args], b"".join(dumps_event(e) for e in rows))
     out = _run(["decode", *args, "--schema-file", str(schema_file)], messages)
     back = list(EventReader().read(io.BytesIO(out)))
+
     # CSV without output-old-value carries an UPDATE as its new row only (TiCDC's "U" line).
     def image(e: RowChange) -> dict[str, object]:
         return e.as_dict(old=e.op is Op.DELETE)
