@@ -166,7 +166,13 @@ class StorageReader:
         rows: list[RowChange] = []
         for i in range(done + 1, current + 1):
             rel = f"{ddir.path}/CDC{i:0{width}d}{self.ext}"
-            decoded = self._decode_file(ddir, (directory / rel.rsplit("/", 1)[1]).read_bytes(), rel, high)
+            try:
+                data = (directory / rel.rsplit("/", 1)[1]).read_bytes()
+            except FileNotFoundError:
+                # Removed by a restarted writer's recovery (its rows were all above the checkpoint):
+                # stop here and read its replacement in a later round.
+                break
+            decoded = self._decode_file(ddir, data, rel, high)
             if not self._rows_have_ts:
                 # CSV without include-commit-ts: rows carry the round's checkpoint and only file
                 # positions say what is new (TiCDC's consumer has no more to go on either).
