@@ -80,7 +80,6 @@ class ParquetSnapshotSink:
         self.checkpoint_ts = self._read_checkpoint()
         self._pending_checkpoint = self.checkpoint_ts
         self._tables: dict[tuple[str, str], _TableState] = {}
-        self._renamed_away: set[tuple[str, str]] = set()
 
     def _read_checkpoint(self) -> int:
         path = self.root / CHECKPOINT_FILE
@@ -136,19 +135,6 @@ class ParquetSnapshotSink:
         state.dirty = True
 
     def _apply_ddl(self, ddl: DDLEvent) -> None:
-        pre, post = ddl.pre_table_schema, ddl.table_schema
-        if ddl.ddl_type in (ActionType.RENAME_TABLE, ActionType.RENAME_TABLES) and pre is not None and post is not None:
-            old, new = (pre.schema, pre.table), (post.schema, post.table)
-            if old != new:
-                # The rows move with the table; the old name's snapshot is removed at the next flush.
-                state = self._state(pre)
-                del self._tables[old]
-                state.reshape(post)
-                state.dirty = True
-                self._tables[new] = state
-                self._renamed_away.add(old)
-                self._renamed_away.discard(new)
-            return
         if ddl.table and ddl.ddl_type in (ActionType.DROP_TABLE, ActionType.TRUNCATE_TABLE):
             state = self._tables.get((ddl.schema, ddl.table))
             if state is not None:
@@ -163,9 +149,6 @@ class ParquetSnapshotSink:
 
     def flush(self) -> int:
         """Rewrite changed snapshots, then the checkpoint; returns the published checkpoint."""
-        for schema, table in self._renamed_away:
-            self._path(schema, table).unlink(missing_ok=True)
-        self._renamed_away.clear()
         for (schema, table), state in self._tables.items():
             if not state.dirty:
                 continue

@@ -116,21 +116,3 @@ def test_tables_without_a_key_are_multisets(tmp_path: Path) -> None:
     )
     sink.flush()
     assert pq.read_table(tmp_path / "s/t/snapshot.parquet").to_pylist() == [{"id": 1, "v": "a"}]
-
-
-def test_rename_moves_the_rows(tmp_path: Path) -> None:
-    sink = ParquetSnapshotSink(tmp_path)
-    renamed = T.renamed("s", "t2")
-    sink.write_all([RowChange(Op.INSERT, T, 1, new=(1, "a", None)), Resolved(1)])
-    sink.flush()
-    sink.write_all(
-        [
-            DDLEvent("s", "t2", "RENAME TABLE t TO t2", ActionType.RENAME_TABLE, 2, renamed, T),
-            RowChange(Op.INSERT, renamed, 3, new=(2, "b", None)),
-            Resolved(3),
-        ]
-    )
-    sink.flush()
-    assert not (tmp_path / "s/t/snapshot.parquet").exists()
-    rows = pq.read_table(tmp_path / "s/t2/snapshot.parquet").to_pylist()
-    assert sorted(r["id"] for r in rows) == [1, 2]
