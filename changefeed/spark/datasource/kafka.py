@@ -1,0 +1,251 @@
+"""The `kafka` input: a TiCDC-compatible topic, one range per partition between two offsets."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from pyspark.sql.datasource import InputPartition
+
+from ...codec import CodecOptions
+from ...errors import CaptureError, ConfigError
+from ...model import TableSchema
+from ..changelog import ChangelogRows
+from .options import Input, SourceOptions
+
+log = logging.getLogger(__name__)
+
+#: Kafka options of the data source (the rest are codec options).
+_KAFKA_KEYS = frozenset({"bootstrap.servers", "kafka.bootstrap.servers", "topic", "startingoffsets"})
+_KAFKA_TIMEOUT_S = 30.0
+_WATERMARK_FETCH_S = 5.0
+
+
+def _consumer(servers: str) -> Any:
+    from confluent_kafka import Consumer  # noqa: PLC0415 - only kafka reads need it
+
+    return Consumer(
+        {
+            "bootstrap.servers": servers,
+            "group.id": "changefeed-spark",  # never joins or commits: assign() only, offsets live in Spark
+            "enable.auto.commit": False,
+            "auto.offset.reset": "error",  # an offset the broker no longer has is an error, not a skip
+            "allow.auto.create.topics": False,
+            "logger": log,
+        }
+    )
+
+
+@dataclass
+class KafkaRange(InputPartition):
+    """Messages [start, end) of one Kafka partition, decoded in an executor, one changelog row per event.
+
+    Rows are per message and unmerged: resends and broadcast copies are all here, and each
+    partition's resolved events come out as ``resolved`` rows. The cross-partition merge
+    (resolved gating, dedupe) needs every partition and state across batches: it runs in the
+    apply job (`changefeed.spark.merge`), not here.
+    """
+
+    servers: str
+    topic: str
+    partition: int
+    start: int
+    end: int
+    codec: CodecOptions
+    changelog: ChangelogRows
+
+    def __post_init__(self) -> None:
+        InputPartition.__init__(self, None)
+
+    def rows(self) -> Iterator[tuple[Any, ...]]:
+        from confluent_kafka import KafkaError, TopicPartition  # noqa: PLC0415
+
+        from ...codec import Message, make_decoder  # noqa: PLC0415
+
+        decoder = make_decoder(self.codec)
+        consumer = _consumer(self.servers)
+        try:
+            consumer.assign([TopicPartition(self.topic, self.partition, self.start)])
+            deadline = time.monotonic() + _KAFKA_TIMEOUT_S
+            at = self.start
+            while at < self.end:
+                batch = consumer.consume(1000, 1.0)
+                if not batch:
+                    # Offsets without a deliverable message (transaction markers) end a range early.
+                    pos = consumer.position([TopicPartition(self.topic, self.partition)])[0].offset
+                    if pos >= self.end:
+                        break
+                    if time.monotonic() > deadline:
+                        raise CaptureError(
+                            f"kafka: no message at offset {at} of [{self.start}, {self.end}) within "
+                            f"{_KAFKA_TIMEOUT_S:.0f} s",
+                            where=f"{self.topic}[{self.partition}]",
+                        )
+                    continue
+                deadline = time.monotonic() + _KAFKA_TIMEOUT_S
+                for msg in batch:
+                    err = msg.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            continue
+                        raise CaptureError(f"kafka: {err.str()}", where=f"{self.topic}[{self.partition}]@{at}")
+                    offset = msg.offset()
+                    if offset >= self.end:
+                        at = offset
+                        break
+                    at = offset + 1
+                    where = f"{self.topic}[{self.partition}]@{offset}"
+                    message = Message(key=msg.key(), value=msg.value(), partition=self.partition, topic=self.topic)
+                    for ev in decoder.decode(message, where):
+                        ev.position = {"topic": self.topic, "partition": self.partition, "offset": offset}
+                        row = self.changelog.row(ev)
+                        if row is not None:
+                            yield row
+        finally:
+            consumer.close()
+
+
+class KafkaInput(Input):
+    """A Kafka topic written by our KafkaSink or by TiCDC. Offsets: ``{"topic", "offsets": {partition: next}}``."""
+
+    OPTIONS = _KAFKA_KEYS
+    ANY_CODEC_OPTION = True
+    NO_PATH = True
+
+    def __init__(self, opts: SourceOptions) -> None:
+        super().__init__(opts)
+        extra = opts.extra
+        servers = extra.get("kafka.bootstrap.servers") or extra.get("bootstrap.servers") or ""
+        self.topic = extra.get("topic") or (str(opts.path) if str(opts.path) not in ("", ".") else "")
+        if not servers or not self.topic:
+            raise ConfigError("input kafka needs options bootstrap.servers (or kafka.bootstrap.servers) and topic")
+        self.servers = servers
+        mapping = {k: v for k, v in extra.items() if k not in _KAFKA_KEYS}
+        mapping.setdefault("protocol", "canal-json")
+        mapping.setdefault("time-zone", opts.time_zone)
+        self.codec = CodecOptions.from_mapping(mapping)
+        if self.codec.protocol not in ("canal-json", "open-protocol"):
+            # Simple's decoder keeps schemas across messages (BOOTSTRAP): a range read cannot start midway.
+            raise ConfigError(f"input kafka reads canal-json or open-protocol, not {self.codec.protocol!r}")
+        if self.codec.protocol == "canal-json" and not self.codec.enable_tidb_extension:
+            raise ConfigError("input kafka with canal-json needs enable-tidb-extension=true (commit ts, watermarks)")
+        if opts.table is not None:
+            raise ConfigError("input kafka has no typed images: the table option is not supported")
+        self.starting = extra.get("startingoffsets", "earliest").strip()
+        self._client: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # The reader is pickled into executors; a librdkafka handle is not picklable (nor needed there).
+        return {**self.__dict__, "_client": None}
+
+    def _consumer(self) -> Any:
+        if self._client is None:
+            self._client = _consumer(self.servers)
+        return self._client
+
+    def _partitions(self) -> list[int]:
+        from confluent_kafka import KafkaException  # noqa: PLC0415
+
+        try:
+            meta = self._consumer().list_topics(self.topic, timeout=_KAFKA_TIMEOUT_S).topics.get(self.topic)
+        except KafkaException as exc:
+            raise ConfigError(f"kafka: cannot read metadata of topic {self.topic!r}: {exc}") from exc
+        if meta is None or meta.error is not None or not meta.partitions:
+            why = meta.error.str() if meta is not None and meta.error is not None else "no partitions"
+            raise ConfigError(f"kafka: topic {self.topic!r} at {self.servers} is not readable: {why}")
+        return sorted(meta.partitions)
+
+    def partition_ids(self) -> list[int]:
+        """The topic's partitions (driver side; for the apply job's merge)."""
+        try:
+            return self._partitions()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+    def watermarks(self) -> dict[int, tuple[int, int]]:
+        """Partition -> (low, high) offsets; high is the next offset to be written.
+
+        tansu (the test broker) answers a ListOffsets request with the last batch's first offset
+        + 1, not the end. Fetching from (reported - 1) returns the true high watermark with the
+        fetch response, read by ``cached=True``; on Kafka both answers are the same.
+        """
+        from confluent_kafka import TopicPartition  # noqa: PLC0415
+
+        consumer = self._consumer()
+        out: dict[int, tuple[int, int]] = {}
+        fetch: list[TopicPartition] = []
+        for p in self._partitions():
+            low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=_KAFKA_TIMEOUT_S)
+            out[p] = (low, high)
+            if high > low:
+                fetch.append(TopicPartition(self.topic, p, high - 1))
+        if fetch:
+            consumer.assign(fetch)
+            waiting = {tp.partition for tp in fetch}
+            # Bounded: on Kafka the first answer is already right, and a partition whose last offset
+            # holds nothing deliverable (a transaction marker) keeps the reported value.
+            deadline = time.monotonic() + _WATERMARK_FETCH_S
+            while waiting and time.monotonic() < deadline:
+                for msg in consumer.consume(len(waiting) * 10, 0.5):
+                    waiting.discard(msg.partition())
+            consumer.unassign()
+            for tp in fetch:
+                low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, tp.partition), cached=True)
+                if high is not None and high >= 0:
+                    out[tp.partition] = (out[tp.partition][0], max(out[tp.partition][1], high))
+        return out
+
+    def table_schema(self) -> TableSchema | None:
+        return None
+
+    def initial_offset(self) -> dict[str, Any]:
+        marks = self.watermarks()
+        if self.starting.lower() == "earliest":
+            return {"topic": self.topic, "offsets": {str(p): low for p, (low, _) in marks.items()}}
+        if self.starting.lower() == "latest":
+            return {"topic": self.topic, "offsets": {str(p): high for p, (_, high) in marks.items()}}
+        try:
+            given = orjson.loads(self.starting)
+        except orjson.JSONDecodeError as exc:
+            raise ConfigError(f"startingOffsets must be earliest, latest or JSON: {exc}") from None
+        if isinstance(given, dict) and isinstance(given.get(self.topic), dict):
+            given = given[self.topic]  # Spark's Kafka form {"topic": {"0": 23}}
+        if not isinstance(given, dict):
+            raise ConfigError(f'startingOffsets JSON must be {{"{self.topic}": {{"0": offset}}}}, got {self.starting}')
+        offsets: dict[str, int] = {}
+        for p, (low, high) in marks.items():
+            value = int(given.get(str(p), -2))
+            offsets[str(p)] = low if value == -2 else high if value == -1 else value
+        return {"topic": self.topic, "offsets": offsets}
+
+    def available_now_target(self) -> dict[str, Any]:
+        return {"topic": self.topic, "offsets": {str(p): high for p, (_, high) in self.watermarks().items()}}
+
+    def latest_offset(self, start: dict[str, Any], max_events: int | None, target: dict[str, Any] | None) -> dict:
+        seen = target if target is not None else self.available_now_target()
+        begin = {str(k): int(v) for k, v in start.get("offsets", {}).items()}
+        share = max(1, max_events // max(1, len(seen["offsets"]))) if max_events else None
+        offsets: dict[str, int] = {}
+        for p, high in seen["offsets"].items():
+            first = begin.get(p, 0)
+            offsets[p] = max(first, min(int(high), first + share) if share else int(high))
+        return {"topic": self.topic, "offsets": offsets}
+
+    def partitions(
+        self, start: dict[str, Any], end: dict[str, Any], changelog: ChangelogRows
+    ) -> Sequence[InputPartition]:
+        begin = start.get("offsets", {})
+        return [
+            KafkaRange(self.servers, self.topic, int(p), int(begin.get(p, 0)), int(high), self.codec, changelog)
+            for p, high in sorted(end["offsets"].items(), key=lambda kv: int(kv[0]))
+            if int(high) > int(begin.get(p, 0))
+        ]

@@ -1,0 +1,120 @@
+"""Data source options and the `Input` contract every input implements."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, tzinfo
+from pathlib import Path
+from typing import Any, ClassVar
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pyspark.sql.datasource import InputPartition
+
+from ...errors import ConfigError
+from ...model import TableSchema
+from ..changelog import ChangelogRows, parse_rules, parse_table
+
+log = logging.getLogger(__name__)
+
+
+NAME = "changefeed"
+#: Options every input understands (Spark hands them over lower-cased).
+_COMMON = frozenset({"input", "path", "filter", "table", "events", "maxeventspertrigger", "timezone", "time-zone"})
+
+
+def _truthy(value: str | None) -> bool:
+    return str(value or "").lower() in ("1", "true", "yes", "on")
+
+
+def zone(name: str) -> tzinfo:
+    if name.upper() in ("UTC", "Z", "+00:00", ""):
+        return UTC
+    try:
+        return ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ConfigError(f"unknown time zone {name!r}") from None
+
+
+@dataclass
+class SourceOptions:
+    """The data source options, parsed once on the driver (and pickled into partitions)."""
+
+    input: str
+    path: Path
+    rules: list[str]
+    table: tuple[str, str] | None
+    with_event: bool
+    max_events: int | None
+    time_zone: str
+    extra: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SourceOptions:
+        opts = {str(k).lower(): str(v) for k, v in options.items()}
+        kind = opts.get("input", "")
+        if kind not in INPUTS:
+            known = ", ".join(sorted(INPUTS))
+            raise ConfigError(f"option input must be one of {known}, got {kind!r}")
+        if not opts.get("path") and not INPUTS[kind].NO_PATH:
+            raise ConfigError(f"input {kind} needs a path: .option('path', DIR) or .load(DIR)")
+        max_events = opts.get("maxeventspertrigger")
+        try:
+            limit = int(max_events) if max_events else None
+        except ValueError:
+            raise ConfigError(f"maxEventsPerTrigger must be an integer, got {max_events!r}") from None
+        if limit is not None and limit <= 0:
+            raise ConfigError("maxEventsPerTrigger must be positive")
+        tz = opts.get("timezone") or opts.get("time-zone") or "UTC"
+        zone(tz)
+        extra = {k: v for k, v in opts.items() if k not in _COMMON}
+        unknown = set(extra) - INPUTS[kind].OPTIONS
+        if unknown and not INPUTS[kind].ANY_CODEC_OPTION:
+            raise ConfigError(f"unknown option(s) for input {kind}: {', '.join(sorted(unknown))}")
+        return cls(
+            input=kind,
+            path=Path(opts.get("path", "").removeprefix("file://")),
+            rules=parse_rules(opts.get("filter")),
+            table=parse_table(opts.get("table")),
+            with_event=_truthy(opts.get("events")),
+            max_events=limit,
+            time_zone=tz,
+            extra=extra,
+        )
+
+    def changelog(self, typed: TableSchema | None) -> ChangelogRows:
+        return ChangelogRows(self.rules, self.table, typed, self.with_event)
+
+
+class Input:
+    """One kind of source. Offsets are JSON dicts; `partitions` carry everything `rows` needs."""
+
+    OPTIONS: ClassVar[frozenset[str]] = frozenset()
+    ANY_CODEC_OPTION: ClassVar[bool] = False
+    NO_PATH: ClassVar[bool] = False  # True: the input is not a directory (kafka)
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+
+    def table_schema(self) -> TableSchema | None:
+        """The selected table's current shape (for typed ``after``/``before``)."""
+        raise NotImplementedError
+
+    def initial_offset(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def latest_offset(self, start: dict[str, Any], max_events: int | None, target: dict[str, Any] | None) -> dict:
+        raise NotImplementedError
+
+    def available_now_target(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def partitions(
+        self, start: dict[str, Any], end: dict[str, Any], changelog: ChangelogRows
+    ) -> Sequence[InputPartition]:
+        raise NotImplementedError
+
+
+INPUTS: dict[str, type[Input]] = {}
+"""``input`` option -> its class (filled by the package: one entry per input module)."""
