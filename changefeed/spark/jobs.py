@@ -184,16 +184,23 @@ def _check_dirs(checkpoint: Path, output: Path) -> None:
         raise ConfigError(f"the Spark checkpoint directory must not be the output directory itself: {output}")
 
 
+CaptureSource = str | Path | Mapping[str, str]
+"""What a capture job reads: a binlog directory, or data source options (e.g. another ``input``)."""
+
+
 def _capture_stream(
     spark: SparkSession,
-    binlog_dir: str | Path,
+    source: CaptureSource,
     rules: list[str] | None,
     time_zone: str,
     max_events: int | None,
     events_per_partition: int | None,
 ) -> DataFrame:
     register(spark)
-    reader = spark.readStream.format(NAME).option("input", "binlog").option("path", str(binlog_dir))
+    options = dict(source) if isinstance(source, Mapping) else {"input": "binlog", "path": str(source)}
+    reader = spark.readStream.format(NAME)
+    for key, value in options.items():
+        reader = reader.option(key, value)
     reader = reader.option("events", "true").option("timeZone", time_zone)
     if rules:
         reader = reader.option("filter", ",".join(rules))
@@ -206,7 +213,7 @@ def _capture_stream(
 
 def run_capture(
     spark: SparkSession,
-    binlog_dir: str | Path,
+    source: CaptureSource,
     storage_root: str | Path,
     codec: CodecOptions,
     checkpoint: str | Path,
@@ -225,13 +232,13 @@ def run_capture(
     _check_dirs(checkpoint, storage_root)
     writer = StorageWriter(storage_root, codec, storage)  # recovers a crashed flush before anything runs
     runner = _BatchRunner("capture", writer.write_all, writer.flush, hook)
-    stream = _capture_stream(spark, binlog_dir, rules, time_zone, max_events, events_per_partition)
+    stream = _capture_stream(spark, source, rules, time_zone, max_events, events_per_partition)
     return _run_query(spark, stream, runner, checkpoint, trigger_interval, available_now, "changefeed-capture")
 
 
 def run_capture_kafka(
     spark: SparkSession,
-    binlog_dir: str | Path,
+    source: CaptureSource,
     sink_config: KafkaSinkConfig,
     checkpoint: str | Path,
     *,
@@ -257,7 +264,7 @@ def run_capture_kafka(
         return flushed.commit_ts if flushed is not None else 0
 
     runner = _BatchRunner("capture", sink.write, flush, hook)
-    stream = _capture_stream(spark, binlog_dir, rules, time_zone, max_events, events_per_partition)
+    stream = _capture_stream(spark, source, rules, time_zone, max_events, events_per_partition)
     try:
         return _run_query(
             spark, stream, runner, Path(checkpoint), trigger_interval, available_now, "changefeed-capture"
