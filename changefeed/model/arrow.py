@@ -2,11 +2,14 @@
 
 One mapping for every columnar consumer. Values keep the model's meaning: temporal types stay
 text (MySQL zero dates have no Arrow timestamp), ENUM/SET stay their index/bitmask, DECIMAL is
-exact (decimal128 up to 38 digits, decimal256 beyond).
+exact (decimal128 up to 38 digits, decimal256 beyond). A DECIMAL whose precision is unknown (Open
+Protocol and the simple protocol's legacy shape carry only the type code) is exact decimal text:
+no fixed Arrow decimal holds every MySQL DECIMAL(65, 0..30) value, and guessing would round.
 """
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
@@ -38,12 +41,18 @@ def arrow_type(column: Column) -> pa.DataType:
     if tc is TypeCode.DOUBLE:
         return pa.float64()
     if tc is TypeCode.DECIMAL:
-        precision = max(column.length or 10, 1)
+        if column.length is None:
+            return pa.string()
+        precision = max(column.length, 1)
         scale = column.decimal or 0
         return pa.decimal128(precision, scale) if precision <= 38 else pa.decimal256(min(precision, 76), scale)
     if column.is_bytes:
         return pa.binary()
     return pa.string()
+
+
+def _decimal_text(column: Column) -> bool:
+    return column.type_code is TypeCode.DECIMAL and column.length is None
 
 
 def arrow_schema(table: TableSchema, extra: list[pa.Field] | None = None) -> pa.Schema:
@@ -62,6 +71,8 @@ def images_to_batch(
         arrays.append(arr)
     for i, col in enumerate(table.columns):
         values = [None if img[i] is ABSENT else img[i] for img in images]
+        if _decimal_text(col):
+            values = [None if v is None else format(v, "f") for v in values]
         arrays.append(pa.array(values, type=arrow_type(col)))
         names.append(col.name)
     return pa.RecordBatch.from_arrays(arrays, names=names)
@@ -72,7 +83,10 @@ def batch_to_images(table: TableSchema, batch: pa.RecordBatch | pa.Table) -> lis
     columns = []
     for col in table.columns:
         if col.name in batch.schema.names:
-            columns.append(batch.column(col.name).to_pylist())
+            values = batch.column(col.name).to_pylist()
+            if _decimal_text(col):
+                values = [None if v is None else Decimal(v) for v in values]
+            columns.append(values)
         else:
             columns.append([None] * batch.num_rows)
     return list(zip(*columns, strict=True)) if columns else []

@@ -152,7 +152,7 @@ def _converter(arrow: pa.DataType) -> Callable[[Any], Any]:
         return lambda v: format(v, "f") if isinstance(v, Decimal) else str(v)
     if pa.types.is_binary(arrow):
         return lambda v: bytes(v) if not isinstance(v, str) else v.encode()
-    return lambda v: v if isinstance(v, str) else str(v)
+    return lambda v: v if isinstance(v, str) else format(v, "f") if isinstance(v, Decimal) else str(v)
 
 
 class ChangelogRows:

@@ -116,3 +116,25 @@ def test_tables_without_a_key_are_multisets(tmp_path: Path) -> None:
     )
     sink.flush()
     assert pq.read_table(tmp_path / "s/t/snapshot.parquet").to_pylist() == [{"id": 1, "v": "a"}]
+
+
+def test_decimal_without_precision_is_exact_text(tmp_path: Path) -> None:
+    # Open Protocol carries a DECIMAL's type code but not its precision or scale.
+    shape = TableSchema(
+        "s",
+        "t",
+        (Column("id", TypeCode.INT, nullable=False), Column("d", TypeCode.DECIMAL)),
+        (Index("PRIMARY", ("id",), primary=True),),
+    )
+    values = [Decimal("12.34"), Decimal("-0.000000000000000000000000000001"), Decimal("9" * 65), None]
+    sink = ParquetSnapshotSink(tmp_path)
+    sink.write_all([RowChange(Op.INSERT, shape, 10, new=(i, v)) for i, v in enumerate(values)] + [Resolved(11)])
+    sink.flush()
+    table = pq.read_table(tmp_path / "s/t/snapshot.parquet")
+    assert str(table.schema.field("d").type) == "string"
+    got = sorted(table.to_pylist(), key=lambda r: r["id"])
+    assert [r["d"] for r in got] == ["12.34", "-0.000000000000000000000000000001", "9" * 65, None]
+    again = ParquetSnapshotSink(tmp_path)  # reloads the snapshot: text back to exact Decimal
+    again.write_all([RowChange(Op.UPDATE, shape, 20, new=(0, Decimal("1.5")), old=(0, values[0])), Resolved(21)])
+    again.flush()
+    assert sorted(pq.read_table(tmp_path / "s/t/snapshot.parquet").to_pylist(), key=lambda r: r["id"])[1:] == got[1:]
