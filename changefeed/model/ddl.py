@@ -240,3 +240,79 @@ def _alter_clause_kind(clause: str) -> ActionType:
         if re.match(pattern, clause):
             return action
     return ActionType.NONE
+
+
+# ------------------------------------------------------------------ DDL targets: which tables a statement names
+
+_QNAME = rf"({_IDENT})(?:\s*\.\s*({_IDENT}))?"
+_TABLE_DDL = re.compile(
+    r"^\s*(?:create|alter|drop|truncate)\s+(?:(?:or\s+replace|temporary|online|offline|ignore|if\s+not\s+exists"
+    r"|if\s+exists)\s+)*(?:table\s+)?(?:(?:if\s+not\s+exists|if\s+exists)\s+)?" + _QNAME,
+    re.I | re.S,
+)
+_INDEX_DDL = re.compile(
+    rf"^\s*(?:create\s+(?:or\s+replace\s+)?(?:unique\s+|fulltext\s+|spatial\s+)?index|drop\s+index)\s+"
+    rf"(?:if\s+(?:not\s+)?exists\s+)?{_IDENT}\s+on\s+" + _QNAME,
+    re.I | re.S,
+)
+_SCHEMA_DDL = re.compile(
+    rf"^\s*(?:create|drop|alter)\s+(?:database|schema)\s+(?:if\s+(?:not\s+)?exists\s+)?({_IDENT})?", re.I | re.S
+)
+_RENAME = re.compile(rf"{_QNAME}\s+to\s+{_QNAME}", re.I | re.S)
+_ALTER_RENAME = re.compile(rf"\brename\s+(?:to\s+|as\s+)?{_QNAME}\s*$", re.I | re.S)
+_VIEW_DDL = re.compile(
+    rf"^\s*(?:create|alter|drop)\s+(?:or\s+replace\s+)?(?:algorithm\s*=\s*\w+\s+)?(?:definer\s*=\s*\S+\s+)?"
+    rf"(?:sql\s+security\s+\w+\s+)?view\s+(?:if\s+(?:not\s+)?exists\s+)?{_QNAME}",
+    re.I | re.S,
+)
+
+
+def _unquote(name: str | None) -> str:
+    if not name:
+        return ""
+    return name[1:-1].replace("``", "`") if name.startswith("`") else name
+
+
+def _qualify(first: str, second: str | None, default_schema: str) -> tuple[str, str]:
+    return (_unquote(first), _unquote(second)) if second else (default_schema, _unquote(first))
+
+
+TableName = tuple[str, str]
+
+
+def ddl_tables(query: str, default_schema: str) -> tuple[TableName, list[tuple[TableName, TableName]]]:
+    """The (schema, table) a DDL names (the new name for renames) and every (old, new) rename pair.
+
+    Schema-level statements give ``(schema, "")``. Only the leading names are read, as
+    `classify_ddl` reads only the leading keywords.
+    """
+    text = strip_comments(query)
+    renames: list[tuple[TableName, TableName]] = []
+    if re.match(r"^\s*rename\s+tables?\s", text, re.I):
+        body = re.sub(r"^\s*rename\s+tables?\s+", "", text, flags=re.I)
+        for m in _RENAME.finditer(body):
+            renames.append(
+                (_qualify(m.group(1), m.group(2), default_schema), _qualify(m.group(3), m.group(4), default_schema))
+            )
+        target = renames[-1][1] if renames else (default_schema, "")
+        return target, renames
+    m = _SCHEMA_DDL.match(text)
+    if m:
+        return (_unquote(m.group(1)) or default_schema, ""), renames
+    m = _INDEX_DDL.match(text)
+    if m:
+        return _qualify(m.group(1), m.group(2), default_schema), renames
+    m = _VIEW_DDL.match(text)
+    if m:
+        return _qualify(m.group(1), m.group(2), default_schema), renames
+    m = _TABLE_DDL.match(text)
+    if m:
+        target = _qualify(m.group(1), m.group(2), default_schema)
+        if re.match(r"^\s*alter\b", text, re.I):
+            r = _ALTER_RENAME.search(text)
+            if r:
+                new = _qualify(r.group(1), r.group(2), default_schema)
+                renames.append((target, new))
+                target = new
+        return target, renames
+    return (default_schema, ""), renames

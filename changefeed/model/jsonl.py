@@ -258,22 +258,27 @@ class EventReader:
         )
         cached = self._schemas.get(key)
         if cached is None:
-            cached = TableSchema(
-                schema=_str(obj["schema"], "schema"),
-                table=_str(obj["table"], "table"),
-                columns=tuple(column_from_definition(d) for d in defs),
-                indexes=tuple(
-                    Index(i["name"], tuple(i["columns"]), bool(i.get("primary")), bool(i.get("unique")))
-                    for i in obj.get("indexes") or ()
-                ),
-                table_id=_uint(obj.get("table_id", 0), "table_id"),
-                version=_uint(obj.get("version", 0), "version"),
-                partitioned=bool(obj.get("partitioned", False)),
-            )
+            cached = table_schema_from_json(obj)
             if len(self._schemas) > 10_000:
                 self._schemas.clear()
             self._schemas[key] = cached
         return cached
+
+
+def table_schema_from_json(obj: dict[str, Any]) -> TableSchema:
+    """The inverse of `table_schema_to_json` (no caching: `EventReader` caches per stream)."""
+    return TableSchema(
+        schema=_str(obj["schema"], "schema"),
+        table=_str(obj["table"], "table"),
+        columns=tuple(column_from_definition(d) for d in obj["columns"]),
+        indexes=tuple(
+            Index(i["name"], tuple(i["columns"]), bool(i.get("primary")), bool(i.get("unique")))
+            for i in obj.get("indexes") or ()
+        ),
+        table_id=_uint(obj.get("table_id", 0), "table_id"),
+        version=_uint(obj.get("version", 0), "version"),
+        partitioned=bool(obj.get("partitioned", False)),
+    )
 
 
 def column_from_definition(d: dict[str, Any]) -> Column:

@@ -22,10 +22,15 @@ import pyarrow.parquet as pq
 from ..errors import SinkError
 from ..model import ABSENT, ActionType, DDLEvent, Event, Op, Resolved, TableSchema
 from ..model.arrow import arrow_schema, batch_to_images, images_to_batch
+from ..model.ddl import ddl_tables
+from ..model.jsonl import table_schema_from_json, table_schema_to_json
 from .storage.writer import write_atomically
 
 log = logging.getLogger(__name__)
 CHECKPOINT_FILE = "_checkpoint.json"
+#: Parquet key-value metadata holding the table's model shape, so a snapshot can be reloaded (a
+#: rename of a table not touched since a restart) without the events that created it.
+SHAPE_KEY = b"changefeed.table_schema"
 
 
 class _TableState:
@@ -80,15 +85,21 @@ class ParquetSnapshotSink:
         self.checkpoint_ts = self._read_checkpoint()
         self._pending_checkpoint = self.checkpoint_ts
         self._tables: dict[tuple[str, str], _TableState] = {}
+        self._renamed_away: set[tuple[str, str]] = set()
 
     def _read_checkpoint(self) -> int:
         path = self.root / CHECKPOINT_FILE
         try:
-            return int(orjson.loads(path.read_bytes())["checkpoint_ts"])
+            doc = orjson.loads(path.read_bytes())
+            ts = int(doc["checkpoint_ts"])
+            removed = [(str(s), str(t)) for s, t in doc.get("removed", ())]
         except FileNotFoundError:
             return 0
         except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
             raise SinkError(f"unreadable snapshot checkpoint: {exc}", where=str(path)) from None
+        for schema, table in removed:  # renamed away by the last flush, which may have stopped before unlinking
+            self._path(schema, table).unlink(missing_ok=True)
+        return ts
 
     def _path(self, schema: str, table: str) -> Path:
         return self.root / schema / table / "snapshot.parquet"
@@ -99,7 +110,9 @@ class ParquetSnapshotSink:
         if state is None:
             state = _TableState(ts)
             path = self._path(ts.schema, ts.table)
-            if path.exists():
+            if key in self._renamed_away:  # a new table under a name renamed away in this batch
+                self._renamed_away.discard(key)
+            elif path.exists():
                 for img in batch_to_images(ts, pq.read_table(path)):
                     state.put(img)
             self._tables[key] = state
@@ -135,6 +148,9 @@ class ParquetSnapshotSink:
         state.dirty = True
 
     def _apply_ddl(self, ddl: DDLEvent) -> None:
+        if ddl.ddl_type in (ActionType.RENAME_TABLE, ActionType.RENAME_TABLES):
+            self._rename(ddl)
+            return
         if ddl.table and ddl.ddl_type in (ActionType.DROP_TABLE, ActionType.TRUNCATE_TABLE):
             state = self._tables.get((ddl.schema, ddl.table))
             if state is not None:
@@ -147,6 +163,42 @@ class ParquetSnapshotSink:
         elif ddl.table_schema is not None and (ddl.schema, ddl.table) in self._tables:
             self._tables[(ddl.schema, ddl.table)].reshape(ddl.table_schema)
 
+    def _rename(self, ddl: DDLEvent) -> None:
+        """MySQL's RENAME TABLE (and ALTER TABLE ... RENAME) moves the rows with the table.
+
+        The old names come from the statement itself: a storage-sink schema file and a Canal-JSON
+        DDL message name only the new table, so the event's shape before the DDL may be missing.
+        """
+        _, pairs = ddl_tables(ddl.query, ddl.schema)
+        for old, new in pairs:
+            if old == new:
+                continue
+            state = self._tables.pop(old, None)
+            if state is None and old not in self._renamed_away and self._path(*old).exists():
+                state = self._state(self._stored_shape(old, ddl))
+                del self._tables[old]
+            if state is None:
+                continue  # nothing was ever written under the old name
+            post = ddl.table_schema if ddl.table_schema is not None and new == (ddl.schema, ddl.table) else None
+            state.reshape(post or state.schema.renamed(*new))
+            state.dirty = True
+            self._tables[new] = state
+            self._renamed_away.add(old)
+            self._renamed_away.discard(new)
+
+    def _stored_shape(self, name: tuple[str, str], ddl: DDLEvent) -> TableSchema:
+        """The shape a snapshot was written with (its metadata; the DDL's shapes for older files)."""
+        path = self._path(*name)
+        meta = pq.read_schema(path).metadata or {}
+        if SHAPE_KEY in meta:
+            return table_schema_from_json(orjson.loads(meta[SHAPE_KEY]))
+        pre, post = ddl.pre_table_schema, ddl.table_schema
+        if pre is not None and (pre.schema, pre.table) == name:
+            return pre
+        if post is not None:
+            return post.renamed(*name)
+        raise SinkError(f"cannot move {name[0]}.{name[1]}: its snapshot records no table shape", where=str(path))
+
     def flush(self) -> int:
         """Rewrite changed snapshots, then the checkpoint; returns the published checkpoint."""
         for (schema, table), state in self._tables.items():
@@ -154,12 +206,22 @@ class ParquetSnapshotSink:
                 continue
             batch = images_to_batch(state.schema, state.images())
             sink = pa.BufferOutputStream()
-            pq.write_table(pa.Table.from_batches([batch], schema=arrow_schema(state.schema)), sink)
+            shape = orjson.dumps(table_schema_to_json(state.schema))
+            arrow_shape = arrow_schema(state.schema).with_metadata({SHAPE_KEY: shape})
+            pq.write_table(pa.Table.from_batches([batch], schema=arrow_shape), sink)
             write_atomically(self._path(schema, table), sink.getvalue().to_pybytes())
             state.dirty = False
         if self._pending_checkpoint > self.checkpoint_ts:
-            write_atomically(self.root / CHECKPOINT_FILE, orjson.dumps({"checkpoint_ts": self._pending_checkpoint}))
+            # Snapshots renamed away are removed only once the checkpoint covering the rename is
+            # published, and the checkpoint lists them: a crash before it replays the rename from
+            # the old snapshot; a crash after it finishes the removal on restart.
+            removed = sorted(self._renamed_away)
+            doc = {"checkpoint_ts": self._pending_checkpoint, "removed": removed}
+            write_atomically(self.root / CHECKPOINT_FILE, orjson.dumps(doc))
             self.checkpoint_ts = self._pending_checkpoint
+            for schema, table in removed:
+                self._path(schema, table).unlink(missing_ok=True)
+            self._renamed_away.clear()
         return self.checkpoint_ts
 
     def table_rows(self, schema: str, table: str) -> int:

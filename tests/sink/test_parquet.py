@@ -138,3 +138,75 @@ def test_decimal_without_precision_is_exact_text(tmp_path: Path) -> None:
     again.write_all([RowChange(Op.UPDATE, shape, 20, new=(0, Decimal("1.5")), old=(0, values[0])), Resolved(21)])
     again.flush()
     assert sorted(pq.read_table(tmp_path / "s/t/snapshot.parquet").to_pylist(), key=lambda r: r["id"])[1:] == got[1:]
+
+
+def test_rename_moves_the_rows(tmp_path: Path) -> None:
+    sink = ParquetSnapshotSink(tmp_path)
+    renamed = T.renamed("s", "t2")
+    sink.write_all([RowChange(Op.INSERT, T, 1, new=(1, "a", None)), Resolved(1)])
+    sink.flush()
+    # As a storage schema file or a Canal-JSON message gives it: no shape before the rename.
+    sink.write_all(
+        [
+            DDLEvent("s", "t2", "RENAME TABLE `t` TO `t2`", ActionType.RENAME_TABLE, 2, renamed),
+            RowChange(Op.INSERT, renamed, 3, new=(2, "b", None)),
+            Resolved(3),
+        ]
+    )
+    sink.flush()
+    assert not (tmp_path / "s/t/snapshot.parquet").exists()
+    rows = pq.read_table(tmp_path / "s/t2/snapshot.parquet").to_pylist()
+    assert sorted(r["id"] for r in rows) == [1, 2]
+
+
+def test_rename_after_restart_and_swap(tmp_path: Path) -> None:
+    first = ParquetSnapshotSink(tmp_path)
+    other = T.renamed("s", "u")
+    first.write_all(
+        [RowChange(Op.INSERT, T, 1, new=(1, "t", None)), RowChange(Op.INSERT, other, 1, new=(2, "u", None))]
+    )
+    first.write_all([Resolved(1)])
+    first.flush()
+    again = ParquetSnapshotSink(tmp_path)  # the old snapshots are only on disk now
+    query = "RENAME TABLE s.t TO s.tmp, s.u TO s.t, s.tmp TO s.u"
+    again.write_all([DDLEvent("s", "u", query, ActionType.RENAME_TABLES, 2, other), Resolved(2)])
+    again.flush()
+    assert [r["v"] for r in _read(tmp_path)] == ["u"]
+    assert [r["v"] for r in pq.read_table(tmp_path / "s/u/snapshot.parquet").to_pylist()] == ["t"]
+    assert not (tmp_path / "s/tmp").exists() or not (tmp_path / "s/tmp/snapshot.parquet").exists()
+
+
+def test_multi_rename_of_different_shapes_after_restart(tmp_path: Path) -> None:
+    first = ParquetSnapshotSink(tmp_path)
+    narrow = TableSchema(
+        "s", "n", (Column("id", TypeCode.INT, nullable=False),), (Index("PRIMARY", ("id",), primary=True),)
+    )
+    first.write_all(
+        [RowChange(Op.INSERT, T, 1, new=(1, "t", D)), RowChange(Op.INSERT, narrow, 1, new=(7,)), Resolved(1)]
+    )
+    first.flush()
+    again = ParquetSnapshotSink(tmp_path)  # neither table in memory: shapes come from the snapshots
+    query = "RENAME TABLE s.t TO s.t2, s.n TO s.n2"
+    again.write_all([DDLEvent("s", "n2", query, ActionType.RENAME_TABLES, 2, narrow.renamed("s", "n2")), Resolved(2)])
+    again.flush()
+    assert pq.read_table(tmp_path / "s/t2/snapshot.parquet").to_pylist() == [{"id": 1, "v": "t", "d": D}]
+    assert pq.read_table(tmp_path / "s/n2/snapshot.parquet").to_pylist() == [{"id": 7}]
+    assert not (tmp_path / "s/t/snapshot.parquet").exists() and not (tmp_path / "s/n/snapshot.parquet").exists()
+
+
+def test_crash_before_the_checkpoint_replays_the_rename(tmp_path: Path) -> None:
+    sink = ParquetSnapshotSink(tmp_path)
+    sink.write_all([RowChange(Op.INSERT, T, 1, new=(1, "a", None)), Resolved(1)])
+    sink.flush()
+    rename = DDLEvent("s", "t2", "ALTER TABLE t RENAME TO t2", ActionType.RENAME_TABLE, 3, T.renamed("s", "t2"))
+    batch = [RowChange(Op.DELETE, T, 2, old=(1, "a", None)), RowChange(Op.INSERT, T, 2, new=(5, "e", None)), rename]
+    crashed = ParquetSnapshotSink(tmp_path)
+    crashed.write_all(batch)
+    crashed._pending_checkpoint = crashed.checkpoint_ts  # as if killed after the snapshots, before the checkpoint
+    crashed.flush()
+    assert (tmp_path / "s/t/snapshot.parquet").exists()  # not removed before a checkpoint covers the rename
+    replay = ParquetSnapshotSink(tmp_path)
+    replay.write_all([*batch, Resolved(3)])
+    replay.flush()
+    assert not (tmp_path / "s/t/snapshot.parquet").exists()
+    assert pq.read_table(tmp_path / "s/t2/snapshot.parquet").to_pylist() == [{"id": 5, "v": "e", "d": None}]

@@ -39,5 +39,5 @@ def read_snapshot(root: Path) -> dict[str, Any]:
     for path in sorted(root.glob("*/*/snapshot.parquet")):
         table = pq.read_table(path)
         rows = sorted(table.to_pylist(), key=lambda r: repr(sorted(r.items())))
-        out[f"{path.parent.parent.name}.{path.parent.name}"] = (str(table.schema), rows)
+        out[f"{path.parent.parent.name}.{path.parent.name}"] = (str(table.schema.remove_metadata()), rows)
     return out

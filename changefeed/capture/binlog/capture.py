@@ -25,7 +25,7 @@ from datetime import UTC, tzinfo
 from typing import Any
 
 from ...errors import CaptureError
-from ...model.ddl import ActionType, classify_ddl
+from ...model.ddl import ActionType, classify_ddl, ddl_tables
 from ...model.events import DDLEvent, Event, Op, Resolved, RowChange
 from ...model.schema import TableSchema
 from ...model.tso import CommitClock
@@ -47,7 +47,7 @@ from .filters import BlockAllowList
 from .gtid import MariaGtidState, MySQLGtidSet, is_mariadb_gtid
 from .position import BinlogPosition, reached
 from .rows import RowDecoder
-from .schema import build_table_schema, ddl_tables
+from .schema import build_table_schema
 from .tablemap import TableMap
 from .tracker import SchemaTracker
 
