@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import struct
 from collections.abc import Iterable, Iterator
+from datetime import tzinfo
 from typing import Any, NamedTuple
 
 from ...errors import CaptureError
@@ -77,6 +78,7 @@ class Mounter:
         self._tz = resolve_time_zone(time_zone)
         self._decoders: dict[int, RowDecoder] = {}  # by id(TableVersion)
         self._hot: dict[int, _Hot] = {}
+        self.vector_decoders: dict[int, Any] = {}  # by id(RowDecoder): columnar.VectorDecoder, built there
         self.skipped: dict[str, int] = {"index": 0, "meta": 0, "other": 0, "unknown_table": 0, "empty": 0}
 
     def __getstate__(self) -> dict[str, Any]:
@@ -114,6 +116,21 @@ class Mounter:
         lo, hi = self.catalog.validity(physical_id, ts)
         hot = _Hot(lo, hi, decoder, physical_id if version.partitioned else None)
         self._hot[physical_id] = hot
+        return hot
+
+    @property
+    def tz(self) -> tzinfo | None:
+        """The resolved TIMESTAMP zone (None: UTC, no conversion)."""
+        return self._tz
+
+    def table_decoder(self, physical_id: int, commit_ts: int) -> _Hot | None:
+        """The decoder of ``physical_id`` for a record committed at ``commit_ts`` with the ts range it serves.
+
+        None for a table the catalog does not know when ``skip_unknown_tables``; raises otherwise.
+        """
+        hot = self._hot.get(physical_id)
+        if hot is None or not hot.lo < commit_ts <= hot.hi:
+            hot = self._decoder(physical_id, commit_ts)
         return hot
 
     # ------------------------------------------------------------ records

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from ...errors import CaptureError
 from ...model.events import Event
+from . import columnar
 from .mounter import OP_DELETE, OP_PUT, OP_RESOLVED, KVRecord, Mounter
 
 ENCODINGS = ("base64", "hex")
@@ -158,9 +159,12 @@ def batch_records(batch: Any, source: str = "batch", first_row: int = 0) -> Iter
 def decode_batch(batch: Any, mounter: Mounter, source: str = "batch", first_row: int = 0) -> list[Event]:
     """Mount every record of an Arrow record batch: the Spark ``kv`` input's entry point.
 
-    With binary key/value columns the columns go to `Mounter.mount_columns` as plain lists (no
-    per-row record objects); text-encoded columns take the general `batch_records` path.
+    A RecordBatch with binary key/value columns takes the vectorised path (`columnar.mount_batch`).
+    Other binary-column inputs (a Table) go to `Mounter.mount_columns` as plain lists, and
+    text-encoded columns take the general `batch_records` path.
     """
+    if columnar.fits(batch):
+        return columnar.mount_batch(mounter, batch, source, first_row)
     names = set(batch.schema.names)
     if not {"op", "key", "commit_ts"} <= names or "encoding" in names:
         return list(mounter.mount_all(batch_records(batch, source, first_row), where=source + " row {loc}"))

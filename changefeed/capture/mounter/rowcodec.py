@@ -68,8 +68,8 @@ _HEADER = struct.Struct("<BBHH")
 _U32 = struct.Struct("<I")
 _DEC_CTX = Context(prec=100)
 
-_INT_TYPES = (TypeCode.TINYINT, TypeCode.SMALLINT, TypeCode.MEDIUMINT, TypeCode.INT, TypeCode.BIGINT)
-_STRING_TYPES = (
+INT_TYPES = (TypeCode.TINYINT, TypeCode.SMALLINT, TypeCode.MEDIUMINT, TypeCode.INT, TypeCode.BIGINT)
+STRING_TYPES = (
     TypeCode.VARCHAR,
     TypeCode.VAR_STRING,
     TypeCode.CHAR,
@@ -211,7 +211,7 @@ def _cells(col: Column, tz: tzinfo | None) -> tuple[V2Cell, V1Cell]:
     tc = col.type_code
     name = col.name
 
-    if tc in _INT_TYPES or tc is TypeCode.YEAR:
+    if tc in INT_TYPES or tc is TypeCode.YEAR:
         if col.unsigned and tc is not TypeCode.YEAR:
 
             def v1_uint(flag: int, raw: Any) -> int:
@@ -322,7 +322,7 @@ def _cells(col: Column, tz: tzinfo | None) -> tuple[V2Cell, V1Cell]:
 
         return _compact_uint, v1_enum
 
-    if tc in _STRING_TYPES or tc is TypeCode.GEOMETRY:
+    if tc in STRING_TYPES or tc is TypeCode.GEOMETRY:
         as_bytes = col.is_bytes
         # TiDB keeps every non-binary charset as UTF-8 bytes in storage.
         v2_str = _bytes_cell if as_bytes else _utf8_cell
@@ -390,7 +390,7 @@ def vector_text(raw: bytes) -> str:
 def zero_value(col: Column) -> Any:
     """TiDB ``table.GetZeroValue``: what a NOT NULL column without origin default reads as."""
     tc = col.type_code
-    if tc in _INT_TYPES or tc in (TypeCode.YEAR, TypeCode.SET, TypeCode.BIT):
+    if tc in INT_TYPES or tc in (TypeCode.YEAR, TypeCode.SET, TypeCode.BIT):
         return 0
     if tc is TypeCode.ENUM:
         return 1 if col.elements else 0  # the first member
@@ -424,7 +424,7 @@ def origin_default(col: Column, raw: Any, raw_bit: str | None, tz: tzinfo | None
             return int.from_bytes(base64.b64decode(raw_bit), "big")
         return raw if isinstance(raw, int) else int.from_bytes(str(raw).encode("latin-1"), "big")
     text = raw if isinstance(raw, str) else str(raw)
-    if tc in _INT_TYPES or tc is TypeCode.YEAR:
+    if tc in INT_TYPES or tc is TypeCode.YEAR:
         return int(float(text)) if "." in text or "e" in text.lower() else int(text)
     if tc in (TypeCode.FLOAT, TypeCode.DOUBLE):
         v = float(text)
@@ -515,6 +515,11 @@ class RowDecoder:
         self.handle_unsigned = table.handle_position is not None and columns[table.handle_position].unsigned
         self.direct = not table.is_common_handle
 
+    @property
+    def defaults(self) -> tuple[Any, ...]:
+        """The value each column takes when a row value does not mention it (MISSING: from the key)."""
+        return tuple(self._template)
+
     def decode(self, value: bytes, key: bytes | None = None) -> list[Any]:
         """A row value of either format as a list; missing columns take their default."""
         first = value[0]
@@ -571,6 +576,22 @@ class RowDecoder:
 
     def _plan(self, layout: bytes, n_notnull: int, large: int) -> _Plan:
         """Validate a column-id list once and cache what to do with each id."""
+        cells, nulls = self.layout_cells(layout, n_notnull, large)
+        direct = (self._template, self.handle_position) if self.direct else None
+        plan = (_compile_fill(cells, nulls, direct), struct.Struct(f"<{n_notnull}{'I' if large else 'H'}"))
+        if len(self._plans) >= 1024:
+            self._plans.clear()
+        self._plans[layout] = plan
+        return plan
+
+    def layout_cells(
+        self, layout: bytes, n_notnull: int, large: int
+    ) -> tuple[list[tuple[int, V2Cell | None]], list[int]]:
+        """A v2 layout (flags, counts, ids) -> (position, cell) per not-null id, positions of null ids.
+
+        Raises for ids that do not ascend or that the table never had; a position of -1 (cell None)
+        is a dropped column whose bytes are skipped.
+        """
         ids = layout[5:]
         col_ids = struct.unpack(f"<{len(ids) // 4}I", ids) if large else tuple(ids)
         cells: list[tuple[int, V2Cell | None]] = []
@@ -589,12 +610,7 @@ class RowDecoder:
                         nulls.append(entry[0])
                 else:
                     cells.append(entry if entry is not None else (-1, None))
-        direct = (self._template, self.handle_position) if self.direct else None
-        plan = (_compile_fill(cells, nulls, direct), struct.Struct(f"<{n_notnull}{'I' if large else 'H'}"))
-        if len(self._plans) >= 1024:
-            self._plans.clear()
-        self._plans[layout] = plan
-        return plan
+        return cells, nulls
 
     def _checksum(self, value: bytes, data_end: int, key: bytes | None) -> None:
         # Trailer: header byte (bits 0-2 version, bit 3 extra) + u32 LE CRC32 [+ u32 extra].

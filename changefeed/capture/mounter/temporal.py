@@ -122,10 +122,7 @@ class ZoneConverter:
     def text(self, packed: int, fsp: int) -> str:
         prefix = self._minutes.get(packed >> 30, False)  # key: date, hour, minute
         if prefix is False:
-            prefix = self._prefix(packed)
-            if len(self._minutes) >= _CACHE_LIMIT:
-                self._minutes.clear()
-            self._minutes[packed >> 30] = prefix
+            prefix = self.prefix(packed)
         if prefix is None:
             if packed >> 41 == 0:
                 return datetime_text(packed, fsp)  # the zero date is not converted
@@ -137,6 +134,16 @@ class ZoneConverter:
         if fsp:
             return prefix + _TWO_DIGITS[second] + "." + str(_FRAC_POW[fsp] + micro // _FRAC_DIV[fsp])[1:]
         return prefix + _TWO_DIGITS[second]
+
+    def prefix(self, packed: int) -> str | None:
+        """The local ``YYYY-MM-DD HH:MM:`` of the UTC minute of ``packed`` (cached); None: no shared prefix."""
+        prefix = self._minutes.get(packed >> 30, False)
+        if prefix is False:
+            prefix = self._prefix(packed)
+            if len(self._minutes) >= _CACHE_LIMIT:
+                self._minutes.clear()
+            self._minutes[packed >> 30] = prefix
+        return prefix
 
     def _prefix(self, packed: int) -> str | None:
         if packed >> 41 == 0:
