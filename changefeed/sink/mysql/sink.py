@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from queue import Queue
 from types import TracebackType
 from typing import Any, Self
@@ -33,10 +33,12 @@ import pymysql.err
 from pymysql.constants import CLIENT
 
 from ...errors import ConfigError, SinkError
-from ...model import ActionType, DDLEvent, Event, Resolved, RowChange
+from ...model import ActionType, DDLEvent, Event, Index, Resolved, RowChange
+from ...ops import metrics
 from .causality import Causality, row_keys
 from .checkpoint import Checkpoint, CheckpointTable
 from .errors import ddl_already_done, error_code, is_transient
+from .keys import DownstreamKeys, read_unique_indexes
 from .plan import plan_rows, render_ops
 from .sql import make_literal, quote_ident
 from .url import MySQLParams, mask_url, parse_mysql_url
@@ -242,6 +244,7 @@ class MySQLSink:
         self._pending_ts = 0
         self._pending_pos: Mapping[str, Any] | None = None
         self._failed: BaseException | None = None
+        self._keys = DownstreamKeys()
         self.stats = {"rows": 0, "skipped": 0, "transactions": 0, "ddl": 0, "ddl_skipped": 0, "retries": 0}
         self._stats_lock = threading.Lock()
 
@@ -359,6 +362,9 @@ class MySQLSink:
                 if len(self._buffer) >= self.config.batch_rows:
                     self.flush()  # the buffer ends on a transaction boundary: a new commit ts begins
                 self._buffer_ts = ts
+            shape = self._keys.shape(event.table_schema, self._read_unique_indexes)
+            if shape is not event.table_schema:
+                event = replace(event, table_schema=shape)
             self._buffer.append(event)
             self._pending_ts = max(self._pending_ts, ts)
             if event.position is not None:
@@ -405,6 +411,7 @@ class MySQLSink:
                 self._with_retry(self._coordinator, "save checkpoint", lambda c: self._save_checkpoint(c, pending))
         except BaseException as exc:
             self._failed = exc
+            metrics.sink_error("mysql", retried=False)
             raise
         self._checkpoint = pending
         self._checkpoint_ts = pending.commit_ts
@@ -448,6 +455,7 @@ class MySQLSink:
     def _note_retry(self, session: _Session, what: str, exc: BaseException, attempt: int) -> None:
         with self._stats_lock:
             self.stats["retries"] += 1
+        metrics.sink_error("mysql", retried=True)
         delay = self._backoff(attempt)
         log.warning(
             "retrying after transient error changefeed=%s session=%s what=%s attempt=%d code=%s delay=%.2f error=%s",
@@ -543,8 +551,14 @@ class MySQLSink:
         if errors:
             raise errors[0]
 
+    def _read_unique_indexes(self, schema: str, table: str) -> tuple[Index, ...]:
+        return self._with_retry(  # type: ignore[no-any-return]
+            self._coordinator, "read unique keys", lambda c: read_unique_indexes(c, schema, table)
+        )
+
     def _apply_ddl(self, ddl: DDLEvent) -> None:
         where = _where(ddl.commit_ts, ddl.position)
+        self._keys.forget()  # the DDL may add, drop or rename unique indexes
         if ddl.commit_ts <= self._checkpoint_ts:
             self.stats["ddl_skipped"] += 1
             return
@@ -577,7 +591,7 @@ class MySQLSink:
                 skipped,
                 ddl.commit_ts,
                 _clip(ddl.query),
-                extra={"changefeed": self.config.changefeed_id, "commit_ts": ddl.commit_ts},
+                extra={"changefeed": self.config.changefeed_id, "commit_ts": ddl.commit_ts, "table": _ddl_table(ddl)},
             )
         else:
             self.stats["ddl"] += 1
@@ -586,6 +600,7 @@ class MySQLSink:
                 self.config.changefeed_id,
                 ddl.commit_ts,
                 _clip(ddl.query),
+                extra={"changefeed": self.config.changefeed_id, "commit_ts": ddl.commit_ts, "table": _ddl_table(ddl)},
             )
         self._fault("ddl", {"commit_ts": ddl.commit_ts, "skipped": bool(skipped)})
         checkpoint = Checkpoint(
@@ -617,3 +632,8 @@ def _where_rows(rows: Sequence[RowChange], checkpoint: Checkpoint | None) -> str
 def _clip(text: str | None, limit: int = 300) -> str:
     text = text or ""
     return text if len(text) <= limit else text[:limit] + f"... ({len(text)} chars)"
+
+
+def _ddl_table(ddl: DDLEvent) -> str:
+    """``schema.table`` a DDL changes (``schema`` for a database-level DDL), for the ``table`` log field."""
+    return f"{ddl.schema}.{ddl.table}" if ddl.table else ddl.schema
