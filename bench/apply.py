@@ -29,6 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.orders import order_image, orders_table
 from changefeed.model import Event, Index, Op, Resolved, RowChange, TableSchema
+from changefeed.ops.progress import Progress, add_progress_option
 from changefeed.sink.mysql import MySQLParams, MySQLSink, parse_mysql_url
 
 UTF8 = {"charset": "utf8mb4", "collation": "utf8mb4_bin"}
@@ -159,6 +160,7 @@ def main() -> int:
     ap.add_argument("--workers", default="1,2,4", help="worker counts to run (default 1,2,4)")
     ap.add_argument("--url", help="an existing server (default: start a private MariaDB)")
     ap.add_argument("--repeat", type=int, default=1, help="runs per measurement, best kept (shared machines are noisy)")
+    add_progress_option(ap)
     args = ap.parse_args()
     counts = [int(w) for w in args.workers.split(",")]
 
@@ -189,15 +191,22 @@ def main() -> int:
         print(f"{'LOAD DATA LOCAL INFILE':<34} {load_rate:>10,.0f} rows/s  {load_s:6.2f} s  (the practical limit)")
         runs = [("insert", insert_events, False), ("insert safe-mode", insert_events, True)]
         runs.append(("mixed", mixed_events, False))
+        bar = Progress("runs", len(runs) * len(counts) * args.repeat, "runs", disabled=args.no_progress)
         for label, events, safe in runs:
             for workers in counts:
-                seconds = min(apply(params, events, workers, safe, args.rows) for _ in range(args.repeat))
+                bar.note(f"{label} workers={workers}")
+                timings = []
+                for _ in range(args.repeat):
+                    timings.append(apply(params, events, workers, safe, args.rows))
+                    bar.update()  # between timed runs: the bar costs nothing inside one
+                seconds = min(timings)
                 rate = args.rows / seconds
                 print(
                     f"{label + f' workers={workers}':<34} {rate:>10,.0f} rows/s  {seconds:6.2f} s"
                     f"  {rate / load_rate:6.1%} of LOAD DATA"
                 )
                 sys.stdout.flush()
+        bar.close()
     finally:
         if server is not None:
             server.stop()

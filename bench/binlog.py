@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from changefeed.capture.binlog import BinlogPosition, BlockAllowList, file_capture, live_capture
 from changefeed.capture.binlog.arrow import read_range_arrow
 from changefeed.model.events import RowChange
+from changefeed.ops.progress import Progress, add_progress_option
 from changefeed.testing.mariadb import MariaDBServer
 
 SCHEMA = "bench"
@@ -57,13 +58,16 @@ def _row(rng: random.Random, i: int) -> str:
     )
 
 
-def generate(server: MariaDBServer, rows: int) -> tuple[BinlogPosition, BinlogPosition, dict[str, int]]:
+def generate(
+    server: MariaDBServer, rows: int, *, no_progress: bool = False
+) -> tuple[BinlogPosition, BinlogPosition, dict[str, int]]:
     """Write ``rows`` row events; return the (start, end) binlog positions and the count per op."""
     rng = random.Random(42)
     inserts = rows * 80 // 100
     updates = rows * 15 // 100
     deletes = rows - inserts - updates
-    with server.connect() as conn, conn.cursor() as cur:
+    bar = Progress("generate", inserts, "rows", unit_scale=True, disabled=no_progress)
+    with bar, server.connect() as conn, conn.cursor() as cur:
         cur.execute(f"CREATE DATABASE {SCHEMA}")
         cur.execute(DDL)
         cur.execute("SHOW MASTER STATUS")
@@ -79,6 +83,7 @@ def generate(server: MariaDBServer, rows: int) -> tuple[BinlogPosition, BinlogPo
                 values = ",".join(_row(rng, done + i) for i in range(n))
                 cur.execute(f"INSERT INTO {SCHEMA}.orders VALUES {values}")
                 done += n
+                bar.update(n)
             cur.execute("COMMIT")
         step = 10_000
         for lo in range(0, updates, step):  # updates hit the first rows, deletes the last ones
@@ -164,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=2, help="runs per path; the best counts (default 2)")
     parser.add_argument("--paths", default=",".join(PATHS), help="comma-separated subset of: " + ", ".join(PATHS))
     parser.add_argument("--profile", metavar="PATH", help="profile one run of this path with cProfile")
+    add_progress_option(parser)
     args = parser.parse_args(argv)
     print("$ " + shlex.join(sys.orig_argv), flush=True)  # the exact command line, interpreter included
     logging.basicConfig(level=logging.WARNING)
@@ -174,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     extra = {"innodb_buffer_pool_size": "512M", "max_binlog_size": "1G", "innodb_log_file_size": "256M"}
     with MariaDBServer(server_id=1, name="bench-binlog", extra_config=extra) as server:
         t0 = time.perf_counter()
-        start, end, ops = generate(server, args.rows)
+        start, end, ops = generate(server, args.rows, no_progress=args.no_progress)
         size = end.pos - start.pos if end.file == start.file else -1
         print(
             f"generated {args.rows} row events ({ops}) in {time.perf_counter() - t0:.1f} s;"
@@ -190,16 +196,20 @@ def main(argv: list[str] | None = None) -> int:
             pstats.Stats(prof).sort_stats("tottime").print_stats(25)
             return 0
         results: dict[str, float] = {}
+        runs = Progress("runs", len(names) * args.repeat, "runs", disabled=args.no_progress)  # between timings only
         for name in names:
             best = float("inf")
             for _ in range(args.repeat):
+                runs.note(name)
                 t = time.perf_counter()
                 n = PATHS[name](server, start, end)
                 best = min(best, time.perf_counter() - t)
+                runs.update()
                 if n != args.rows:
                     raise SystemExit(f"{name} decoded {n} rows, expected {args.rows}")
             results[name] = args.rows / best
             print(f"  {name:34s} {results[name]:>10,.0f} rows/s  ({best:.2f} s)", flush=True)
+        runs.close()
         peer = results.get(PEER)
         if peer:
             print(f"ratio vs {PEER} (target >= 3x):")

@@ -6,7 +6,7 @@ sink-uri = "file:///data/cdc?protocol=canal-json&enable-tidb-extension=true"
 time-zone = "UTC"
 
 [source]                 # ours: where the changes come from
-type = "binlog-files"
+type = "binlog-files"    # or type = "mysql" with url = "mysql://USER@HOST:PORT" and password-env = "NAME"
 path = "/var/lib/mysql"
 
 [filter]
@@ -27,23 +27,33 @@ leading ``/``) are resolved against the config file's directory. docs/configurat
 
 from __future__ import annotations
 
+import os
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, quote, urlsplit
 
 from .codec import CodecOptions
 from .dispatch.router import DispatchRule
 from .dispatch.tablefilter import TableFilter
 from .errors import ConfigError
+from .sink.mysql.url import mask_url
 from .sink.storage.writer import StorageOptions
 
 if TYPE_CHECKING:
+    from .capture.binlog.replica import ServerAddress
     from .sink.kafka import KafkaSinkConfig
+    from .sink.mysql import MySQLSinkConfig
 
-SOURCE_TYPES = ("binlog-files",)
+SOURCE_TYPES = ("binlog-files", "mysql")
+_SOURCE_KEYS = {
+    "binlog-files": {"type", "path", "start-position"},
+    "mysql": {"type", "url", "password-env", "start-position"},
+}
+#: sink-uri schemes of the MySQL sink (TiCDC's; TiDB speaks the MySQL protocol).
+MYSQL_SCHEMES = ("mysql", "tidb")
 #: sink-uri query parameters of a ``file://`` storage sink.
 FILE_URI_PARAMS = frozenset(
     {
@@ -107,10 +117,54 @@ def _typed(value: Any, kind: type, key: str) -> Any:
 
 @dataclass
 class SourceConfig:
-    """``[source]``: our addition to TiCDC's vocabulary (TiCDC's source is always its TiDB cluster)."""
+    """``[source]``: our addition to TiCDC's vocabulary (TiCDC's source is always its TiDB cluster).
+
+    ``binlog-files`` reads ``path``; ``mysql`` reads a live server at ``url`` through the replica
+    protocol, its password taken from the environment variable ``password-env`` when it is run (so
+    the file holds no secret). ``start-position`` is the binlog input's ``startPosition``.
+    """
 
     type: str = "binlog-files"
     path: Path = Path()
+    url: str = ""
+    password_env: str = ""
+    start_position: str = ""
+
+    @property
+    def is_live(self) -> bool:
+        return self.type == "mysql"
+
+    def server(self) -> ServerAddress:
+        """The live source's address with its password (from ``password-env``); never log it, log its str()."""
+        from .capture.binlog.replica import ServerAddress  # noqa: PLC0415 - PyMySQL only for live sources
+
+        address = ServerAddress.from_url(self.url)
+        if not self.password_env:
+            return address
+        password = os.environ.get(self.password_env)
+        if password is None:
+            raise ConfigError(
+                f"[source] password-env names {self.password_env!r}, but that environment variable is not set"
+            )
+        return replace(address, password=password)
+
+    def data_source_options(self) -> dict[str, str]:
+        """The ``changefeed`` data source options of the ``binlog`` input (docs/spark.md).
+
+        A live source's password travels as the ``password`` option, not inside ``url``: Spark
+        redacts options named like passwords wherever it shows them.
+        """
+        options = {"input": "binlog"}
+        if self.is_live:
+            a = self.server()
+            options["url"] = f"mysql://{quote(a.user, safe='')}@{a.host}:{a.port}"
+            if a.password:
+                options["password"] = a.password
+        else:
+            options["path"] = str(self.path)
+        if self.start_position:
+            options["startPosition"] = self.start_position
+        return options
 
 
 @dataclass
@@ -153,6 +207,7 @@ class SinkURI:
     scheme: str
     location: str
     params: dict[str, str]
+    uri: str = ""  # as written (a mysql:// one may hold a password: show it through mask_url)
 
     @property
     def path(self) -> Path:
@@ -161,6 +216,10 @@ class SinkURI:
     @property
     def is_kafka(self) -> bool:
         return self.scheme == "kafka"
+
+    @property
+    def is_mysql(self) -> bool:
+        return self.scheme in MYSQL_SCHEMES
 
 
 @dataclass
@@ -196,6 +255,16 @@ class ChangefeedConfig:
             partition_num=_typed(p["partition-num"], int, "partition-num") if "partition-num" in p else None,
             replication_factor=_typed(p.get("replication-factor", "1"), int, "replication-factor"),
         )
+
+    def mysql_sink(self) -> tuple[str, MySQLSinkConfig]:
+        """The ``mysql://USER[:PASS]@HOST:PORT/?worker-count=N&safe-mode=...`` sink: connection URL and sink settings.
+
+        TiCDC's sink parameters (worker-count, safe-mode, max-txn-row) become `MySQLSinkConfig`; the
+        checkpoint row is keyed by the changefeed id; TIMESTAMP values are written in ``time-zone``.
+        """
+        from .cli.apply import mysql_target  # noqa: PLC0415 - the apply command owns the parameter mapping
+
+        return mysql_target(self.sink_uri.uri, self.changefeed_id, self.time_zone)
 
     def codec_options(self) -> CodecOptions:
         """The codec options of the storage sink (URI parameters, ``[sink]``, ``[sink.csv]``)."""
@@ -237,7 +306,7 @@ class ChangefeedConfig:
 
 
 def parse_sink_uri(uri: str, base_dir: Path | None = None) -> SinkURI:
-    """``file://DIR?...`` and ``kafka://HOST:PORT/TOPIC?...`` are wired; ``mysql://`` and others are refused clearly."""
+    """``file://DIR?...``, ``kafka://HOST:PORT/TOPIC?...``, ``mysql://`` and ``tidb://``; others are refused."""
     parts = urlsplit(uri)
     scheme = parts.scheme.lower()
     params: dict[str, str] = {}
@@ -245,11 +314,14 @@ def parse_sink_uri(uri: str, base_dir: Path | None = None) -> SinkURI:
         if key in params:
             raise ConfigError(f"sink-uri parameter {key!r} given twice")
         params[key] = value
-    if scheme in ("mysql", "mysql+ssl", "tidb", "tidb+ssl"):
-        raise ConfigError(
-            "the mysql sink is not wired into `changefeed run` yet; use a file:// or kafka:// sink-uri and "
-            "`changefeed apply --to mysql://...`"
-        )
+    if scheme in MYSQL_SCHEMES:
+        if not parts.hostname:
+            raise ConfigError(
+                f"a mysql sink-uri is mysql://USER[:PASS]@HOST:PORT/?worker-count=N, got {mask_url(uri)!r}"
+            )
+        return SinkURI(scheme, parts.netloc + parts.path, params, uri)
+    if scheme in ("mysql+ssl", "tidb+ssl"):
+        raise ConfigError(f"write {scheme[:-4]}://...?ssl-ca=FILE&ssl-cert=FILE&ssl-key=FILE for TLS, not {scheme}://")
     if scheme == "kafka":
         return _kafka_uri(uri, parts.netloc, parts.path, params)
     if scheme in ("kafka+ssl", "pulsar"):
@@ -318,16 +390,7 @@ def _build(doc: dict[str, Any], base: Path) -> ChangefeedConfig:
     uri = parse_sink_uri(_typed(doc["sink-uri"], str, "sink-uri"), base)
     time_zone = _typed(doc.get("time-zone", "UTC"), str, "time-zone")
 
-    src = _table(doc, "source")
-    _check_keys(src, {"type", "path"}, "[source]")
-    source = SourceConfig(type=_typed(src.get("type", "binlog-files"), str, "[source] type"))
-    if source.type not in SOURCE_TYPES:
-        raise ConfigError(f"[source] type must be one of {', '.join(SOURCE_TYPES)}, got {source.type!r}")
-    if "path" not in src:
-        raise ConfigError("[source] path is required: the directory of binlog files")
-    source.path = Path(_typed(src["path"], str, "[source] path"))
-    if not source.path.is_absolute():
-        source.path = (base / source.path).resolve()
+    source = _source(_table(doc, "source"), base)
 
     flt = _table(doc, "filter")
     _check_keys(flt, {"rules"}, "[filter]")
@@ -376,6 +439,9 @@ def _build(doc: dict[str, Any], base: Path) -> ChangefeedConfig:
             f"sink-uri says protocol={uri.params['protocol']} but [sink] protocol = {sink.protocol!r}; give one"
         )
     config = ChangefeedConfig(cid, uri, time_zone, source, FilterConfig(list(rules)), sink)
+    if uri.is_mysql:
+        config.mysql_sink()  # validates the parameters now, not inside the job
+        return config
     if uri.is_kafka:
         if config.protocol not in KAFKA_PROTOCOLS:
             raise ConfigError(f"a kafka:// sink writes {', '.join(KAFKA_PROTOCOLS)}, not {config.protocol!r}")
@@ -386,6 +452,36 @@ def _build(doc: dict[str, Any], base: Path) -> ChangefeedConfig:
     config.codec_options()  # validates csv options, time zone names stay for the capture to check
     config.storage_options()
     return config
+
+
+def _source(src: dict[str, Any], base: Path) -> SourceConfig:
+    kind = _typed(src.get("type", "binlog-files"), str, "[source] type")
+    if kind not in SOURCE_TYPES:
+        raise ConfigError(f"[source] type must be one of {', '.join(SOURCE_TYPES)}, got {kind!r}")
+    _check_keys(src, _SOURCE_KEYS[kind], f"[source] of type {kind}")
+    source = SourceConfig(
+        type=kind, start_position=_typed(src.get("start-position", ""), str, "[source] start-position")
+    )
+    if kind == "mysql":
+        if "url" not in src:
+            raise ConfigError('[source] url is required for type "mysql": mysql://USER@HOST:PORT')
+        source.url = _typed(src["url"], str, "[source] url")
+        source.password_env = _typed(src.get("password-env", ""), str, "[source] password-env")
+        from .capture.binlog.replica import ServerAddress  # noqa: PLC0415
+
+        if ServerAddress.from_url(source.url).password and source.password_env:
+            raise ConfigError(f"[source] url {mask_url(source.url)!r} holds a password and password-env names another")
+        if urlsplit(source.url).query:
+            raise ConfigError(
+                f"[source] url {mask_url(source.url)!r}: the replica connection takes no parameters (no TLS yet)"
+            )
+        return source
+    if "path" not in src:
+        raise ConfigError("[source] path is required: the directory of binlog files")
+    source.path = Path(_typed(src["path"], str, "[source] path"))
+    if not source.path.is_absolute():
+        source.path = (base / source.path).resolve()
+    return source
 
 
 def _table(doc: dict[str, Any], name: str) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import pytest
@@ -24,7 +25,7 @@ T = TypeVar("T")
 
 #: Marker name -> fixtures that imply it, so ``-m "not spark"`` deselects tests by what they use.
 _FIXTURE_MARKERS: dict[str, tuple[str, ...]] = {
-    "mariadb": ("mariadb", "mariadb_downstream", "mariadb_factory", "fresh_db"),
+    "mariadb": ("mariadb", "mariadb_downstream", "mariadb_factory", "fresh_db", "replica_user"),
     "broker": ("broker",),
     "spark": ("spark",),
 }
@@ -148,3 +149,26 @@ def fresh_db(mariadb: MariaDBServer) -> Iterator[str]:
         if mariadb.is_running():
             with mariadb.connect() as conn, conn.cursor() as cur:
                 cur.execute(f"DROP DATABASE IF EXISTS `{name}`")
+
+
+@dataclass(frozen=True)
+class ReplicaUser:
+    """A replication-only account on the upstream server: ``url`` has no password in it."""
+
+    url: str
+    password: str
+
+
+@pytest.fixture
+def replica_user(mariadb: MariaDBServer) -> Iterator[ReplicaUser]:
+    """A user with only the replication grants (REPLICATION SLAVE, BINLOG MONITOR), dropped afterwards."""
+    name = f"r{uuid.uuid4().hex[:10]}"
+    password = "Pw-" + uuid.uuid4().hex[:12]
+    with mariadb.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE USER '{name}'@'%' IDENTIFIED BY '{password}'")
+        cur.execute(f"GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO '{name}'@'%'")
+    try:
+        yield ReplicaUser(f"mysql://{name}@{mariadb.host}:{mariadb.port}", password)
+    finally:
+        with mariadb.connect() as conn, conn.cursor() as cur:
+            cur.execute(f"DROP USER IF EXISTS '{name}'@'%'")

@@ -8,6 +8,7 @@ Spark does not make ``changefeed --help`` start a JVM.
 from __future__ import annotations
 
 import argparse
+import contextvars
 import sys
 from importlib import import_module
 
@@ -50,7 +51,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
-        return int(args.func(args) or 0)
+        # A copied context: what a command sets for its jobs (changefeed id, sink kind, metrics
+        # port) ends with it, also when main() is called in-process (tests, embedding programs).
+        return int(contextvars.copy_context().run(args.func, args) or 0)
     except ChangefeedError as exc:
         print(f"changefeed {args.command}: {exc}", file=sys.stderr)
         return 1

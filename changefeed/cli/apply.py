@@ -45,7 +45,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--changefeed-id",
         default="default",
-        help="mysql target: the key of the downstream checkpoint row (default 'default')",
+        help="the changefeed this job belongs to: the key of a mysql target's checkpoint row, the id in logs, "
+        "metrics and `changefeed status --changefeed ID` (default 'default')",
     )
     add_spark_options(p)
     p.set_defaults(func=run)
@@ -108,6 +109,7 @@ def kafka_source(uri: str) -> dict[str, str]:
 
 def run(args: argparse.Namespace) -> int:
     from ..codec import CodecOptions  # noqa: PLC0415
+    from ..ops.monitor import set_job_context  # noqa: PLC0415
     from ..spark.jobs import run_apply, run_apply_mysql, storage_source  # noqa: PLC0415
 
     codec = CodecOptions()
@@ -123,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"a storage directory holds csv or canal-json, not {codec.protocol!r}")
         options = storage_source(source, codec)
     scheme = urlsplit(args.target).scheme.lower()
+    set_job_context(args, args.changefeed_id, source=urlsplit(args.source).scheme.lower(), sink=scheme)
     if scheme in ("mysql", "tidb"):
         url, config = mysql_target(args.target, args.changefeed_id, options.get("time-zone", codec.time_zone))
         # Spark's offsets only save re-reading: the downstream checkpoint row is what makes it exactly once.

@@ -5,11 +5,17 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Mapping
 from datetime import UTC, tzinfo
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ..errors import ConfigError
+from ..ops.progress import Progress, add_progress_option
+
+if TYPE_CHECKING:
+    from ..capture.binlog import BinlogPosition
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--ignore-table", action="append", default=[], metavar="DB.TABLE", help="drop these tables")
     p.add_argument("--ignore-op", action="append", default=[], choices=["insert", "update", "delete"])
     p.add_argument("--ignore-ddl", action="store_true", help="do not emit DDL events")
+    add_progress_option(p)
     p.add_argument(
         "--no-schema-tracker",
         dest="track_schema",
@@ -103,9 +110,44 @@ def run(args: argparse.Namespace) -> int:
     else:
         raise ConfigError(f"--from must be mysql://... or file://..., got {redact(source)!r}")
     out = sys.stdout.buffer
-    for event in capture.events():
-        out.write(dumps_event(event))
-        if isinstance(event, Resolved):  # the last event of every transaction
-            out.flush()
+    meter = _FileMeter(path, start) if source.startswith("file://") and not args.stop_never else None
+    with Progress(
+        "capture", meter.total if meter else None, "B" if meter else "txn", unit_scale=True, disabled=args.no_progress
+    ) as bar:
+        for event in capture.events():
+            out.write(dumps_event(event))
+            if isinstance(event, Resolved):  # the last event of every transaction
+                out.flush()
+                if meter is not None:
+                    bar.advance_to(meter.done(event.position))
+                else:
+                    bar.update()
+        if meter is not None:
+            bar.advance_to(meter.total)
     out.flush()
     return 0
+
+
+class _FileMeter:
+    """Bytes of binlog files read so far, from an event's position: whole files before it plus its offset."""
+
+    def __init__(self, path: Path, start: BinlogPosition | None) -> None:
+        from ..capture.binlog.files import BinlogFileReader  # noqa: PLC0415
+
+        reader = BinlogFileReader(path)
+        directory = reader.directory
+        names = reader.files()
+        first = (start.file if start else "") or (names[0] if names else "")
+        names = names[names.index(first) :] if first in names else names
+        self.before: dict[str, int] = {}
+        offset = 0
+        for name in names:
+            self.before[name] = offset
+            offset += (directory / name).stat().st_size
+        self.skip = (start.pos if start else 4) if first in self.before else 0
+        self.total = max(offset - self.skip, 0)
+
+    def done(self, position: Mapping[str, Any] | None) -> int:
+        if not position or position.get("file") not in self.before:
+            return 0
+        return max(self.before[position["file"]] + int(position.get("pos", 0)) - self.skip, 0)

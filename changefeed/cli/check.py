@@ -1,4 +1,4 @@
-"""``changefeed check``: preflight checks of a source and a broker, each finding with its fix.
+"""``changefeed check``: preflight checks of a source, a broker and a MySQL sink, each finding with its fix.
 
 Exit codes: 0 ready (warnings allowed), 1 at least one error, so a deploy script can gate on it.
 """
@@ -17,9 +17,10 @@ from ..errors import ConfigError
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "check",
-        help="check that a source (and broker) is ready for a changefeed; print what to fix",
-        description="Check binlog settings, replication privileges, the start position, broker reachability and "
-        "topic partitions. Exit 0 when nothing is an error, 1 otherwise.",
+        help="check that a source, broker or MySQL sink is ready for a changefeed; print what to fix",
+        description="Check binlog settings, replication privileges, the start position, broker reachability, "
+        "topic partitions and a MySQL sink's reachability (`changefeed run` runs the same checks). "
+        "Exit 0 when nothing is an error, 1 otherwise.",
     )
     p.add_argument("--from", dest="source", metavar="URL", help="mysql://user:pass@host:port of the source")
     p.add_argument("--start", metavar="FILE:POS", help="binlog position the changefeed will start or resume from")
@@ -29,6 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="treat binlog_row_metadata other than FULL as an error (capture without the schema tracker)",
     )
     p.add_argument("--broker", metavar="HOST:PORT[,HOST:PORT]", help="Kafka bootstrap servers")
+    p.add_argument(
+        "--to", dest="sink", metavar="URL", help="a mysql:// or tidb:// sink-uri: check that it accepts connections"
+    )
     p.add_argument("--topic", help="topic the changefeed writes to")
     p.add_argument("--partitions", type=int, metavar="N", help="the sink's partition-num")
     p.add_argument("--timeout", type=float, default=5.0, help="seconds per connection attempt (default 5)")
@@ -37,20 +41,24 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
-    from ..ops.preflight import check_broker, check_source  # noqa: PLC0415 - keep `changefeed --help` light
+    from ..ops.preflight import check_all  # noqa: PLC0415 - keep `changefeed --help` light
+    from .apply import mysql_target  # noqa: PLC0415
 
     out = out or sys.stdout
-    if not args.source and not args.broker:
-        raise ConfigError("give --from URL and/or --broker HOST:PORT")
+    if not args.source and not args.broker and not args.sink:
+        raise ConfigError("give --from URL, --broker HOST:PORT and/or --to URL")
     if (args.topic or args.partitions) and not args.broker:
         raise ConfigError("--topic and --partitions need --broker")
-    findings = []
-    if args.source:
-        findings += check_source(
-            args.source, args.start, timeout=args.timeout, schema_tracker=not args.no_schema_tracker
-        )
-    if args.broker:
-        findings += check_broker(args.broker, args.topic, args.partitions, timeout=args.timeout)
+    findings = check_all(
+        source=args.source or None,
+        start=args.start,
+        schema_tracker=not args.no_schema_tracker,
+        broker=args.broker or None,
+        topic=args.topic,
+        partitions=args.partitions,
+        sink=mysql_target(args.sink, "check")[0] if args.sink else None,  # TiCDC's sink parameters split off
+        timeout=args.timeout,
+    )
     if args.json:
         out.write(orjson.dumps([f.to_json() for f in findings], option=orjson.OPT_INDENT_2).decode() + "\n")
     elif not findings:

@@ -12,6 +12,7 @@ import sys
 from typing import IO
 
 from ..errors import ChangefeedError
+from ..ops.progress import Progress, add_progress_option
 from ..sink.mysql.url import mask_url, parse_mysql_url
 
 log = logging.getLogger(__name__)
@@ -38,6 +39,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--chunk-size", type=int, default=10000, help="rows per checksummed chunk (default 10000)")
     p.add_argument("--fix-sql", metavar="FILE", help="write DELETE/REPLACE statements for the target to FILE")
     p.add_argument("--max-rows", type=int, default=20, help="differing rows printed per table (default 20)")
+    add_progress_option(p)
     p.set_defaults(func=run)
 
 
@@ -54,8 +56,11 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
             fix_file.write(f"-- changefeed diff: statements that make {target.url} equal to {source.url}\n")
             fix_file.write("SET NAMES utf8mb4;\nSET SESSION foreign_key_checks=0, time_zone='+00:00';\n")
         fix = (lambda sql: fix_file.write(sql + "\n")) if fix_file is not None else None
-        differ = Differ(source, target, chunk_size=args.chunk_size, max_samples=args.max_rows, fix=fix)
-        report = differ.run(args.tables)
+        with Progress("diff", unit="tables", disabled=args.no_progress) as bar:
+            differ = Differ(
+                source, target, chunk_size=args.chunk_size, max_samples=args.max_rows, fix=fix, progress=bar
+            )
+            report = differ.run(args.tables)
     except (ChangefeedError, OSError) as exc:
         print(f"changefeed diff: error: {mask_url(str(exc))}", file=sys.stderr)
         return EXIT_ERROR

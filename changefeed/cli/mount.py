@@ -13,6 +13,7 @@ from typing import Any
 
 from ..capture.mounter import Catalog, Mounter, read_file
 from ..model.jsonl import dumps_event
+from ..ops.progress import Progress, add_progress_option
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--skip-unknown-tables", action="store_true", help="drop records of tables not in the catalog")
     parser.add_argument("--verify-checksum", action="store_true", help="check row checksums (v1/v2) when present")
     parser.add_argument("records", help="records file: *.jsonl (or - for stdin) or *.parquet")
+    add_progress_option(parser)
     parser.set_defaults(func=run)
 
 
@@ -47,9 +49,24 @@ def run(args: argparse.Namespace) -> int:
     )
     out = sys.stdout.buffer
     count = 0
-    for event in read_file(args.records, mounter, args.encoding):
-        out.write(dumps_event(event))
-        count += 1
+    # One event per record (skipped records aside): a Parquet file's row count is the bar's total.
+    with Progress("mount", _record_count(args.records), "records", disabled=args.no_progress) as bar:
+        for event in read_file(args.records, mounter, args.encoding):
+            out.write(dumps_event(event))
+            count += 1
+            bar.update()
     out.flush()
     log.info("mounted %d events; skipped %s", count, mounter.skipped)
     return 0
+
+
+def _record_count(name: str) -> int | None:
+    """Records in a Parquet file (from its footer, no data read); None for JSONL and stdin."""
+    if not name.endswith(".parquet"):
+        return None
+    import pyarrow.parquet as pq  # noqa: PLC0415
+
+    try:
+        return pq.ParquetFile(name).metadata.num_rows
+    except (OSError, ValueError):
+        return None  # read_file reports the error with its context

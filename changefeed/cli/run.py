@@ -1,4 +1,9 @@
-"""``changefeed run CONFIG.toml``: the capture job (binlog files -> storage-sink directory or Kafka) on Spark."""
+"""``changefeed run CONFIG.toml``: the capture job (binlog files or a live server -> storage, Kafka or MySQL) on Spark.
+
+Before Spark starts, the preflight checks that apply to the configured parts run (docs/operations.md):
+a live source's binlog settings, grants and resume position, a Kafka sink's broker and partitions, a
+MySQL sink's reachability; any error stops the run with its fix (``--skip-preflight`` opts out).
+"""
 
 from __future__ import annotations
 
@@ -7,13 +12,18 @@ import logging
 import re
 import sys
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from ..errors import ChangefeedError, ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from ..config import ChangefeedConfig
 
 log = logging.getLogger(__name__)
 _INTERVAL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
@@ -23,7 +33,7 @@ _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "run",
-        help="run a changefeed (binlog files -> storage or kafka sink) as a Spark streaming job",
+        help="run a changefeed (binlog files or a live server -> storage, kafka or mysql) as a Spark streaming job",
         description="Run the changefeed described by CONFIG.toml as a Spark Structured Streaming query. "
         "Spark's checkpoint directory is the savepoint: run it again to resume. Progress goes to stderr; "
         "Ctrl-C stops cleanly.",
@@ -32,6 +42,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_spark_options(p)
     p.add_argument("--sink-uri", help="override the config's sink-uri (relative paths: the current directory)")
     p.add_argument("--max-events", type=int, help="at most about this many binlog row events per micro-batch")
+    p.add_argument(
+        "--skip-preflight",
+        action="store_true",
+        help="do not check the source, broker and MySQL sink before starting (the checks of `changefeed check`)",
+    )
     p.set_defaults(func=run)
 
 
@@ -42,6 +57,12 @@ def add_spark_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--available-now", action="store_true", help="process what is there now, then exit")
     p.add_argument(
         "--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting (repeatable)"
+    )
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve Prometheus metrics on http://0.0.0.0:PORT/metrics while the job runs (docs/operations.md)",
     )
 
 
@@ -95,55 +116,125 @@ def streaming(call: Any) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     from ..config import load_config, parse_sink_uri  # noqa: PLC0415
-    from ..spark.jobs import run_capture, run_capture_kafka  # noqa: PLC0415
+    from ..ops.monitor import set_job_context  # noqa: PLC0415
+    from ..sink.mysql.url import mask_url  # noqa: PLC0415
+    from ..spark.jobs import run_apply_mysql, run_capture, run_capture_kafka  # noqa: PLC0415
 
     config = load_config(args.config)
     if args.sink_uri:
         config.sink_uri = parse_sink_uri(args.sink_uri, Path.cwd())
-    interval = args.trigger_interval or config.flush_interval or "1s"
-    if config.sink_uri.is_kafka:
-        kafka = config.kafka_sink_config()
+    sink_kind = "storage" if config.sink_uri.scheme == "file" else config.sink_uri.scheme
+    set_job_context(args, config.changefeed_id, source=config.source.type, sink=sink_kind)
+    source = config.source.data_source_options()
+    job: dict[str, Any] = {
+        "trigger_interval": spark_interval(args.trigger_interval or config.flush_interval or "1s"),
+        "available_now": args.available_now,
+    }
+    capture = {**job, "rules": config.filter.rules, "time_zone": config.time_zone, "max_events": args.max_events}
+    if config.sink_uri.is_kafka or config.sink_uri.is_mysql:
         # No output directory to hold Spark's offsets: default to one per changefeed in the current directory.
         checkpoint = args.checkpoint or Path.cwd() / ".changefeed" / f"run-{config.changefeed_id}"
-        show_progress()
-        spark = start_spark(args.master, args.spark_conf)
-        stats = streaming(
-            lambda: run_capture_kafka(
-                spark,
-                config.source.path,
-                kafka,
-                checkpoint,
-                rules=config.filter.rules,
-                time_zone=config.time_zone,
-                max_events=args.max_events,
-                trigger_interval=spark_interval(interval),
-                available_now=args.available_now,
-            )
-        )
+    else:
+        checkpoint = args.checkpoint or config.sink_uri.path / "_spark_checkpoint"
+    if config.sink_uri.is_kafka:
+        kafka = config.kafka_sink_config()
+        if not args.skip_preflight:
+            preflight(config, checkpoint, broker=(kafka.bootstrap_servers, kafka.topic, kafka.partition_num))
+        call = partial(run_capture_kafka, source=source, sink_config=kafka, checkpoint=checkpoint, **capture)
         where = f"kafka {kafka.bootstrap_servers} topic {kafka.topic}"
-        _summary(config.changefeed_id, stats, where)
-        return 0
-    out = config.sink_uri.path
-    checkpoint = args.checkpoint or out / "_spark_checkpoint"
+    elif config.sink_uri.is_mysql:
+        url, sink_config = config.mysql_sink()
+        if not args.skip_preflight:
+            preflight(config, checkpoint, sink=url)
+        # The apply job reads any data source options: here the binlog input, straight into the database.
+        options = {**source, "timeZone": config.time_zone, "filter": ",".join(config.filter.rules)}
+        if args.max_events:
+            options["maxEventsPerTrigger"] = str(args.max_events)
+        call = partial(
+            run_apply_mysql, source=options, target=url, checkpoint=checkpoint, sink_config=sink_config, **job
+        )
+        where = f"{mask_url(url)} (changefeed {config.changefeed_id})"
+    else:
+        out = config.sink_uri.path
+        if not args.skip_preflight:
+            preflight(config, checkpoint)
+        codec, storage = config.codec_options(), config.storage_options()
+        call = partial(
+            run_capture, source=source, storage_root=out, codec=codec, checkpoint=checkpoint, storage=storage, **capture
+        )
+        where = f"storage {out}"
     show_progress()
     spark = start_spark(args.master, args.spark_conf)
-    stats = streaming(
-        lambda: run_capture(
-            spark,
-            config.source.path,
-            out,
-            config.codec_options(),
-            checkpoint,
-            storage=config.storage_options(),
-            rules=config.filter.rules,
-            time_zone=config.time_zone,
-            max_events=args.max_events,
-            trigger_interval=spark_interval(interval),
-            available_now=args.available_now,
-        )
-    )
-    _summary(config.changefeed_id, stats, f"storage {out}")
+    stats = streaming(lambda: call(spark))
+    _summary(config.changefeed_id, stats, where)
     return 0
+
+
+def preflight(
+    config: ChangefeedConfig,
+    checkpoint: Path,
+    *,
+    broker: tuple[str, str, int | None] | None = None,
+    sink: str | None = None,
+) -> None:
+    """The checks of `changefeed check` that apply to this changefeed; raise `PreflightError` on any error.
+
+    A live source is checked at the position the run will read from: the last committed offset in
+    Spark's checkpoint (a purged file shows up here, not as replication error 1236 later), or the
+    configured start. It must have binlog_row_metadata=FULL: the binlog input runs without the schema tracker.
+    """
+    from ..ops.preflight import check_all, raise_for_errors  # noqa: PLC0415
+    from ..sink.mysql.url import MySQLParams  # noqa: PLC0415
+
+    source: MySQLParams | None = None
+    start: Any = None
+    if config.source.is_live:
+        a = config.source.server()
+        source = MySQLParams(host=a.host, port=a.port, user=a.user, password=a.password)
+        start = resume_position(checkpoint) or _configured_start(config.source.start_position)
+    bootstrap, topic, partitions = broker if broker is not None else (None, None, None)
+    findings = check_all(
+        source=source,
+        start=start,
+        schema_tracker=False,
+        broker=bootstrap,
+        topic=topic,
+        partitions=partitions,
+        sink=sink,
+    )
+    raise_for_errors(findings)
+
+
+def _configured_start(text: str) -> Any:
+    """``start-position`` as a position to check, when it names a file (not latest/earliest/a GTID set)."""
+    from ..spark.datasource.binlog import parse_start  # noqa: PLC0415
+
+    start = parse_start(text) if text else None
+    return start if not isinstance(start, str) and start is not None and start.file else None
+
+
+def resume_position(checkpoint: Path) -> dict[str, Any] | None:
+    """The source offset the next micro-batch of a Spark checkpoint starts at: its last committed batch's end.
+
+    Spark writes ``offsets/N`` (``v1``, the batch metadata, one JSON offset per source) before batch N
+    runs and ``commits/N`` after it; a batch without a commit is re-run from the previous end.
+    """
+    commits = checkpoint / "commits"
+    done = [int(p.name) for p in commits.iterdir() if p.name.isdigit()] if commits.is_dir() else []
+    if not done:
+        return None
+    try:
+        lines = (checkpoint / "offsets" / str(max(done))).read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines[2:]:
+        try:
+            offset = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(offset, dict) and "file" in offset:
+            return offset
+    return None
 
 
 def _summary(changefeed_id: str, stats: Any, where: str) -> None:

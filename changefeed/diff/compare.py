@@ -31,6 +31,7 @@ from pymysql.converters import escape_string
 
 from ..dispatch.tablefilter import TableFilter
 from ..errors import ChangefeedError
+from ..ops.progress import Progress
 from ..sink.mysql.sql import quote_ident, quote_table
 from ..sink.mysql.url import MySQLParams
 
@@ -267,6 +268,7 @@ class Differ:
         row_batch: int = 1000,
         max_samples: int = 20,
         fix: Callable[[str], None] | None = None,
+        progress: Progress | None = None,
     ) -> None:
         if chunk_size < 1:
             raise DiffError("chunk size must be >= 1")
@@ -276,6 +278,7 @@ class Differ:
         self.row_batch = max(1, min(row_batch, chunk_size))
         self.max_samples = max_samples
         self.fix = fix
+        self.progress = progress or Progress("diff", enabled=False)  # tables done; the note names the chunk
 
     def run(self, patterns: Sequence[str] | None = None) -> DiffReport:
         """Compare every table matched by ``patterns`` (TiDB table-filter syntax) on either side."""
@@ -289,8 +292,11 @@ class Differ:
             flt = TableFilter(list(patterns)) if patterns else TableFilter(["*.*", "!*.changefeed_checkpoint"])
             names = sorted({n for n in (*src.tables(), *dst.tables()) if flt.match(*n)})
             report = DiffReport()
+            self.progress.set_total(len(names))
             for schema, table in names:
+                self.progress.note(f"{schema}.{table}")
                 report.tables.append(self._table(src, dst, schema, table))
+                self.progress.update()
             return report
         finally:
             src.close()
@@ -400,6 +406,7 @@ class Differ:
         edges: list[tuple[Any, ...] | None] = [None, *bounds, None]
         for lo, hi in itertools.pairwise(edges):
             report.chunks += 1
+            self.progress.note(f"{info.label} chunk {report.chunks}/{len(edges) - 1}")
             self._chunk(src, dst, info, report, lo, hi, top=True)
 
     def _chunk(

@@ -10,22 +10,41 @@ would miss records propagated from its children). It masks ``scheme://user:PASSW
 message, its arguments, ``extra`` values and exception text, and ``password=...`` style fields,
 and replaces the value of any ``extra`` key that names a secret. Sinks already mask URLs they
 log; this is the net under code that forgets.
+
+`ContextFilter` (also on the handler) adds the fields bound with `log_context` (``changefeed``,
+``job``, ``batch``, ``position``...) to every record that does not set them itself, so a record from
+deep inside a sink still says which changefeed and position it belongs to. The context is a
+`contextvars.ContextVar`: a job binds it on the thread that runs each micro-batch (Spark calls
+``foreachBatch`` on its own callback thread), and concurrent jobs in one process do not mix.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import datetime as dt
 import logging
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from types import MappingProxyType
 from typing import IO, Any, Literal
 
 import orjson
 
 from ..sink.mysql.url import mask_url
 
-__all__ = ["JsonFormatter", "LogFormat", "SecretFilter", "mask_secrets", "setup_logging"]
+__all__ = [
+    "ContextFilter",
+    "JsonFormatter",
+    "LogFormat",
+    "SecretFilter",
+    "bind_log_context",
+    "current_log_context",
+    "log_context",
+    "mask_secrets",
+    "setup_logging",
+]
 
 LogFormat = Literal["text", "json"]
 
@@ -103,6 +122,41 @@ class SecretFilter(logging.Filter):
         return True
 
 
+_EMPTY: Mapping[str, Any] = MappingProxyType({})
+_CONTEXT: contextvars.ContextVar[Mapping[str, Any]] = contextvars.ContextVar("changefeed_log_context", default=_EMPTY)
+
+
+@contextlib.contextmanager
+def log_context(**fields: Any) -> Iterator[None]:
+    """Add ``fields`` (``None`` ones left out) to every record logged in the block (on this thread), then restore."""
+    token = _CONTEXT.set({**_CONTEXT.get(), **{k: v for k, v in fields.items() if v is not None}})
+    try:
+        yield
+    finally:
+        _CONTEXT.reset(token)
+
+
+def bind_log_context(**fields: Any) -> None:
+    """Update the current context in place (e.g. the position once a batch knows it); ``None`` removes a field."""
+    merged = {**_CONTEXT.get(), **fields}
+    _CONTEXT.set({k: v for k, v in merged.items() if v is not None})
+
+
+def current_log_context() -> Mapping[str, Any]:
+    """The fields `ContextFilter` would add right now."""
+    return _CONTEXT.get()
+
+
+class ContextFilter(logging.Filter):
+    """Adds the bound context fields to a record; fields the call passed with ``extra=`` win."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        for key, value in _CONTEXT.get().items():
+            if key not in record.__dict__:
+                record.__dict__[key] = value
+        return True
+
+
 def extra_fields(record: logging.LogRecord) -> dict[str, Any]:
     """The ``extra=`` fields of a record."""
     return {k: v for k, v in vars(record).items() if k not in _STANDARD_ATTRS and not k.startswith("_")}
@@ -152,6 +206,7 @@ def setup_logging(
         return None  # someone else configured logging (as basicConfig, leave it: their records, their handlers)
     handler = logging.StreamHandler(stream or sys.stderr)
     handler._changefeed = True  # type: ignore[attr-defined]
+    handler.addFilter(ContextFilter())  # first: the context's values are masked too
     handler.addFilter(SecretFilter())
     handler.setFormatter(JsonFormatter() if fmt == "json" else _MaskingTextFormatter(TEXT_FORMAT))
     root.addHandler(handler)

@@ -7,7 +7,8 @@ changefeed keeps its own registry clean, and tests can read values without cross
 
 The calls a job makes are small and cheap (a dict lookup and an add per call): `record_events`
 once per batch with its events, `observe_batch` once per batch with its duration and checkpoint,
-`sink_error` when a sink gives up or retries. docs/operations.md shows where they go.
+`sink_error` when a sink gives up or retries, `kafka_delivered` per acknowledged message.
+`changefeed.ops.monitor` makes the job-level calls; docs/operations.md lists the metrics.
 """
 
 from __future__ import annotations
@@ -37,17 +38,21 @@ __all__ = [
     "BATCH_DURATION",
     "CHECKPOINT_LAG",
     "CHECKPOINT_TS",
+    "DELIVERY_LATENCY",
     "EVENTS",
     "REGISTRY",
     "SINK_ERRORS",
     "SINK_RETRIES",
     "SOURCE_RECONNECTS",
+    "kafka_delivered",
     "observe_batch",
     "record_events",
+    "record_tally",
     "scrape",
     "set_info",
     "sink_error",
     "start_metrics_server",
+    "tally_events",
 ]
 
 REGISTRY = CollectorRegistry(auto_describe=True)
@@ -107,9 +112,20 @@ SINK_ERRORS = Counter(
     registry=REGISTRY,
 )
 SINK_RETRIES = Counter("changefeed_sink_retries", "Sink operations retried.", ["sink"], registry=REGISTRY)
+DELIVERY_LATENCY = Histogram(
+    "changefeed_sink_delivery_latency_seconds",
+    "Time from handing a message to the producer to the broker's acknowledgement (librdkafka's latency).",
+    ["sink"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+    registry=REGISTRY,
+)
+_KAFKA_DELIVERY = DELIVERY_LATENCY.labels(sink="kafka")  # bound once: observed per message
 SOURCE_RECONNECTS = Counter(
     "changefeed_source_reconnects", "Source reconnects after a lost connection.", ["source"], registry=REGISTRY
 )
+
+
+ROW_KINDS = frozenset({"insert", "update", "delete"})
 
 
 def set_info(**labels: str) -> None:
@@ -117,25 +133,40 @@ def set_info(**labels: str) -> None:
     INFO.info({k: str(v) for k, v in labels.items()})
 
 
-def record_events(events: Iterable[Any]) -> int:
-    """Count a batch's events by kind and table; returns the number of row changes.
+def tally_events(events: Iterable[Any]) -> _Tally[tuple[str, str]]:
+    """A batch's events counted by (kind, table): ``insert``/``update``/``delete``/``ddl``/``resolved``.
 
-    Tallies locally first so a batch of a million rows costs a few label lookups, not a million.
+    Takes model events, or the capture jobs' encoded items (storage `DataSegment`, Kafka
+    `MessageGroup`), which carry their rows' counts per (op, table).
+
+    Tallied locally first so a batch of a million rows costs a few label lookups, not a million.
     """
     tally: _Tally[tuple[str, str]] = _Tally()
-    rows = 0
     for event in events:
+        counts = getattr(event, "counts", None)
+        if isinstance(counts, dict):  # rows encoded in executors, counted there: (op, table) -> rows
+            tally.update(counts)
+            continue
         kind = getattr(event, "kind", "unknown")
         if kind == "row":
-            rows += 1
             tally[(str(event.op), f"{event.schema}.{event.table}")] += 1
         elif kind == "ddl":
             tally[("ddl", f"{event.schema}.{event.table}" if event.table else event.schema)] += 1
         else:
             tally[(kind, "")] += 1
+    return tally
+
+
+def record_tally(tally: _Tally[tuple[str, str]]) -> int:
+    """Add a `tally_events` result to the event counters; returns the number of row changes."""
     for (kind, table), n in tally.items():
         EVENTS.labels(kind=kind, table=table).inc(n)
-    return rows
+    return sum(n for (kind, _), n in tally.items() if kind in ROW_KINDS)
+
+
+def record_events(events: Iterable[Any]) -> int:
+    """Count a batch's events by kind and table; returns the number of row changes."""
+    return record_tally(tally_events(events))
 
 
 def observe_batch(
@@ -160,6 +191,12 @@ def sink_error(sink: str, *, retried: bool) -> None:
     SINK_ERRORS.labels(sink=sink, kind="retried" if retried else "fatal").inc()
     if retried:
         SINK_RETRIES.labels(sink=sink).inc()
+
+
+def kafka_delivered(seconds: float | None) -> None:
+    """One message acknowledged by the broker after ``seconds`` (``Message.latency()``; None: unknown)."""
+    if seconds is not None and seconds >= 0:
+        _KAFKA_DELIVERY.observe(seconds)
 
 
 def start_metrics_server(port: int, addr: str = "0.0.0.0") -> Any:

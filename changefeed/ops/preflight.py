@@ -3,8 +3,10 @@
 Without them the same problems surface late and cryptically: a STATEMENT binlog as a capture
 error after connecting, a purged start file as replication error 1236, a missing grant as
 "Access denied" mid-setup, an unreachable broker as librdkafka retrying forever. Every `Finding`
-says what is wrong *and* how to fix it; `check_source` and `check_broker` collect all findings
-rather than stopping at the first, so one run lists everything a person must change.
+says what is wrong *and* how to fix it; `check_source`, `check_broker` and `check_mysql_sink`
+collect all findings rather than stopping at the first, so one run lists everything a person must
+change. `check_all` is what both `changefeed check` and `changefeed run` (before Spark starts) call;
+`binlog_settings` is the settings-only subset the Spark binlog input checks for itself.
 """
 
 from __future__ import annotations
@@ -22,7 +24,16 @@ from ..capture.binlog.position import BinlogPosition, file_key
 from ..errors import ChangefeedError
 from ..sink.mysql.url import MySQLParams, mask_url, parse_mysql_url
 
-__all__ = ["Finding", "PreflightError", "check_broker", "check_source", "raise_for_errors"]
+__all__ = [
+    "Finding",
+    "PreflightError",
+    "binlog_settings",
+    "check_all",
+    "check_broker",
+    "check_mysql_sink",
+    "check_source",
+    "raise_for_errors",
+]
 
 log = logging.getLogger(__name__)
 
@@ -105,26 +116,74 @@ def check_source(
     fall back to the schema tracker when ``binlog_row_metadata`` is not FULL (then it is a
     warning, otherwise an error). Returns the findings; an empty list means ready to capture.
     """
+    return _logged(_source_findings(url, _as_position(start), timeout, schema_tracker, everything=True))
+
+
+def binlog_settings(url: str | MySQLParams, *, timeout: float = 5.0, schema_tracker: bool = True) -> list[Finding]:
+    """Only the server's binlog settings (log_bin, format, row image, row metadata), not logged.
+
+    For a reader that must refuse a binlog it cannot decode, without repeating the grant and
+    position checks `check_source` does before a run.
+    """
+    return _source_findings(url, None, timeout, schema_tracker, everything=False)
+
+
+def _source_findings(
+    url: str | MySQLParams, position: BinlogPosition | None, timeout: float, schema_tracker: bool, everything: bool
+) -> list[Finding]:
     params = parse_mysql_url(url) if isinstance(url, str) else url
     target = params.url
     try:
         conn = params.connect(connect_timeout=max(1, int(timeout)), read_timeout=int(timeout) + 5, autocommit=True)
     except pymysql.err.MySQLError as exc:
-        return _logged([_connect_finding(exc, params)])
+        return [_connect_finding(exc, params)]
     findings: list[Finding] = []
     try:
         with conn.cursor() as cur:
             variables = _variables(cur)
             findings += _settings_findings(variables, target, schema_tracker)
-            findings += _grant_findings(cur, target)
-            position = _as_position(start)
-            if position is not None and position.file and _on(variables.get("log_bin", "OFF")):
+            if everything:
+                findings += _grant_findings(cur, target)
+            if everything and position is not None and position.file and _on(variables.get("log_bin", "OFF")):
                 findings += _position_findings(cur, position, target)
     except pymysql.err.MySQLError as exc:
         findings.append(Finding("query", "error", f"a check query failed: {exc}", "see the server's error log", target))
     finally:
         conn.close()
-    return _logged(findings)
+    return findings
+
+
+def check_mysql_sink(url: str | MySQLParams, *, timeout: float = 5.0) -> list[Finding]:
+    """Whether a MySQL/MariaDB/TiDB sink target accepts our connection (the sink creates what it needs)."""
+    params = parse_mysql_url(url) if isinstance(url, str) else url
+    try:
+        conn = params.connect(connect_timeout=max(1, int(timeout)), read_timeout=int(timeout) + 5, autocommit=True)
+    except pymysql.err.MySQLError as exc:
+        return _logged([_connect_finding(exc, params, role="sink")])
+    conn.close()
+    return []
+
+
+def check_all(
+    *,
+    source: str | MySQLParams | None = None,
+    start: str | BinlogPosition | Mapping[str, Any] | None = None,
+    schema_tracker: bool = True,
+    broker: str | None = None,
+    topic: str | None = None,
+    partitions: int | None = None,
+    sink: str | MySQLParams | None = None,
+    timeout: float = 5.0,
+) -> list[Finding]:
+    """Every check that applies to the parts given: what `changefeed check` and `changefeed run` both run."""
+    findings: list[Finding] = []
+    if source is not None:
+        findings += check_source(source, start, timeout=timeout, schema_tracker=schema_tracker)
+    if broker is not None:
+        findings += check_broker(broker, topic, partitions, timeout=timeout)
+    if sink is not None:
+        findings += check_mysql_sink(sink, timeout=timeout)
+    return findings
 
 
 def _logged(findings: list[Finding]) -> list[Finding]:
@@ -139,12 +198,12 @@ def _on(value: str) -> bool:
     return str(value).upper() in ("ON", "1", "YES", "TRUE")
 
 
-def _connect_finding(exc: pymysql.err.MySQLError, params: MySQLParams) -> Finding:
+def _connect_finding(exc: pymysql.err.MySQLError, params: MySQLParams, role: str = "source") -> Finding:
     code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
     text = mask_url(str(exc.args[1] if len(exc.args) > 1 else exc))
     if code in _ACCESS_DENIED:
         return Finding(
-            "source-auth",
+            f"{role}-auth",
             "error",
             f"the server refused user {params.user!r}: {text}",
             "check the user and password in the URL (mysql://USER:PASSWORD@HOST:PORT), and that the user may "
@@ -153,14 +212,14 @@ def _connect_finding(exc: pymysql.err.MySQLError, params: MySQLParams) -> Findin
         )
     if code in _UNREACHABLE or isinstance(exc, pymysql.err.OperationalError):
         return Finding(
-            "source-unreachable",
+            f"{role}-unreachable",
             "error",
             f"cannot connect to {params.host}:{params.port}: {text}",
             "check the host and port in the URL, that the server is running, that bind_address in its my.cnf "
             "allows remote connections (not 127.0.0.1 only), and that no firewall blocks the port",
             params.url,
         )
-    return Finding("source-unreachable", "error", f"cannot connect: {text}", "see the server's error log", params.url)
+    return Finding(f"{role}-unreachable", "error", f"cannot connect: {text}", "see the server's error log", params.url)
 
 
 def _variables(cur: Any) -> dict[str, str]:
@@ -216,7 +275,11 @@ def _settings_findings(variables: Mapping[str, str], target: str, schema_tracker
                 "warning" if schema_tracker else "error",
                 f"binlog_row_metadata={metadata}: row events carry no column names, so capture relies on the "
                 "schema tracker (it reads the table definitions at start and follows DDL; a DDL it cannot parse "
-                "or a table changed before the start position gives wrong column names)",
+                "or a table changed before the start position gives wrong column names)"
+                if schema_tracker
+                else f"binlog_row_metadata={metadata}: row events carry no column names, and this capture decodes "
+                "them from the binlog alone, without the schema tracker (the Spark binlog input: today's table "
+                "definitions need not describe a past range)",
                 _setting_fix("binlog_row_metadata", "FULL") + " (needs MySQL 8.0.1+ or MariaDB 10.5+)",
                 target,
             )

@@ -8,6 +8,9 @@ Three places hold progress, and each answers a different question:
 * a Spark checkpoint directory (`spark_status`): which micro-batch ran last, the source offsets
   it planned (``offsets/<id>``) and whether it finished (``commits/<id>``). A last batch without
   a commit is re-run with the same offsets on restart.
+* the job status file in that directory (`job_status`, written by the driver every batch,
+  changefeed/ops/jobfile.py): who runs it, whether that process is alive, rows/s over the last
+  minute, rows per table, the last error.
 
 Lag is now minus the checkpoint's physical time (TSO-shaped commit ts), so it grows while the
 source is idle too: it is "how old is the newest change we are sure of", as TiCDC reports it.
@@ -31,13 +34,17 @@ from ..sink.mysql.checkpoint import CHECKPOINT_TABLE
 from ..sink.mysql.sql import quote_table
 from ..sink.mysql.url import MySQLParams, mask_url, parse_mysql_url
 from ..sink.storage.layout import DATA_FILE_RE, SCHEMA_FILE_RE, read_checkpoint
+from .jobfile import WINDOW_SECONDS, JobDocument, pid_alive, read_job_document
 
 __all__ = [
+    "JobStatus",
     "MySQLCheckpointStatus",
     "SparkCheckpointStatus",
     "StatusError",
     "StorageStatus",
     "TableFiles",
+    "find_job_checkpoints",
+    "job_status",
     "mysql_status",
     "spark_status",
     "storage_status",
@@ -248,3 +255,128 @@ def spark_status(directory: str | Path) -> SparkCheckpointStatus:
         offsets,
         committed_offsets,
     )
+
+
+def _iso(seconds: float | None) -> str | None:
+    if not seconds:
+        return None
+    return dt.datetime.fromtimestamp(seconds, dt.UTC).isoformat(timespec="milliseconds")
+
+
+@dataclass(frozen=True, slots=True)
+class TableRows:
+    """Row changes a job wrote for one table, all runs together."""
+
+    table: str
+    insert: int
+    update: int
+    delete: int
+    total: int
+
+
+@dataclass(frozen=True, slots=True)
+class JobStatus:
+    """A Spark job's status file, read: ``state`` is what the job wrote, unless its process is gone.
+
+    ``state`` ``dead`` means the file says running but the process that wrote it no longer exists
+    (killed, or the machine restarted): the job is not running, and its last batch re-runs on restart.
+    """
+
+    directory: str
+    changefeed_id: str
+    job: str
+    source: str
+    sink: str
+    state: str
+    running: bool | None
+    pid: int
+    host: str
+    started_at: str | None
+    updated_at: str | None
+    last_batch: int | None
+    position: Any
+    checkpoint_ts: int
+    checkpoint_time: str | None
+    lag_seconds: float | None
+    resolved_ts: int
+    resolved_time: str | None
+    rows: int
+    rows_last_minute: int
+    rows_per_second: float
+    tables: list[TableRows] = field(default_factory=list)
+    last_error: dict[str, Any] | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _rate(doc: JobDocument, now: float, running: bool | None) -> tuple[int, float]:
+    """Rows in the last minute and rows/s over it (over the run's age if it started less than a minute ago)."""
+    rows = int(sum(n for t, n in doc.window if t > now - WINDOW_SECONDS))
+    if not running:
+        return rows, 0.0
+    span = min(WINDOW_SECONDS, max(now - doc.started_at, 1.0))
+    return rows, round(rows / span, 1)
+
+
+def job_status(directory: str | Path, now: float | None = None) -> JobStatus | None:
+    """The job status file of a Spark checkpoint directory, None when no job wrote one there."""
+    doc = read_job_document(directory)
+    if doc is None:
+        return None
+    now = time.time() if now is None else now
+    alive = pid_alive(doc) if doc.state == "running" else False
+    state = "dead" if doc.state == "running" and alive is False else doc.state
+    running = alive if doc.state == "running" else False
+    last_minute, per_second = _rate(doc, now, running)
+    tables = [
+        TableRows(name, kinds.get("insert", 0), kinds.get("update", 0), kinds.get("delete", 0), sum(kinds.values()))
+        for name, kinds in sorted(doc.tables.items())
+    ]
+    error = dict(doc.last_error) if doc.last_error else None
+    if error is not None:
+        error["time"] = _iso(error.get("time"))
+    return JobStatus(
+        str(directory),
+        doc.changefeed_id,
+        doc.job,
+        doc.source,
+        doc.sink,
+        state,
+        running,
+        doc.pid,
+        doc.host,
+        _iso(doc.started_at),
+        _iso(doc.updated_at),
+        doc.last_batch,
+        doc.position,
+        doc.checkpoint_ts,
+        ts_wall_time(doc.checkpoint_ts),
+        ts_lag(doc.checkpoint_ts, now),
+        doc.resolved_ts,
+        ts_wall_time(doc.resolved_ts),
+        doc.rows,
+        last_minute,
+        per_second,
+        tables,
+        error,
+    )
+
+
+def find_job_checkpoints(
+    changefeed_id: str, base: str | Path = ".", outputs: tuple[str | Path, ...] = ()
+) -> list[Path]:
+    """The checkpoint directories `changefeed run`/`apply` use by default for ``changefeed_id``.
+
+    ``BASE/.changefeed/run-ID`` (capture to Kafka) and ``BASE/.changefeed/apply-ID`` (apply to
+    MySQL), then ``OUTPUT/_spark_checkpoint`` of each output directory given (capture to a storage
+    directory, apply to Parquet) whose status file names this changefeed.
+    """
+    root = Path(base) / ".changefeed"
+    found = [d for d in (root / f"run-{changefeed_id}", root / f"apply-{changefeed_id}") if d.is_dir()]
+    for output in outputs:
+        candidate = Path(output) / "_spark_checkpoint"
+        doc = read_job_document(candidate) if candidate.is_dir() else None
+        if doc is not None and doc.changefeed_id == changefeed_id:
+            found.append(candidate)
+    return found

@@ -1,9 +1,11 @@
 """The streaming jobs: capture (binlog -> storage directory or Kafka) and apply (storage or Kafka -> Parquet or MySQL).
 
 Both are Structured Streaming queries over the ``changefeed`` data source; Spark's checkpoint
-location is the savepoint (source offsets). Decoding runs in executors (the source's ``read``);
-the durable write runs in ``foreachBatch`` on the driver through a sink that makes a replayed
-micro-batch change nothing:
+location is the savepoint (source offsets). Decoding runs in executors (the source's ``read``).
+The capture jobs also dispatch and encode there: their ``foreachBatch`` runs a ``mapInArrow``
+stage over the micro-batch (changefeed/spark/encode.py) that hands back encoded bytes in source
+order, and the driver only writes them (``write_encoded``). The durable write runs in
+``foreachBatch`` on the driver through a sink that makes a replayed micro-batch change nothing:
 
 * capture: `StorageWriter` publishes data before its checkpoint, removes a crashed flush's files
   on start, and drops rows at or below its published checkpoint. Each batch ends with the
@@ -15,8 +17,9 @@ micro-batch change nothing:
   skips commit ts at or below it, and starts in safe mode (idempotent statements).
 
 So a batch that failed (or was interrupted) after writing is re-run from the same offsets on
-restart and changes nothing twice. The storage writer encodes on the driver: its crash recovery
-needs the events, and it owns the file layout.
+restart and changes nothing twice. Encoding in executors keeps that: the replay rules live in the
+sinks' byte-taking paths, and what an executor needs from the sink's history (checkpoint, last
+resolved ts, topic partition counts) is read from the driver's sink when each batch starts.
 """
 
 from __future__ import annotations
@@ -34,14 +37,16 @@ import orjson
 
 from ..codec import CodecOptions
 from ..errors import ChangefeedError, ConfigError
-from ..model import DDLEvent, Event, Resolved, RowChange
+from ..model import Resolved
 from ..model.jsonl import EventReader
 from ..model.tso import tso_physical_ms
+from ..ops.monitor import JobMonitor, sink_kind
 from ..sink.kafka import KafkaSink, KafkaSinkConfig
 from ..sink.mysql import MySQLParams, MySQLSink, MySQLSinkConfig
 from ..sink.parquet import ParquetSnapshotSink
 from ..sink.storage.writer import StorageOptions, StorageWriter
 from .datasource import NAME, KafkaInput, SourceOptions, register
+from .encode import encode_kafka, encode_storage, event_order, row_count
 from .merge import MergeStage
 
 if TYPE_CHECKING:
@@ -67,10 +72,7 @@ class JobStats:
     batch_ids: list[int] = field(default_factory=list)
 
 
-def _order(event: Event) -> tuple[int, int]:
-    # A DDL precedes rows of its commit ts; a resolved row follows everything it covers.
-    rank = 0 if isinstance(event, DDLEvent) else 2 if isinstance(event, Resolved) else 1
-    return (event.commit_ts, rank)
+_order = event_order  # a DDL precedes rows of its commit ts; a resolved row follows everything it covers
 
 
 def _short_position(pos: Any) -> str:
@@ -91,12 +93,14 @@ class _BatchRunner:
     def __init__(
         self,
         name: str,
-        write: Callable[[list[Event]], None],
+        write: Callable[[list[Any]], None],
         flush: Callable[[], int],
         hook: BatchHook | None,
         stage: MergeStage | None = None,
+        collect: Callable[[DataFrame, int], list[Any]] | None = None,
     ) -> None:
         self.name = name
+        self.collect = collect  # capture: encoded in executors, in source order (changefeed/spark/encode.py)
         self.write = write
         self.flush = flush
         self.hook = hook
@@ -104,16 +108,25 @@ class _BatchRunner:
         self.reader = EventReader(source=f"{name} batch")
         self.stats = JobStats()
         self.started = time.monotonic()
+        self.monitor = JobMonitor(name, sink_kind(write))  # metrics, status file, log context (changefeed/ops)
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
+        with self.monitor.batch(batch_id):  # a raising batch is counted as failed and kept as the last error
+            self._batch(df, batch_id)
+
+    def _batch(self, df: DataFrame, batch_id: int) -> None:
         t0 = time.monotonic()
-        lines = df.select("event").toArrow().column("event").to_pylist()
-        events = [self.reader.parse(line, where=f"batch {batch_id}") for line in lines if line]
-        if self.stage is not None:
-            events = self.stage.merge(events, batch_id)  # kafka: released in commit-ts order
+        if self.collect is not None:
+            events = self.collect(df, batch_id)
         else:
-            events.sort(key=_order)
-        rows = sum(1 for e in events if isinstance(e, RowChange))
+            lines = df.select("event").toArrow().column("event").to_pylist()
+            events = [self.reader.parse(line, where=f"batch {batch_id}") for line in lines if line]
+            if self.stage is not None:
+                events = self.stage.merge(events, batch_id)  # kafka: released in commit-ts order
+            else:
+                events.sort(key=_order)
+        self.monitor.collected(batch_id, events)  # counted once per batch id, even if the batch fails later
+        rows = row_count(events)
         self.write(events)
         if self.hook is not None:
             self.hook(batch_id, "written")
@@ -130,6 +143,9 @@ class _BatchRunner:
         self.stats.batch_ids.append(batch_id)
         if last is not None:
             self.stats.position = _short_position(last.position)
+        tables = self.monitor.batch_done(
+            batch_id, events, checkpoint, last.position if last else None, last.commit_ts if last else 0, elapsed
+        )
         lag = time.time() - tso_physical_ms(checkpoint) / 1000 if checkpoint else float("nan")
         progress.info(
             "%s batch=%d rows=%d rows/s=%.0f checkpoint_ts=%d position=%s lag=%.1fs",
@@ -140,6 +156,7 @@ class _BatchRunner:
             checkpoint,
             self.stats.position or "-",
             lag,
+            extra={"rows": rows, "checkpoint_ts": checkpoint, "lag_seconds": round(lag, 3), "tables": tables},
         )
 
 
@@ -158,24 +175,36 @@ def _run_query(
         writer = writer.trigger(availableNow=True)
     elif trigger_interval:
         writer = writer.trigger(processingTime=trigger_interval)
-    query = writer.start()
-    log.info("job started", extra={"job": runner.name, "checkpoint": str(checkpoint), "query_id": str(query.id)})
+    runner.monitor.start(checkpoint)
+    try:
+        query = writer.start()
+    except BaseException as exc:
+        runner.monitor.stop(exc)
+        raise
+    log.info(
+        "job started", extra={**runner.monitor.log_fields, "checkpoint": str(checkpoint), "query_id": str(query.id)}
+    )
     # Ctrl-C only sets a flag: PySpark's own SIGINT handler calls into the JVM while the main
     # thread is inside a py4j call and fails noisily. The loop stops the query between polls.
     interrupted = threading.Event()
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
+    ended: BaseException | None = None
     try:
         while not query.awaitTermination(0.5):
             if interrupted.is_set():
                 progress.info("%s: interrupted; stopping (batches replay idempotently on restart)", runner.name)
                 query.stop()
                 raise KeyboardInterrupt
+    except BaseException as exc:
+        ended = exc
+        raise
     finally:
         if previous is not None:
             signal.signal(signal.SIGINT, previous)
         runner.stats.seconds = time.monotonic() - runner.started
+        runner.monitor.stop(ended)  # status file: stopped or failed; the metrics endpoint closes
     return runner.stats
 
 
@@ -186,6 +215,11 @@ def _check_dirs(checkpoint: Path, output: Path) -> None:
 
 CaptureSource = str | Path | Mapping[str, str]
 """What a capture job reads: a binlog directory, or data source options (e.g. another ``input``)."""
+
+
+def _ordered_source(source: CaptureSource) -> bool:
+    """Whether the source's partitions are consecutive ranges in commit order (binlog: split at transactions)."""
+    return not isinstance(source, Mapping) or source.get("input") == "binlog"
 
 
 def _capture_stream(
@@ -227,11 +261,16 @@ def run_capture(
     available_now: bool = False,
     hook: BatchHook | None = None,
 ) -> JobStats:
-    """Binlog files -> TiCDC storage-sink directory, one StorageWriter flush per micro-batch."""
+    """Binlog -> TiCDC storage-sink directory: lines encoded in executors, one StorageWriter flush per micro-batch."""
     checkpoint, storage_root = Path(checkpoint), Path(storage_root)
     _check_dirs(checkpoint, storage_root)
     writer = StorageWriter(storage_root, codec, storage)  # recovers a crashed flush before anything runs
-    runner = _BatchRunner("capture", writer.write_all, writer.flush, hook)
+    ordered = _ordered_source(source)
+
+    def collect(df: DataFrame, batch_id: int) -> list[Any]:
+        return encode_storage(df, writer, ordered)
+
+    runner = _BatchRunner("capture", writer.write_encoded, writer.flush, hook, collect=collect)
     stream = _capture_stream(spark, source, rules, time_zone, max_events, events_per_partition)
     return _run_query(spark, stream, runner, checkpoint, trigger_interval, available_now, "changefeed-capture")
 
@@ -250,20 +289,25 @@ def run_capture_kafka(
     available_now: bool = False,
     hook: BatchHook | None = None,
 ) -> JobStats:
-    """Binlog files -> Kafka topic through `KafkaSink`, every micro-batch acknowledged before it ends.
+    """Binlog -> Kafka topic through `KafkaSink`, every micro-batch acknowledged before it ends.
 
+    Rows are routed and encoded in executors; the driver produces the messages in source order.
     At least once on the wire, exactly once downstream: foreachBatch returns only after
     ``flush()`` saw every message acknowledged (acks=all), so Spark commits the binlog offsets of
     acknowledged batches only. A replayed batch sends its messages again; consumers drop them
     (rows at or below their partition's resolved ts, or identical to rows already received).
     """
     sink = KafkaSink(sink_config)
+    ordered = _ordered_source(source)
 
     def flush() -> int:
         flushed = sink.flush()
         return flushed.commit_ts if flushed is not None else 0
 
-    runner = _BatchRunner("capture", sink.write, flush, hook)
+    def collect(df: DataFrame, batch_id: int) -> list[Any]:
+        return encode_kafka(df, sink, ordered)
+
+    runner = _BatchRunner("capture", sink.write_encoded, flush, hook, collect=collect)
     stream = _capture_stream(spark, source, rules, time_zone, max_events, events_per_partition)
     try:
         return _run_query(

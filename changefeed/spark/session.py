@@ -6,6 +6,7 @@ rest of the package never needs a JVM.
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Iterable, Mapping
@@ -55,6 +56,11 @@ def spark_session(
     ``extra_conf`` wins over these defaults. JVM-level settings (memory, jars) only take effect
     when no session is running yet: getOrCreate() returns an existing one unchanged.
     """
+    # py4j logs every command it sends to the JVM at DEBUG, option values included: a data
+    # source's ``password`` option would land in any DEBUG log. Keep its logger at INFO or above.
+    py4j = logging.getLogger("py4j")
+    if py4j.level == logging.NOTSET or py4j.level < logging.INFO:
+        py4j.setLevel(logging.INFO)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)

@@ -6,13 +6,14 @@ import io
 import logging
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
 import pytest
 
-from changefeed.ops.logging import mask_secrets, setup_logging
+from changefeed.ops.logging import bind_log_context, current_log_context, log_context, mask_secrets, setup_logging
 from changefeed.testing import free_port
 
 SECRET = "hunter2-Secret"
@@ -103,3 +104,21 @@ def test_cli_log_format_json(tmp_path: Path) -> None:
     assert SECRET not in result.stdout + result.stderr
     lines = [orjson.loads(line) for line in result.stderr.splitlines() if line.startswith("{")]
     assert any(e.get("check") == "source-unreachable" and e["logger"] == "changefeed.ops.preflight" for e in lines)
+
+
+def test_bound_context_reaches_every_record_of_its_thread(json_log: io.StringIO) -> None:
+    log = logging.getLogger("changefeed.sink.test")
+    with log_context(changefeed="cf-9", job="capture", batch=3, source=f"mysql://repl:{SECRET}@db1:3306"):
+        log.info("inside")
+        bind_log_context(position={"file": "binlog.000002", "pos": 99})
+        log.info("explicit wins", extra={"batch": 4})
+        other = threading.Thread(target=lambda: log.info("another thread"))
+        other.start()
+        other.join()
+        assert current_log_context()["position"] == {"file": "binlog.000002", "pos": 99}
+    log.info("outside")
+    inside, explicit, thread, outside = _lines(json_log)
+    assert (inside["changefeed"], inside["job"], inside["batch"]) == ("cf-9", "capture", 3) and "position" not in inside
+    assert explicit["batch"] == 4 and explicit["position"] == {"file": "binlog.000002", "pos": 99}
+    assert inside["source"] == "mysql://repl:***@db1:3306" and SECRET not in json_log.getvalue()
+    assert "changefeed" not in thread and "changefeed" not in outside

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import urllib.request
+import uuid
 from pathlib import Path
 
 import orjson
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from changefeed.capture.binlog import file_capture
+from changefeed.codec import CodecOptions
+from changefeed.errors import SinkError
 from changefeed.model import Resolved
 from changefeed.model.tso import compose_tso
 from changefeed.ops import metrics
-from changefeed.testing import free_port
+from changefeed.sink.kafka import KafkaSink, KafkaSinkConfig
+from changefeed.sink.mysql import MySQLSink
+from changefeed.testing import Broker, free_port
 
 BINLOG = Path(__file__).resolve().parents[1] / "fixtures/binlog/full"
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs/grafana-dashboard.json"
@@ -77,3 +83,23 @@ def test_dashboard_queries_name_existing_metrics() -> None:
         used = {word for word in expr.replace("(", " ").replace(")", " ").replace("[", " ").replace("{", " ").split()
                 if word.startswith("changefeed_")}  # fmt: skip
         assert used and used <= defined, (expr, used - defined)
+
+
+def test_sinks_report_delivery_latency_and_retries(broker: Broker) -> None:
+    """A real Kafka sink observes one latency per acknowledged message; a MySQL sink counts its retries."""
+    events = list(file_capture(BINLOG).events())
+    delivered = _value("changefeed_sink_delivery_latency_seconds_count", sink="kafka")
+    topic = f"metrics-{uuid.uuid4().hex[:8]}"
+    config = KafkaSinkConfig(broker.bootstrap_servers, topic, CodecOptions(protocol="canal-json"), partition_num=1)
+    with KafkaSink(config) as sink:
+        sink.write(events)
+        sink.flush()
+        sent = sink.messages_sent
+    assert sent > 0 and _value("changefeed_sink_delivery_latency_seconds_count", sink="kafka") == delivered + sent
+    assert _value("changefeed_sink_delivery_latency_seconds_sum", sink="kafka") > 0
+
+    retried = _value("changefeed_sink_retries_total", sink="mysql")
+    port = free_port("127.0.0.1")  # nothing listens: connection refused is transient, so retried
+    with pytest.raises(SinkError):
+        MySQLSink(f"mysql://root@127.0.0.1:{port}/", max_retries=2, retry_backoff=0.01).open()
+    assert _value("changefeed_sink_retries_total", sink="mysql") == retried + 2

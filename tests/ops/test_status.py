@@ -95,7 +95,7 @@ def test_mysql_checkpoint_status(mariadb: MariaDBServer, capsys: pytest.CaptureF
 
 def test_status_needs_a_source() -> None:
     assert main(["status"]) == 1
-    assert main(["status", "--changefeed", "x", "--storage", "."]) == 1
+    assert main(["status", "--output", "."]) == 1  # --output only names where to look for --changefeed
 
 
 def test_spark_checkpoint_status(spark: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -9,7 +9,7 @@ import pytest
 from changefeed.cli.run import spark_interval
 from changefeed.config import load_config, parse_config, parse_sink_uri
 from changefeed.errors import ConfigError
-from changefeed.spark.datasource import KafkaInput, SourceOptions
+from changefeed.spark.datasource import BinlogInput, KafkaInput, SourceOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 GOOD = """
@@ -52,6 +52,17 @@ def test_bundled_example_points_at_the_fixtures() -> None:
     assert cfg.sink_uri.path == ROOT / "demo-output/storage"
 
 
+def test_live_example_reads_a_server_into_mysql() -> None:
+    cfg = load_config(ROOT / "examples/live-mysql.toml")
+    assert (cfg.source.type, cfg.source.url, cfg.source.password_env) == (
+        "mysql",
+        "mysql://cdc@127.0.0.1:3306",
+        "CDC_SOURCE_PASSWORD",
+    )
+    url, sink = cfg.mysql_sink()
+    assert url == "mysql://root@127.0.0.1:3307/" and sink.workers == 4 and sink.changefeed_id == "live-mysql"
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -60,7 +71,17 @@ def test_bundled_example_points_at_the_fixtures() -> None:
         ('sink-uri = "file:///x"\n[source]\npath="p"\n[sink]\nprotocl="csv"', "unknown key 'protocl' in [sink]"),
         ('sink-uri = "file:///x"\n[source]\npath="p"\n[sink.csv]\nquotes="x"', "unknown key 'quotes' in [sink.csv]"),
         ('sink-uri = "file:///x"\n[source]\npath="p"\n[filter]\nrule=["a.*"]', "unknown key 'rule' in [filter]"),
-        ('sink-uri = "mysql://root@127.0.0.1:3306/"\n[source]\npath="p"', "mysql sink is not wired"),
+        ('sink-uri = "mysql://root@127.0.0.1:3306/?bogus=1"\n[source]\npath="p"', "unknown MySQL URL option"),
+        ('sink-uri = "mysql://root:pw@h/?worker-count=0"\n[source]\npath="p"', "worker-count must be a positive"),
+        ('sink-uri = "mysql+ssl://root@h/"\n[source]\npath="p"', "ssl-ca=FILE"),
+        ('sink-uri = "file:///x"\n[source]\ntype="mysql"', "[source] url is required"),
+        ('sink-uri = "file:///x"\n[source]\ntype="mysql"\nurl="mysql://u@h"\npath="p"', "unknown key 'path'"),
+        ('sink-uri = "file:///x"\n[source]\ntype="mysql"\nurl="http://h"', "expected mysql://USER"),
+        ('sink-uri = "file:///x"\n[source]\ntype="mysql"\nurl="mysql://h/?ssl-ca=x"', "takes no parameters"),
+        (
+            'sink-uri = "file:///x"\n[source]\ntype="mysql"\nurl="mysql://u:secret@h"\npassword-env="PW"',
+            "mysql://u:***@h' holds a password",
+        ),
         ('sink-uri = "kafka://127.0.0.1:9092/t?protocol=csv"\n[source]\npath="p"', "a kafka:// sink writes"),
         ('sink-uri = "kafka://127.0.0.1:9092?protocol=canal-json"\n[source]\npath="p"', "kafka://HOST:PORT"),
         (
@@ -74,7 +95,7 @@ def test_bundled_example_points_at_the_fixtures() -> None:
         ('sink-uri = "file:///x?protocol=csv"\n[source]\npath="p"\n[sink]\nprotocol="canal-json"', "give one"),
         ('[source]\npath="p"', "sink-uri is required"),
         ('sink-uri = "file:///x"', "[source] path is required"),
-        ('sink-uri = "file:///x"\n[source]\ntype="mysql"\npath="p"', "[source] type must be one of binlog-files"),
+        ('sink-uri = "file:///x"\n[source]\ntype="mysqld"', "[source] type must be one of binlog-files, mysql"),
         ('sink-uri = "file:///x"\n[source]\npath="p"\n[filter]\nrules=["nodot"]', "must look like schema.table"),
         ('sink-uri = "file:///x"\n[source]\npath="p"\n[sink.csv]\ninclude-commit-ts="yes"', "true or false"),
         ('sink-uri = "file:///x"\n[source]\npath="p"\n[sink]\ndate-separator="week"', "date-separator"),
@@ -88,6 +109,58 @@ def test_config_errors_name_the_problem(text: str, message: str) -> None:
         parse_config(text, Path("/base"), where="cf.toml")
     assert message in str(info.value)
     assert "cf.toml" in str(info.value)
+
+
+def test_live_source_and_mysql_sink(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = (
+        'changefeed-id = "live"\ntime-zone = "Asia/Shanghai"\n'
+        'sink-uri = "tidb://app:sink%40pw@10.0.0.2:4000/?worker-count=8&safe-mode=true&max-txn-row=64"\n'
+        '[source]\ntype = "mysql"\nurl = "mysql://cdc%20user@10.0.0.1:3307"\npassword-env = "CF_PW"\n'
+        'start-position = "latest"\n'
+    )
+    cfg = parse_config(text)
+    assert cfg.source.is_live and cfg.sink_uri.is_mysql and not cfg.sink_uri.is_kafka
+    url, sink = cfg.mysql_sink()
+    assert url == "tidb://app:sink%40pw@10.0.0.2:4000/"
+    assert (sink.workers, sink.safe_mode, sink.batch_rows, sink.changefeed_id, sink.time_zone) == (
+        8,
+        True,
+        64,
+        "live",
+        "Asia/Shanghai",
+    )
+    monkeypatch.delenv("CF_PW", raising=False)
+    with pytest.raises(ConfigError, match="password-env names 'CF_PW'"):
+        cfg.source.data_source_options()
+    monkeypatch.setenv("CF_PW", "p@ss:w/rd")
+    # The password travels in its own option (Spark redacts it), never inside the url.
+    assert cfg.source.data_source_options() == {
+        "input": "binlog",
+        "url": "mysql://cdc%20user@10.0.0.1:3307",
+        "password": "p@ss:w/rd",
+        "startPosition": "latest",
+    }
+    files = parse_config('sink-uri = "file:///x"\n[source]\npath = "/b"\nstart-position = "binlog.000002:4"\n')
+    assert files.source.data_source_options() == {"input": "binlog", "path": "/b", "startPosition": "binlog.000002:4"}
+
+
+def test_binlog_start_positions() -> None:
+    from changefeed.capture.binlog import BinlogPosition  # noqa: PLC0415
+    from changefeed.spark.datasource.binlog import parse_start  # noqa: PLC0415
+
+    assert parse_start("LATEST") == "latest" and parse_start(" earliest") == "earliest"
+    assert parse_start("binlog.000003:1234") == BinlogPosition("binlog.000003", 1234)
+    assert parse_start("gtid:0-1-5,1-2-7") == BinlogPosition("", 4, gtid="0-1-5,1-2-7")
+    assert parse_start('{"file": "b.000001", "pos": 9, "clock": 3}') == BinlogPosition("b.000001", 9, clock=3)
+    with pytest.raises(ConfigError, match="needs a GTID set"):
+        parse_start("gtid:")
+    with pytest.raises(ConfigError, match="needs a live source"):
+        BinlogInput(SourceOptions.parse({"input": "binlog", "path": str(ROOT), "startposition": "gtid:0-1-5"}))
+    with pytest.raises(ConfigError, match=r"a path \(binlog files\) or a url \(a live server\), not both"):
+        BinlogInput(SourceOptions.parse({"input": "binlog", "path": "x", "url": "mysql://h"}))
+    with pytest.raises(ConfigError, match=r"password is given twice.*\(u@h:3306\)") as info:
+        BinlogInput(SourceOptions.parse({"input": "binlog", "url": "mysql://u:Secret1@h", "password": "Secret2"}))
+    assert "Secret" not in str(info.value)
 
 
 def test_missing_config_file_is_a_config_error(tmp_path: Path) -> None:
@@ -151,7 +224,7 @@ _KAFKA = {"input": "kafka", "bootstrap.servers": "127.0.0.1:1", "topic": "t"}
     ("options", "message"),
     [
         ({"input": "kafka", "topic": "t"}, "needs options bootstrap.servers"),
-        ({**_KAFKA, "protocol": "simple"}, "canal-json or open-protocol"),
+        ({**_KAFKA, "protocol": "csv"}, "canal-json, open-protocol or simple"),
         ({**_KAFKA, "protocol": "canal-json"}, "enable-tidb-extension=true"),
         ({**_KAFKA, "protocol": "open-protocol", "table": "a.b"}, "no typed images"),
         ({**_KAFKA, "protocol": "open-protocol", "startingoffset": "earliest"}, "unknown codec option"),

@@ -177,6 +177,29 @@ class SimpleDecoder(Decoder):
         """
         return [(e.message, e.where) for e in self._pending.clear() if e.message is not None]
 
+    def learn(self, message: Message, where: str = "") -> bool:
+        """Cache the table schemas a BOOTSTRAP or DDL message carries, without decoding it as an event.
+
+        For a reader that starts mid-partition (a Spark range read): it looks back before its start
+        for the schema of a held DML. Other messages are ignored. True when a schema was new; the
+        DMLs it unblocks come out of :meth:`release`.
+        """
+        if message.value is None:
+            return False
+        p = self._parse(message.value, where, fetch=False)
+        if p.type != "BOOTSTRAP" and p.type not in DDL_TYPES:
+            return False
+        added = [self.schemas.add(ts) for ts in (p.pre_table_schema, p.table_schema) if ts is not None]
+        return any(added)
+
+    def release(self) -> list[Event]:
+        """The held DMLs (and the watermarks behind them) that may go out now, e.g. after :meth:`learn`."""
+        out = self._undelivered
+        self._retry = False
+        self._release(out)
+        self._undelivered = []
+        return out
+
     # -------------------------------------------------------------- decode
 
     def decode(self, message: Message, where: str = "") -> list[Event]:
@@ -205,7 +228,7 @@ class SimpleDecoder(Decoder):
         self._undelivered = []
         return out
 
-    def _parse(self, value: bytes, where: str) -> Parsed:
+    def _parse(self, value: bytes, where: str, *, fetch: bool = True) -> Parsed:
         if self._decompress is not None:
             try:
                 value = self._decompress(value)
@@ -213,7 +236,7 @@ class SimpleDecoder(Decoder):
                 method = self.options.large_message_handle_compression
                 raise fail(where, f"cannot decompress ({method}): {exc}") from None
         p = self._fmt.parse(value, where, self.schemas)
-        if p.is_dml and p.claim_check_location:
+        if fetch and p.is_dml and p.claim_check_location:
             p = self._fetch_claim_check(p, where)
         return p
 

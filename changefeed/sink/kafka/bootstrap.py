@@ -49,17 +49,21 @@ class BootstrapPolicy:
 
     def before_row(self, row: RowChange) -> TableSchema | None:
         """Called before ``row`` is sent: the schema to BOOTSTRAP first, or None."""
+        return self.before(row.table_schema)
+
+    def before(self, schema: TableSchema) -> TableSchema | None:
+        """Called before a row of ``schema`` is sent: the schema to BOOTSTRAP first, or None."""
         if not self.enabled:
             return None
         now = self._clock()
-        key = (row.schema, row.table)
+        key = (schema.schema, schema.table)
         table = self._tables.get(key)
         due = False
         if table is None or now - table.last_dml > self.inactive_after_s:
-            table = self._tables[key] = _Table(row.table_schema, now, now)
+            table = self._tables[key] = _Table(schema, now, now)
             due = True
         else:
-            table.schema = row.table_schema  # BOOTSTRAP describes the newest version
+            table.schema = schema  # BOOTSTRAP describes the newest version
             due = self._due(table, now)
         if due:
             table.last_sent = now

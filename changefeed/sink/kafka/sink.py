@@ -2,11 +2,13 @@
 
 Follows TiCDC's MQ sink (spec §1.2, §1.8, §3.3, §4): rows are split when they change a key,
 routed to (topic, partition) by the dispatch rules, encoded by one encoder per partition (Open
-Protocol batches per partition), and produced in order with an idempotent producer (acks=all), so
-each partition keeps commit-ts order. A DDL is written only after every earlier message is
-acknowledged, then broadcast; resolved events become checkpoint/watermark messages on every
-partition of every topic in use plus the default topic. `flushed` reports the position up to which
-the broker acknowledged everything: the only thing a job may checkpoint.
+Protocol batches per partition) -- all of that is `KafkaEncoder` (encode.py), which may run
+elsewhere (Spark executors) -- and the resulting message groups are produced in order with an
+idempotent producer (acks=all), so each partition keeps commit-ts order. ``write(events)`` is
+the encoder followed by ``write_encoded``, the one producing path. A DDL is written only after
+every earlier message is acknowledged, then broadcast; resolved events become checkpoint/watermark
+messages on every partition of every topic in use plus the default topic. `flushed` reports the
+position up to which the broker acknowledged everything: the only thing a job may checkpoint.
 """
 
 from __future__ import annotations
@@ -19,11 +21,13 @@ from dataclasses import dataclass, field, replace
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
-from ...codec import CodecOptions, Encoder, Message, make_encoder
-from ...dispatch import DispatchRule, EventRouter, split_key_changing_update
+from ...codec import CodecOptions, Message, make_encoder
+from ...dispatch import DispatchRule
 from ...errors import ConfigError, SinkError
-from ...model import DDLEvent, Event, Resolved, RowChange, TableSchema
+from ...model import DDLEvent, Event, Resolved, TableSchema
+from ...ops import metrics
 from .bootstrap import BootstrapPolicy
+from .encode import KafkaEncoder, KafkaItem, MessageGroup
 from .progress import AckTracker, FlushedPosition
 from .topics import TopicManager
 
@@ -113,15 +117,16 @@ class KafkaSink:
             partition_num=config.partition_num,
             replication_factor=config.replication_factor,
         )
-        self.router = EventRouter(
+        self.encoder = KafkaEncoder(
+            self.codec,
             config.topic,
             config.rules,
             case_sensitive=config.case_sensitive,
-            compat=self.codec.compat,
-            require_schema_and_table=self.codec.protocol == "simple" and self.codec.encoding_format == "avro",
+            output_raw_change_event=config.output_raw_change_event,
+            batch_rows=config.batch_rows,
         )
+        self.router = self.encoder.router
         self._control = make_encoder(self.codec)  # DDL, resolved, BOOTSTRAP messages
-        self._encoders: dict[tuple[str, int], Encoder] = {}
         self._acks = AckTracker()
         self._inflight: dict[tuple[str, int], deque[int]] = {}
         self._errors: list[str] = []
@@ -136,7 +141,6 @@ class KafkaSink:
         self._complete: list[FlushedPosition] = []  # transactions complete but not yet marked
         self._last_resolved = -1
         self._since_poll = 0
-        self._buffered_rows = 0
         self._last_check = time.monotonic()
         self.messages_sent = 0
 
@@ -145,18 +149,37 @@ class KafkaSink:
     def write(self, events: Iterable[Event]) -> None:
         """Send ``events`` (commit order). Raises SinkError on any earlier delivery failure."""
         self._raise_if_failed()
-        for event in events:
-            if isinstance(event, RowChange):
-                self._row(event)
-            elif isinstance(event, DDLEvent):
-                self._ddl(event)
-            elif isinstance(event, Resolved):
-                self._resolved(event)
-            else:  # pragma: no cover - the model has no other kinds
-                raise TypeError(f"unexpected event {type(event).__name__}")
+        self.write_encoded(self.encoder.encode(events, self.topic_partitions, self._last_resolved))
+
+    def write_encoded(self, items: Iterable[KafkaItem]) -> None:
+        """Send what `KafkaEncoder.encode` made (here or in an executor), in its order.
+
+        The groups must have been dispatched with this sink's partition counts (`topic_partitions`).
+        """
+        self._raise_if_failed()
+        for item in items:
+            if isinstance(item, MessageGroup):
+                self._group(item)
+            elif isinstance(item, DDLEvent):
+                self._ddl(item)
+            elif isinstance(item, Resolved):
+                self._resolved(item)
+            else:
+                raise TypeError(f"kafka sink: unexpected {type(item).__name__}")
         self._build()
         self._maybe_check_metadata()
         self._raise_if_failed()
+
+    def topic_partitions(self, topic: str) -> int:
+        """Partitions rows of ``topic`` are dispatched to (looked up, maybe created, on first use)."""
+        n = self.topics.partitions(topic)
+        self._topics_seen.setdefault(topic, None)
+        return n
+
+    @property
+    def last_resolved(self) -> int:
+        """The newest Resolved ts written (-1: none); an encoder elsewhere starts from it."""
+        return self._last_resolved
 
     def flush(self, timeout_s: float | None = None) -> FlushedPosition | None:
         """Wait until every message sent is acknowledged (or fail with SinkError)."""
@@ -194,26 +217,22 @@ class KafkaSink:
 
     # ------------------------------------------------------------------ events
 
-    def _row(self, row: RowChange) -> None:
-        self._advance(row.commit_ts)
-        rows = [row] if self.config.output_raw_change_event else split_key_changing_update(row)
-        for r in rows:
-            topic = self.router.topic(r.schema, r.table)
-            n = self.topics.partitions(topic)
-            self._topics_seen.setdefault(topic, None)
-            if self._bootstrap is not None:
-                schema = self._bootstrap.before_row(r)
+    def _group(self, group: MessageGroup) -> None:
+        self._advance(group.first_ts)
+        if group.complete is not None:
+            self._complete.append(group.complete)
+        if self._bootstrap is not None:
+            # BOOTSTRAP goes out before the rows it describes, decided with this sink's clock and history.
+            for table in group.bootstrap:
+                schema = self._bootstrap.before(table)
                 if schema is not None:
-                    self._send_bootstrap(topic, schema)
-            partition = self.router.partition(r, n)
-            encoder = self._encoders.get((topic, partition))
-            if encoder is None:
-                encoder = self._encoders[(topic, partition)] = make_encoder(self.codec)
-            encoder.append_row(r)
-        self._open = (row.commit_ts, row.position)
-        self._buffered_rows += 1
-        if self._buffered_rows >= self.config.batch_rows:
-            self._build()
+                    self._send_bootstrap(self.router.topic(schema.schema, schema.table), schema)
+        for topic, partition, msg in group.messages:
+            if topic not in self._topics_seen:
+                self.topic_partitions(topic)
+            self._produce(topic, partition, msg)
+        self._open = (group.last.commit_ts, group.last.position)
+        self._build()
 
     def _ddl(self, ddl: DDLEvent) -> None:
         # TiCDC writes a DDL only after every earlier DML is acknowledged (seed 002 "DDL").
@@ -278,12 +297,7 @@ class KafkaSink:
     # ------------------------------------------------------------------ producing
 
     def _build(self) -> None:
-        """Turn the rows appended to each partition's encoder into messages and produce them."""
-        if self._buffered_rows:
-            for (topic, partition), encoder in self._encoders.items():
-                for msg in encoder.build():
-                    self._produce(topic, partition, msg)
-            self._buffered_rows = 0
+        """Mark the transactions completed by what was produced so far (rows are built by the encoder)."""
         if self._complete:
             for position in self._complete:
                 self._acks.mark(position)
@@ -320,14 +334,17 @@ class KafkaSink:
         seq = self._inflight[key].popleft()
         if err is None:
             self._acks.acked(seq)
+            metrics.kafka_delivered(msg.latency())
         else:
             self._errors.append(f"{key[0]}[{key[1]}]: {err.str()}")
+            metrics.sink_error("kafka", retried=False)
 
     def _on_error(self, err: KafkaError) -> None:
         if err.fatal():
             self._errors.append(f"fatal producer error: {err.str()}")
         else:
             log.warning("kafka client error", extra={"error": err.str()})
+            metrics.sink_error("kafka", retried=True)  # librdkafka retries it on its own
 
     def _wait_acks(self, timeout_s: float | None) -> None:
         timeout = self.config.flush_timeout_s if timeout_s is None else timeout_s
@@ -368,5 +385,6 @@ class KafkaSink:
 
     def _fail(self, exc: SinkError) -> None:
         self._failed = exc
+        metrics.sink_error("kafka", retried=False)
         log.error("kafka sink failed", extra={"error": str(exc)})
         raise exc

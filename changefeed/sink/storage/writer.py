@@ -1,5 +1,11 @@
 """The storage sink: events -> a directory in TiCDC's storage-sink layout (spec §5).
 
+Two halves. `StorageEncoder` turns events into `DataSegment`s: one data directory's encoded lines
+(canal-json/CSV) with each line's commit ts. It is pure and picklable, so the Spark capture job runs
+it in executors (changefeed/spark/encode.py). `StorageWriter` places segments: ``write_encoded``
+buffers them per data directory and `flush` publishes them; its event-taking ``write`` is the
+encoder followed by ``write_encoded``, so both paths share one layout.
+
 Rows are buffered per data directory and published by `flush`, but only rows a Resolved event
 has covered: a published file never holds a row above the checkpoint published right after it.
 Each data file is written under a temporary name, fsynced and renamed into place, then the
@@ -15,14 +21,16 @@ the directory ends up as if the crashed flush never happened, so replays add no 
 
 from __future__ import annotations
 
+import bisect
 import datetime as dt
 import logging
 import os
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
-from ...codec import CodecOptions, make_encoder
+from ...codec import CodecOptions, Encoder, make_encoder
 from ...errors import ConfigError, SinkError
 from ...model import DDLEvent, Event, Resolved, RowChange, TableSchema
 from .layout import (
@@ -55,6 +63,31 @@ class StorageOptions:
             raise ConfigError(f"date-separator must be none, year, month or day, not {self.date_separator!r}")
 
 
+def _roll(segments: list[DataSegment], file_size: int) -> Iterator[bytes]:
+    """The data files' contents: lines in order, a new file whenever the next line would pass ``file_size``
+    (a line longer than that gets a file of its own). Splits are found per file, not per line."""
+    parts: list[bytes] = []
+    size = 0
+    for seg in segments:
+        ends, start, i, n = seg.ends, 0, 0, len(seg.ends)
+        while i < n:
+            j = bisect.bisect_right(ends, start + file_size - size, i)
+            if j == i:
+                if size:  # line i does not fit into the file being filled
+                    yield b"".join(parts)
+                    parts, size = [], 0
+                    continue
+                j = i + 1
+            parts.append(seg.data[start : ends[j - 1]])
+            size += ends[j - 1] - start
+            start, i = ends[j - 1], j
+            if i < n:  # line j did not fit
+                yield b"".join(parts)
+                parts, size = [], 0
+    if parts:
+        yield b"".join(parts)
+
+
 def write_atomically(path: Path, data: bytes) -> None:
     """Write ``path`` so readers see the old content or the whole new one, never a part."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -72,8 +105,149 @@ class _DirState:
     index: int
 
 
+@dataclass(slots=True)
+class DataSegment:
+    """Encoded lines of one data directory, in commit order, as the writer buffers and publishes them.
+
+    ``data`` is the lines back to back (terminators included); ``ends[i]`` is where line i ends and
+    ``commit_ts[i]`` its row's commit ts. ``schema_file`` is the table's schema file without the
+    DDL query (the writer adds it: only it knows which DDL preceded the version's first row).
+    """
+
+    base: str
+    schema_file: SchemaFile
+    table_id: int | None  # the schema file's directory is the table id (use-table-id-as-path)
+    header: bytes
+    data: bytes
+    ends: list[int]
+    commit_ts: list[int]
+    counts: dict[tuple[str, str], int] = field(default_factory=dict)  # (op, "schema.table") -> rows
+
+    kind = "rows"
+
+    @property
+    def rows(self) -> int:
+        return sum(self.counts.values())
+
+    def select(self, keep: list[bool]) -> DataSegment:
+        """The segment with only the lines where ``keep`` is true."""
+        if all(keep):
+            return self
+        data: list[bytes] = []
+        ends: list[int] = []
+        commit_ts: list[int] = []
+        start = size = 0
+        for end, ts, kept in zip(self.ends, self.commit_ts, keep, strict=True):
+            if kept:
+                data.append(self.data[start:end])
+                size += end - start
+                ends.append(size)
+                commit_ts.append(ts)
+            start = end
+        return replace(self, data=b"".join(data), ends=ends, commit_ts=commit_ts)
+
+
+StorageItem = DataSegment | DDLEvent | Resolved
+"""What `StorageEncoder` produces and `StorageWriter.write_encoded` takes."""
+
+
+class StorageEncoder:
+    """Events -> `DataSegment`s (one per data directory between DDL/Resolved events); DDL and Resolved pass through.
+
+    Picklable and without I/O: the Spark capture job runs one per partition in an executor.
+    """
+
+    def __init__(self, codec: CodecOptions, options: StorageOptions | None = None) -> None:
+        if codec.protocol not in EXTENSIONS:
+            raise ConfigError(f"the storage sink writes csv or canal-json, not {codec.protocol}")
+        self.codec = codec
+        self.options = options or StorageOptions()
+        self.terminator = b"" if codec.protocol == "csv" else codec.terminator.encode()
+        self._encoder: Encoder | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_encoder": None}  # compiled plans are rebuilt where it runs
+
+    def encode(self, events: Iterable[Event], checkpoint_ts: int = 0) -> Iterator[StorageItem]:
+        """Segments and pass-through events in order; rows at or below ``checkpoint_ts`` are skipped (replayed)."""
+        if self._encoder is None:
+            self._encoder = make_encoder(self.codec)
+        encoder = self._encoder
+        open_: dict[str, _SegmentBuilder] = {}
+        for event in events:
+            if isinstance(event, RowChange):
+                if event.commit_ts <= checkpoint_ts:
+                    continue
+                ts = event.table_schema
+                base = self._base(event)
+                seg = open_.get(base)
+                if seg is None:
+                    seg = open_[base] = _SegmentBuilder(base, ts)
+                seg.schema = ts
+                encoder.append_row(event)
+                for msg in encoder.build():
+                    if msg.value:
+                        seg.add(msg.value + self.terminator, event.commit_ts)
+                key = (event.op.value, f"{ts.schema}.{ts.table}")
+                seg.counts[key] = seg.counts.get(key, 0) + 1
+            else:
+                # A DDL or Resolved event closes the open segments: what follows may be a new table version.
+                yield from (b.finish(self) for b in open_.values())
+                open_.clear()
+                yield event
+        yield from (b.finish(self) for b in open_.values())
+
+    def _base(self, row: RowChange) -> str:
+        ts = row.table_schema
+        partition = row.physical_table_id if ts.partitioned and self.options.enable_partition_separator else None
+        return data_dir(
+            ts.schema,
+            ts.table,
+            ts.version,
+            partition,
+            table_id=row.table_id if self.options.use_table_id_as_path else None,
+        )
+
+    def header(self, ts: TableSchema) -> bytes:
+        if self.codec.protocol == "csv" and self.codec.output_field_header:
+            if self._encoder is None:
+                self._encoder = make_encoder(self.codec)
+            return self._encoder.header(ts)  # type: ignore[attr-defined, no-any-return]
+        return b""
+
+
+@dataclass
+class _SegmentBuilder:
+    base: str
+    schema: TableSchema
+    parts: list[bytes] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)
+    commit_ts: list[int] = field(default_factory=list)
+    counts: dict[tuple[str, str], int] = field(default_factory=dict)
+    size: int = 0
+
+    def add(self, line: bytes, commit_ts: int) -> None:
+        self.parts.append(line)
+        self.size += len(line)
+        self.ends.append(self.size)
+        self.commit_ts.append(commit_ts)
+
+    def finish(self, owner: StorageEncoder) -> DataSegment:
+        ts = self.schema
+        return DataSegment(
+            base=self.base,
+            schema_file=SchemaFile.from_table(ts, ts.version),
+            table_id=ts.table_id if owner.options.use_table_id_as_path else None,
+            header=owner.header(ts),
+            data=b"".join(self.parts),
+            ends=self.ends,
+            commit_ts=self.commit_ts,
+            counts=self.counts,
+        )
+
+
 class StorageWriter:
-    """Writes model events into ``root`` in TiCDC's storage-sink layout."""
+    """Writes model events (or pre-encoded `DataSegment`s) into ``root`` in TiCDC's storage-sink layout."""
 
     def __init__(
         self,
@@ -82,20 +256,17 @@ class StorageWriter:
         options: StorageOptions | None = None,
         now: Callable[[], dt.datetime] = dt.datetime.now,
     ) -> None:
-        if codec.protocol not in EXTENSIONS:
-            raise ConfigError(f"the storage sink writes csv or canal-json, not {codec.protocol}")
         self.root = Path(root)
         self.codec = codec
         self.options = options or StorageOptions()
+        self.encoder = StorageEncoder(codec, self.options)  # validates the protocol
         self.now = now
         self.ext = EXTENSIONS[codec.protocol]
-        self.encoder = make_encoder(codec)
-        self.terminator = b"" if codec.protocol == "csv" else codec.terminator.encode()
         self.root.mkdir(parents=True, exist_ok=True)
         self.checkpoint_ts = read_checkpoint(self.root)
         self._pending_checkpoint = self.checkpoint_ts
-        self._buffers: dict[str, list[tuple[int, bytes]]] = {}
-        self._dir_schema: dict[str, TableSchema] = {}
+        self._buffers: dict[str, list[DataSegment]] = {}
+        self._headers: dict[str, bytes] = {}
         self._dirs: dict[str, _DirState] = {}
         self._schema_files: set[str] = set()
         self._ddl_without_schema: dict[tuple[str, str, int], DDLEvent] = {}
@@ -104,37 +275,37 @@ class StorageWriter:
     # ------------------------------------------------------------------ writing
 
     def write_all(self, events: Iterable[Event]) -> None:
-        for event in events:
-            self.write(event)
+        """Encode ``events`` (commit order) and buffer them: `StorageEncoder` then `write_encoded`."""
+        self.write_encoded(self.encoder.encode(events, self.checkpoint_ts))
 
     def write(self, event: Event) -> None:
-        if isinstance(event, RowChange):
-            self._write_row(event)
-        elif isinstance(event, DDLEvent):
-            self._write_ddl(event)
-        elif isinstance(event, Resolved):
-            # Resolved(R) and TiCDC's checkpoint-ts both mean: every commit ts <= R is in.
-            self._pending_checkpoint = max(self._pending_checkpoint, event.commit_ts)
+        self.write_all((event,))
 
-    def _write_row(self, row: RowChange) -> None:
-        if row.commit_ts <= self.checkpoint_ts:
-            return  # replayed: already published (the checkpoint is only written after the data)
-        ts = row.table_schema
-        self._ensure_schema_file(ts)
-        partition = row.physical_table_id if ts.partitioned and self.options.enable_partition_separator else None
-        base = data_dir(
-            ts.schema,
-            ts.table,
-            ts.version,
-            partition,
-            table_id=row.table_id if self.options.use_table_id_as_path else None,
-        )
-        self.encoder.append_row(row)
-        self._dir_schema[base] = ts
-        buf = self._buffers.setdefault(base, [])
-        for msg in self.encoder.build():
-            if msg.value:
-                buf.append((row.commit_ts, msg.value + self.terminator))
+    def write_encoded(self, items: Iterable[StorageItem]) -> None:
+        """Buffer what `StorageEncoder.encode` made (here or in an executor), in its (commit) order."""
+        for item in items:
+            self._write_item(item)
+
+    def _write_item(self, item: StorageItem) -> None:
+        if isinstance(item, DataSegment):
+            self._write_segment(item)
+        elif isinstance(item, DDLEvent):
+            self._write_ddl(item)
+        elif isinstance(item, Resolved):
+            # Resolved(R) and TiCDC's checkpoint-ts both mean: every commit ts <= R is in.
+            self._pending_checkpoint = max(self._pending_checkpoint, item.commit_ts)
+        else:
+            raise TypeError(f"storage writer: unexpected {type(item).__name__}")
+
+    def _write_segment(self, seg: DataSegment) -> None:
+        # Replayed rows are already published: the checkpoint is only written after the data.
+        if seg.commit_ts and min(seg.commit_ts) <= self.checkpoint_ts:
+            seg = seg.select([ts > self.checkpoint_ts for ts in seg.commit_ts])
+        if not seg.commit_ts:
+            return
+        self._ensure_schema_file(seg.schema_file, seg.table_id)
+        self._headers[seg.base] = seg.header
+        self._buffers.setdefault(seg.base, []).append(seg)
 
     def _write_ddl(self, ddl: DDLEvent) -> None:
         if ddl.commit_ts <= self.checkpoint_ts:
@@ -142,7 +313,8 @@ class StorageWriter:
         ts = ddl.table_schema
         if ts is not None:
             self._publish_schema_file(
-                SchemaFile.from_table(ts, ts.version or ddl.commit_ts, ddl.query, ddl.ddl_type), ts
+                SchemaFile.from_table(ts, ts.version or ddl.commit_ts, ddl.query, ddl.ddl_type),
+                ts.table_id if self.options.use_table_id_as_path else None,
             )
         elif not ddl.table:
             self._publish_schema_file(SchemaFile(ddl.schema, "", ddl.commit_ts, ddl.query, ddl.ddl_type), None)
@@ -151,13 +323,14 @@ class StorageWriter:
             # the table's schema file with this query; `flush` writes a column-less one otherwise.
             self._ddl_without_schema[(ddl.schema, ddl.table, ddl.commit_ts)] = ddl
 
-    def _ensure_schema_file(self, ts: TableSchema) -> None:
-        ddl = self._ddl_without_schema.pop((ts.schema, ts.table, ts.version), None)
-        sf = SchemaFile.from_table(ts, ts.version, ddl.query if ddl else "", ddl.ddl_type if ddl else 0)
-        self._publish_schema_file(sf, ts)
+    def _ensure_schema_file(self, sf: SchemaFile, table_id: int | None) -> None:
+        ddl = self._ddl_without_schema.pop((sf.schema, sf.table, sf.table_version), None)
+        if ddl is not None:
+            sf = replace(sf, query=ddl.query, ddl_type=ddl.ddl_type)
+        self._publish_schema_file(sf, table_id)
 
-    def _publish_schema_file(self, sf: SchemaFile, ts: TableSchema | None) -> None:
-        rel = sf.path(ts.table_id if ts is not None and self.options.use_table_id_as_path else None)
+    def _publish_schema_file(self, sf: SchemaFile, table_id: int | None) -> None:
+        rel = sf.path(table_id)
         if rel in self._schema_files:
             return
         path = self.root / rel
@@ -174,38 +347,38 @@ class StorageWriter:
             del self._ddl_without_schema[(schema, table, version)]
         date = date_dir(self.now(), self.options.date_separator)
         cutoff = self._pending_checkpoint
-        for base, chunks in self._buffers.items():
-            ready = [data for ts, data in chunks if ts <= cutoff]
+        for base, segments in self._buffers.items():
+            ready: list[DataSegment] = []
+            waiting: list[DataSegment] = []
+            for seg in segments:
+                if max(seg.commit_ts) <= cutoff:  # the usual case: a batch ends with its Resolved
+                    ready.append(seg)
+                    continue
+                covered = [ts <= cutoff for ts in seg.commit_ts]
+                if any(covered):
+                    ready.append(seg.select(covered))
+                if not all(covered):
+                    waiting.append(seg.select([not c for c in covered]))
             if ready:
                 self._publish_data(base, date, ready)
-                self._buffers[base] = [(ts, data) for ts, data in chunks if ts > cutoff]
+                self._buffers[base] = waiting
         if self._pending_checkpoint > self.checkpoint_ts:
             write_atomically(self.root / "metadata", metadata_json(self._pending_checkpoint))
             self.checkpoint_ts = self._pending_checkpoint
         return self.checkpoint_ts
 
-    def _publish_data(self, base: str, date: str, chunks: list[bytes]) -> None:
+    def _publish_data(self, base: str, date: str, segments: list[DataSegment]) -> None:
         directory = self.root / base / date if date else self.root / base
         state = self._dirs.get(base)
         if state is None or state.date != date:
             # A new date directory restarts numbering at 1 (TiCDC resets the index per date).
             state = _DirState(date, self._last_index(directory))
             self._dirs[base] = state
-        header = b""
-        if self.codec.protocol == "csv" and self.codec.output_field_header:
-            header = self.encoder.header(self._dir_schema[base])  # type: ignore[attr-defined]
-        files: list[list[bytes]] = [[]]
-        size = 0
-        for chunk in chunks:
-            if size and size + len(chunk) > self.options.file_size:
-                files.append([])
-                size = 0
-            files[-1].append(chunk)
-            size += len(chunk)
-        for parts in files:
+        header = self._headers.get(base, b"")
+        for body in _roll(segments, self.options.file_size):
             state.index += 1
             name = data_file_name(state.index, self.ext, self.options.file_index_width)
-            data = header + b"".join(parts)
+            data = header + body
             write_atomically(directory / name, data)
             write_atomically(directory / index_file_name(), (name + "\n").encode())
             log.debug("storage file published", extra={"file": str(directory / name), "bytes": len(data)})

@@ -1,4 +1,11 @@
-"""The `binlog` input: a directory of MySQL/MariaDB binlog files, split at transaction boundaries."""
+"""The `binlog` input: MySQL/MariaDB binlog files or a live server, split at transaction boundaries.
+
+One scan/range implementation over a pluggable raw-event source: `BinlogFiles` (a directory of
+binlog files) or `BinlogServer` (the replica protocol of ``mysql://USER@HOST:PORT``, a
+non-blocking dump per read, so every read ends at the last event the server had). Offsets and
+partitions hold binlog positions only; the server's credentials live in the picklable source
+object handed to executors, never in an offset, a log line or an error message.
+"""
 
 from __future__ import annotations
 
@@ -6,23 +13,50 @@ import itertools
 import logging
 import os
 import threading
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from datetime import tzinfo
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
+import pymysql
 from pyspark.sql.datasource import InputPartition
 
-from ...capture.binlog import BinlogCapture, BinlogFileReader, BinlogPosition
+from ...capture.binlog import BinlogCapture, BinlogFileReader, BinlogPosition, ReconnectPolicy
+from ...capture.binlog.capture import SourceFactory
 from ...capture.binlog.position import reached
-from ...errors import ConfigError
+from ...capture.binlog.replica import ReplicaStream, ServerAddress, random_server_id
+from ...errors import CaptureError, ConfigError
 from ...model import DDLEvent, Resolved, RowChange, TableSchema
+from ...sink.mysql.url import MySQLParams
 from ..changelog import ChangelogRows
 from .options import Input, SourceOptions, zone
 
 log = logging.getLogger(__name__)
+
+#: ``startPosition`` keywords: the oldest binlog, or the server's current end (live only).
+EARLIEST, LATEST = "earliest", "latest"
+#: A live source reconnects (from the savepoint) for this long before failing the read.
+_RECONNECT = ReconnectPolicy(initial=0.2, maximum=2.0, max_wait=30.0)
+
+
+def parse_start(text: str) -> BinlogPosition | str:
+    """``startPosition``: ``FILE[:POS]``, a position JSON object, ``gtid:SET``, ``earliest`` or ``latest``."""
+    text = text.strip()
+    if text.lower() in (EARLIEST, LATEST):
+        return text.lower()
+    if text.startswith("{"):
+        try:
+            return BinlogPosition.from_dict(orjson.loads(text))
+        except orjson.JSONDecodeError as exc:
+            raise ConfigError(f"startPosition is not a JSON position: {exc}") from None
+    if text.lower().startswith("gtid:"):
+        gtid = text[5:].strip()
+        if not gtid:
+            raise ConfigError("startPosition gtid: needs a GTID set (MariaDB 0-1-5, MySQL uuid:1-5)")
+        return BinlogPosition("", 4, gtid=gtid)  # the capture anchors file:pos at the first GTID event
+    return BinlogPosition.parse(text)
 
 
 class _ScanCapture(BinlogCapture):
@@ -45,30 +79,143 @@ class _ScanCapture(BinlogCapture):
         return iter(())
 
 
-def _open_files(path: Path) -> Any:
-    """A raw-event source over binlog files that ends at the last complete event.
+@dataclass(frozen=True)
+class BinlogFiles:
+    """Raw events from binlog files: a directory (in ``.index`` order) or one file."""
 
-    Following with the stop flag already set: a partial event at the end (a server still writing)
-    ends the read instead of raising "truncated".
+    path: Path
+    reconnect: ClassVar[ReconnectPolicy | None] = None  # files do not disconnect
+
+    def opener(self) -> SourceFactory:
+        """Readers that end at the last complete event.
+
+        Following with the stop flag already set: a partial event at the end (a server still
+        writing) ends the read instead of raising "truncated".
+        """
+        stop = threading.Event()
+        stop.set()
+
+        def open_source(at: BinlogPosition) -> BinlogFileReader:
+            return BinlogFileReader(self.path, at.file or None, at.pos, follow=True, poll_interval=0.01, stop=stop)
+
+        return open_source
+
+    def earliest(self) -> BinlogPosition:
+        files = BinlogFileReader(self.path).files()
+        return BinlogPosition(files[0] if files else "", 4)
+
+    def latest(self) -> BinlogPosition:
+        raise ConfigError("startPosition latest needs a live source (url); binlog files start at a FILE:POS")
+
+    def end(self) -> dict[str, Any]:
+        files = BinlogFileReader(self.path).files()
+        if not files:
+            return {"file": "", "pos": 4}
+        directory = self.path if self.path.is_dir() else self.path.parent
+        return {"file": files[-1], "pos": os.path.getsize(directory / files[-1])}
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+
+@dataclass(frozen=True)
+class BinlogServer:
+    """Raw events from a live server through the replica protocol (`ReplicaStream`).
+
+    Every read is a non-blocking dump (it ends at the last event the server had) on its own
+    connection with its own random replica server id: the source kills an older dump that
+    registered with the same id, and partitions read in parallel. No schema tracker: a range is
+    decoded from the binlog's own TABLE_MAP metadata (binlog_row_metadata=FULL), because today's
+    information_schema need not describe a past range.
     """
-    stop = threading.Event()
-    stop.set()
 
-    def open_source(at: BinlogPosition) -> BinlogFileReader:
-        return BinlogFileReader(path, at.file or None, at.pos, follow=True, poll_interval=0.01, stop=stop)
+    address: ServerAddress = field(repr=False)  # holds the password: repr and str show user@host:port only
+    reconnect: ClassVar[ReconnectPolicy | None] = _RECONNECT
 
-    return open_source
+    def opener(self) -> SourceFactory:
+        server_id = random_server_id()  # one id per capture, kept across its reconnects
+
+        def open_source(at: BinlogPosition) -> ReplicaStream:
+            return ReplicaStream(self.address, at, server_id=server_id, blocking=False, require_full_metadata=True)
+
+        return open_source
+
+    def _rows(self, *queries: str) -> list[tuple[Any, ...]]:
+        """The rows of the first query the server understands (newer servers renamed some statements)."""
+        try:
+            conn = self.params().connect(autocommit=True)
+        except pymysql.err.MySQLError as exc:
+            raise CaptureError(f"cannot connect to {self.address}: {exc}") from None
+        try:
+            with conn.cursor() as cur:
+                for i, sql in enumerate(queries):
+                    try:
+                        cur.execute(sql)
+                        return list(cur.fetchall())
+                    except pymysql.err.ProgrammingError:
+                        if i == len(queries) - 1:
+                            raise
+                return []
+        except pymysql.err.MySQLError as exc:
+            raise CaptureError(f"{queries[0]} on {self.address} failed: {exc}") from None
+        finally:
+            conn.close()
+
+    def earliest(self) -> BinlogPosition:
+        rows = self._rows("SHOW BINARY LOGS")
+        if not rows:
+            raise CaptureError(f"{self.address} has no binary logs (is log_bin on?)")
+        return BinlogPosition(str(rows[0][0]), 4)
+
+    def latest(self) -> BinlogPosition:
+        """The server's current end, with the GTID state there when the server reports it with the position.
+
+        MySQL's SHOW MASTER STATUS has Executed_Gtid_Set in the same row; MariaDB's has no GTID
+        column, and the capture then learns the GTID state from the events it reads.
+        """
+        row = self._status()
+        gtid = str(row[4]).replace("\n", "") if len(row) > 4 and row[4] else ""
+        return BinlogPosition(str(row[0]), int(row[1]), gtid)
+
+    def _status(self) -> tuple[Any, ...]:
+        # MySQL 8.4 removed SHOW MASTER STATUS in favour of SHOW BINARY LOG STATUS.
+        rows = self._rows("SHOW MASTER STATUS", "SHOW BINARY LOG STATUS")
+        if not rows:
+            raise CaptureError(f"{self.address} reports no binlog position (is log_bin on?)")
+        return rows[0]
+
+    def end(self) -> dict[str, Any]:
+        row = self._status()
+        return {"file": str(row[0]), "pos": int(row[1])}
+
+    def params(self) -> MySQLParams:
+        a = self.address
+        return MySQLParams(host=a.host, port=a.port, user=a.user, password=a.password)
+
+    def check(self) -> None:
+        """Refuse a server whose binlog this input cannot decode (the preflight findings, with their fixes)."""
+        from ...ops.preflight import binlog_settings  # noqa: PLC0415 - the preflight owns the checks
+
+        errors = [f for f in binlog_settings(self.params(), schema_tracker=False) if f.severity == "error"]
+        if errors:
+            raise ConfigError(f"the binlog input cannot read {self.address}: " + "; ".join(str(f) for f in errors))
+
+    def __str__(self) -> str:
+        return str(self.address)
 
 
-def _capture(cls: type[BinlogCapture], path: Path, start: BinlogPosition, tz: tzinfo, **kw: Any) -> BinlogCapture:
-    return cls(_open_files(path), start, tz=tz, **kw)
+BinlogSource = BinlogFiles | BinlogServer
+
+
+def _capture(cls: type[BinlogCapture], source: BinlogSource, start: BinlogPosition, tz: tzinfo, **kw: Any) -> Any:
+    return cls(source.opener(), start, tz=tz, reconnect=source.reconnect, **kw)
 
 
 @dataclass
 class BinlogRange(InputPartition):
-    """The transactions between two boundaries of a binlog directory, decoded in an executor."""
+    """The transactions between two boundaries of a binlog, decoded in an executor."""
 
-    path: str
+    source: BinlogSource
     start: dict[str, Any]
     end: dict[str, Any]
     time_zone: str
@@ -83,7 +230,7 @@ class BinlogRange(InputPartition):
         # DDL/resolved rows it does not produce, so this path still decodes through RowChange.
         end = BinlogPosition.from_dict(self.end)
         start = BinlogPosition.from_dict(self.start)
-        capture = _capture(BinlogCapture, Path(self.path), start, zone(self.time_zone), until=(end.file, end.pos))
+        capture = _capture(BinlogCapture, self.source, start, zone(self.time_zone), until=(end.file, end.pos))
         last: Resolved | None = None
         for ev in capture.events():
             if isinstance(ev, Resolved):
@@ -98,51 +245,73 @@ class BinlogRange(InputPartition):
                 yield row
 
 
-class BinlogInput(Input):
-    """A directory of MySQL/MariaDB binlog files (offline or relay-log mode)."""
+def _source(opts: SourceOptions) -> BinlogSource:
+    url = opts.extra.get("url", "")
+    if url:
+        if opts.path != Path():
+            raise ConfigError("input binlog takes a path (binlog files) or a url (a live server), not both")
+        address = ServerAddress.from_url(url)  # its errors show the URL with the password masked
+        if "?" in url:
+            raise ConfigError(f"the binlog input's url takes no parameters: {address} (TLS is not supported yet)")
+        if "password" in opts.extra:
+            if address.password:
+                raise ConfigError(f"the password is given twice: in the url and the password option ({address})")
+            address = replace(address, password=opts.extra["password"])
+        return BinlogServer(address)
+    if not opts.path.exists():
+        raise ConfigError(f"no such binlog directory or file: {opts.path}")
+    return BinlogFiles(opts.path)
 
-    OPTIONS = frozenset({"startposition", "eventsperpartition"})
+
+class BinlogInput(Input):
+    """MySQL/MariaDB binlog files (offline or relay-log mode) or a live server (replica protocol)."""
+
+    OPTIONS = frozenset({"startposition", "eventsperpartition", "url", "password"})
+
+    @classmethod
+    def needs_path(cls, options: Mapping[str, str]) -> bool:
+        return not options.get("url")
 
     def __init__(self, opts: SourceOptions) -> None:
         super().__init__(opts)
-        self.path = opts.path
-        if not self.path.exists():
-            raise ConfigError(f"no such binlog directory or file: {self.path}")
+        self.source = _source(opts)
+        if isinstance(self.source, BinlogServer):
+            self.source.check()
         self.tz = zone(opts.time_zone)
         try:
             self.split_every = int(opts.extra.get("eventsperpartition", "20000"))
         except ValueError:
             raise ConfigError("eventsPerPartition must be an integer") from None
-        self.start_text = opts.extra.get("startposition", "")
+        self.start = parse_start(opts.extra.get("startposition", "") or EARLIEST)
+        if isinstance(self.start, BinlogPosition) and not self.start.file and isinstance(self.source, BinlogFiles):
+            raise ConfigError("startPosition gtid:... needs a live source (url); binlog files start at a FILE:POS")
+        self._first: BinlogPosition | None = None
 
-    def _first(self) -> BinlogPosition:
-        if self.start_text:
-            text = self.start_text.strip()
-            if text.startswith("{"):
-                try:
-                    return BinlogPosition.from_dict(orjson.loads(text))
-                except orjson.JSONDecodeError as exc:
-                    raise ConfigError(f"startPosition is not a JSON position: {exc}") from None
-            return BinlogPosition.parse(text)
-        files = BinlogFileReader(self.path).files()
-        return BinlogPosition(files[0] if files else "", 4)
+    def first(self) -> BinlogPosition:
+        """Where reading starts without a checkpoint (resolved once: ``latest`` must not move)."""
+        if self._first is None:
+            start = self.start
+            if start == LATEST:
+                self._first = self.source.latest()
+            elif start == EARLIEST:
+                self._first = self.source.earliest()
+            else:
+                assert isinstance(start, BinlogPosition)
+                self._first = start
+            log.info("binlog input starts at %s gtid=%s source=%s", self._first, self._first.gtid or "-", self.source)
+        return self._first
 
     def initial_offset(self) -> dict[str, Any]:
-        return self._first().to_dict()
+        return self.first().to_dict()
 
     def available_now_target(self) -> dict[str, Any]:
-        files = BinlogFileReader(self.path).files()
-        if not files:
-            return {"file": "", "pos": 4}
-        directory = self.path if self.path.is_dir() else self.path.parent
-        return {"file": files[-1], "pos": os.path.getsize(directory / files[-1])}
+        return self.source.end()
 
     def scan(
         self, start: BinlogPosition, max_events: int | None = None, until: tuple[str, int] | None = None
     ) -> tuple[BinlogPosition | None, list[dict[str, Any]], TableSchema | None]:
         """The last transaction boundary after ``start`` (within the limits), split points, and the table's schema."""
-        capture = _capture(_ScanCapture, self.path, start, self.tz, until=until, want=self.opts.table)
-        assert isinstance(capture, _ScanCapture)
+        capture = _capture(_ScanCapture, self.source, start, self.tz, until=until, want=self.opts.table)
         end: BinlogPosition | None = None
         splits: list[dict[str, Any]] = []
         ddls = 0
@@ -171,10 +340,10 @@ class BinlogInput(Input):
     def table_schema(self) -> TableSchema | None:
         if self.opts.table is None:
             return None
-        _, _, found = self.scan(self._first())
+        _, _, found = self.scan(self.first())
         if found is None:
             schema, table = self.opts.table
-            raise ConfigError(f"table {schema}.{table} has no rows in the binlog under {self.path}: shape unknown")
+            raise ConfigError(f"table {schema}.{table} has no rows in the binlog of {self.source}: shape unknown")
         return found
 
     def latest_offset(self, start: dict[str, Any], max_events: int | None, target: dict[str, Any] | None) -> dict:
@@ -193,7 +362,7 @@ class BinlogInput(Input):
         bounds = [{k: v for k, v in start.items() if k != "splits"}, *end.get("splits", ())]
         bounds.append({k: v for k, v in end.items() if k != "splits"})
         return [
-            BinlogRange(str(self.path), a, b, self.opts.time_zone, changelog)
+            BinlogRange(self.source, a, b, self.opts.time_zone, changelog)
             for a, b in itertools.pairwise(bounds)
             if (a.get("file"), a.get("pos")) != (b.get("file"), b.get("pos"))
         ]

@@ -6,16 +6,20 @@ import logging
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from pyspark.sql.datasource import InputPartition
 
-from ...codec import CodecOptions
-from ...errors import CaptureError, ConfigError
-from ...model import TableSchema
+from ...codec import CodecOptions, Message
+from ...errors import CaptureError, ConfigError, UnknownSchemaError
+from ...model import Event, TableSchema
 from ..changelog import ChangelogRows
 from .options import Input, SourceOptions
+
+if TYPE_CHECKING:
+    from ...codec.simple.codec import SimpleDecoder
+    from ...codec.simple.schema_cache import SchemaKey
 
 log = logging.getLogger(__name__)
 
@@ -23,9 +27,11 @@ log = logging.getLogger(__name__)
 _KAFKA_KEYS = frozenset({"bootstrap.servers", "kafka.bootstrap.servers", "topic", "startingoffsets"})
 _KAFKA_TIMEOUT_S = 30.0
 _WATERMARK_FETCH_S = 5.0
+#: Simple protocol: messages read per step when looking back for a schema before a range's start.
+_LOOKBACK_CHUNK = 2000
 
 
-def _consumer(servers: str) -> Any:
+def _consumer(servers: str, **extra: Any) -> Any:
     from confluent_kafka import Consumer  # noqa: PLC0415 - only kafka reads need it
 
     return Consumer(
@@ -36,8 +42,42 @@ def _consumer(servers: str) -> Any:
             "auto.offset.reset": "error",  # an offset the broker no longer has is an error, not a skip
             "allow.auto.create.topics": False,
             "logger": log,
+            **extra,
         }
     )
+
+
+def _messages(consumer: Any, topic: str, partition: int, start: int, end: int) -> Iterator[Any]:
+    """The messages at offsets [start, end) of one partition, in order (``consumer`` is assigned here)."""
+    from confluent_kafka import KafkaError, TopicPartition  # noqa: PLC0415
+
+    consumer.assign([TopicPartition(topic, partition, start)])
+    deadline = time.monotonic() + _KAFKA_TIMEOUT_S
+    at = start
+    while at < end:
+        # consume() waits for the full count or the timeout: ask for no more than the range holds.
+        batch = consumer.consume(min(1000, end - at), 1.0)
+        if not batch:
+            # Offsets without a deliverable message (transaction markers) end a range early.
+            if consumer.position([TopicPartition(topic, partition)])[0].offset >= end:
+                return
+            if time.monotonic() > deadline:
+                raise CaptureError(
+                    f"kafka: no message at offset {at} of [{start}, {end}) within {_KAFKA_TIMEOUT_S:.0f} s",
+                    where=f"{topic}[{partition}]",
+                )
+            continue
+        deadline = time.monotonic() + _KAFKA_TIMEOUT_S
+        for msg in batch:
+            err = msg.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise CaptureError(f"kafka: {err.str()}", where=f"{topic}[{partition}]@{at}")
+            if msg.offset() >= end:
+                return
+            at = msg.offset() + 1
+            yield msg
 
 
 @dataclass
@@ -62,51 +102,106 @@ class KafkaRange(InputPartition):
         InputPartition.__init__(self, None)
 
     def rows(self) -> Iterator[tuple[Any, ...]]:
-        from confluent_kafka import KafkaError, TopicPartition  # noqa: PLC0415
-
-        from ...codec import Message, make_decoder  # noqa: PLC0415
+        from ...codec import make_decoder  # noqa: PLC0415
 
         decoder = make_decoder(self.codec)
+        schemas = _SchemaLookback(self) if self.codec.protocol == "simple" else None
         consumer = _consumer(self.servers)
         try:
-            consumer.assign([TopicPartition(self.topic, self.partition, self.start)])
-            deadline = time.monotonic() + _KAFKA_TIMEOUT_S
-            at = self.start
-            while at < self.end:
-                batch = consumer.consume(1000, 1.0)
-                if not batch:
-                    # Offsets without a deliverable message (transaction markers) end a range early.
-                    pos = consumer.position([TopicPartition(self.topic, self.partition)])[0].offset
-                    if pos >= self.end:
-                        break
-                    if time.monotonic() > deadline:
-                        raise CaptureError(
-                            f"kafka: no message at offset {at} of [{self.start}, {self.end}) within "
-                            f"{_KAFKA_TIMEOUT_S:.0f} s",
-                            where=f"{self.topic}[{self.partition}]",
-                        )
-                    continue
-                deadline = time.monotonic() + _KAFKA_TIMEOUT_S
-                for msg in batch:
-                    err = msg.error()
-                    if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            continue
-                        raise CaptureError(f"kafka: {err.str()}", where=f"{self.topic}[{self.partition}]@{at}")
-                    offset = msg.offset()
-                    if offset >= self.end:
-                        at = offset
-                        break
-                    at = offset + 1
-                    where = f"{self.topic}[{self.partition}]@{offset}"
-                    message = Message(key=msg.key(), value=msg.value(), partition=self.partition, topic=self.topic)
-                    for ev in decoder.decode(message, where):
-                        ev.position = {"topic": self.topic, "partition": self.partition, "offset": offset}
-                        row = self.changelog.row(ev)
-                        if row is not None:
-                            yield row
+            for msg in _messages(consumer, self.topic, self.partition, self.start, self.end):
+                offset = msg.offset()
+                where = f"{self.topic}[{self.partition}]@{offset}"
+                message = Message(key=msg.key(), value=msg.value(), partition=self.partition, topic=self.topic)
+                events = decoder.decode(message, where)
+                if schemas is not None:
+                    events.extend(schemas.resolve(decoder, offset))  # type: ignore[arg-type]
+                for ev in events:
+                    ev.position = {"topic": self.topic, "partition": self.partition, "offset": offset}
+                    row = self.changelog.row(ev)
+                    if row is not None:
+                        yield row
+            if schemas is not None and decoder.pending():  # type: ignore[attr-defined]
+                # Held DMLs must not vanish with the range: that would lose rows silently.
+                raise schemas.missing(decoder)  # type: ignore[arg-type]
         finally:
             consumer.close()
+            if schemas is not None:
+                schemas.close()
+
+
+class _SchemaLookback:
+    """Simple protocol in a range read: the schemas of DMLs whose BOOTSTRAP/DDL came before the range.
+
+    TiCDC's Simple DMLs carry only (database, table, schemaVersion); the schema travels in BOOTSTRAP
+    messages (before a table's first DML, then every send-bootstrap-interval-in-sec /
+    send-bootstrap-in-msg-count) and in DDL messages. A range that starts mid-partition begins with
+    an empty cache, so for a held DML this reads the partition backwards in chunks before the
+    range's start, down to the low watermark, and caches every schema message it meets until the
+    wanted (table, version) is known. Each key is searched once per range.
+    """
+
+    def __init__(self, rng: KafkaRange) -> None:
+        self.rng = rng
+        self.searched: set[SchemaKey] = set()
+        self.first_held: int | None = None  # offset of the first DML held for a schema
+        self.low: int | None = None
+        self._consumer: Any = None
+
+    def resolve(self, decoder: SimpleDecoder, offset: int) -> list[Event]:
+        """After ``decoder`` read the message at ``offset``: look back for the schemas its held DMLs wait for."""
+        if not decoder.pending():
+            self.first_held = None
+            return []
+        if self.first_held is None:
+            self.first_held = offset
+        # pending_tables() also names known versions (DMLs queued behind an earlier one of their table).
+        wanted = {key for key in decoder.pending_tables() if key not in decoder.schemas} - self.searched
+        if not wanted:
+            return []  # searched already: a BOOTSTRAP later in the range may still bring it
+        self.searched |= wanted
+        rng = self.rng
+        if self._consumer is None:
+            from confluent_kafka import TopicPartition  # noqa: PLC0415
+
+            # It re-assigns backwards chunk by chunk; a new assignment waits for the fetch in flight,
+            # which at the log's end is held for fetch.wait.max.ms (500 ms by default).
+            self._consumer = _consumer(rng.servers, **{"fetch.wait.max.ms": 10})
+            tp = TopicPartition(rng.topic, rng.partition)
+            self.low = int(self._consumer.get_watermark_offsets(tp, timeout=_KAFKA_TIMEOUT_S)[0])
+        high, low = rng.start, self.low or 0
+        while wanted and high > low:
+            begin = max(low, high - _LOOKBACK_CHUNK)
+            for msg in _messages(self._consumer, rng.topic, rng.partition, begin, high):
+                where = f"{rng.topic}[{rng.partition}]@{msg.offset()}"
+                decoder.learn(Message(key=msg.key(), value=msg.value(), partition=rng.partition), where)
+            wanted = {key for key in wanted if key not in decoder.schemas}
+            high = begin
+        log.info(
+            "simple schemas looked back",
+            extra={"where": f"{rng.topic}[{rng.partition}]@{offset}", "from": high, "missing": sorted(wanted)},
+        )
+        events = decoder.release()
+        if not decoder.pending():
+            self.first_held = None
+        return events
+
+    def missing(self, decoder: SimpleDecoder) -> UnknownSchemaError:
+        rng = self.rng
+        tables = ", ".join(f"{db}.{table} schemaVersion {version}" for db, table, version in decoder.pending_tables())
+        return UnknownSchemaError(
+            f"simple protocol: no schema for {tables}: partition {rng.partition} of topic {rng.topic!r} has no "
+            f"BOOTSTRAP or DDL message of it at offsets [{self.low}, {rng.end}) ({decoder.pending()} DMLs "
+            "held). TiCDC sends a table's schema in BOOTSTRAP messages every send-bootstrap-interval-in-sec / "
+            "send-bootstrap-in-msg-count (both 0 disables them) and to every partition only with "
+            "send-bootstrap-to-all-partition=true: enable them on the changefeed's sink-uri, then read from an "
+            "offset at or before a BOOTSTRAP of each table",
+            where=f"{rng.topic}[{rng.partition}]@{self.first_held}",
+        )
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._consumer.close()
+            self._consumer = None
 
 
 class KafkaInput(Input):
@@ -128,9 +223,8 @@ class KafkaInput(Input):
         mapping.setdefault("protocol", "canal-json")
         mapping.setdefault("time-zone", opts.time_zone)
         self.codec = CodecOptions.from_mapping(mapping)
-        if self.codec.protocol not in ("canal-json", "open-protocol"):
-            # Simple's decoder keeps schemas across messages (BOOTSTRAP): a range read cannot start midway.
-            raise ConfigError(f"input kafka reads canal-json or open-protocol, not {self.codec.protocol!r}")
+        if self.codec.protocol not in ("canal-json", "open-protocol", "simple"):
+            raise ConfigError(f"input kafka reads canal-json, open-protocol or simple, not {self.codec.protocol!r}")
         if self.codec.protocol == "canal-json" and not self.codec.enable_tidb_extension:
             raise ConfigError("input kafka with canal-json needs enable-tidb-extension=true (commit ts, watermarks)")
         if opts.table is not None:
@@ -195,7 +289,8 @@ class KafkaInput(Input):
             # holds nothing deliverable (a transaction marker) keeps the reported value.
             deadline = time.monotonic() + _WATERMARK_FETCH_S
             while waiting and time.monotonic() < deadline:
-                for msg in consumer.consume(len(waiting) * 10, 0.5):
+                # consume() waits for the full count or the timeout: one message per waiting partition.
+                for msg in consumer.consume(len(waiting), 0.5):
                     waiting.discard(msg.partition())
             consumer.unassign()
             for tp in fetch:

@@ -57,7 +57,7 @@ class SourceOptions:
         if kind not in INPUTS:
             known = ", ".join(sorted(INPUTS))
             raise ConfigError(f"option input must be one of {known}, got {kind!r}")
-        if not opts.get("path") and not INPUTS[kind].NO_PATH:
+        if not opts.get("path") and INPUTS[kind].needs_path(opts):
             raise ConfigError(f"input {kind} needs a path: .option('path', DIR) or .load(DIR)")
         max_events = opts.get("maxeventspertrigger")
         try:
@@ -96,6 +96,11 @@ class Input:
 
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
+
+    @classmethod
+    def needs_path(cls, options: Mapping[str, str]) -> bool:
+        """Whether these (lower-cased) options must name a path; binlog reads a server instead when given a url."""
+        return not cls.NO_PATH
 
     def table_schema(self) -> TableSchema | None:
         """The selected table's current shape (for typed ``after``/``before``)."""

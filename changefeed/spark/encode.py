@@ -1,0 +1,296 @@
+"""The capture job's encode stage: dispatch and encoding in Spark executors over Arrow batches.
+
+Per micro-batch, ``foreachBatch`` runs `encode_storage` or `encode_kafka` on the batch's
+DataFrame: a ``mapInArrow`` task per Spark partition parses that partition's events, orders them
+(commit ts; a DDL before the rows of its commit ts, a Resolved after them) and runs the sink's own
+encoder on them (`StorageEncoder`, `KafkaEncoder`). Out come a few Arrow rows per partition:
+encoded data lines per data directory, or Kafka messages with their topic and partition, plus
+the DDL and Resolved events passed through. Every row carries (Spark partition index, sequence),
+and the driver puts them back in that order before the sink writes the bytes (``write_encoded``).
+
+Why the order is the source's: a binlog range is split into partitions at transaction boundaries,
+so partition i holds commit ts below partition i+1's and concatenating them in index order is
+commit order. Any other input is first range-partitioned by commit ts (``orderBy``), which gives
+the same property. The encoder state that spans partitions in TiCDC's sink (per-partition Open
+Protocol batches, file rolling, acknowledged marks, BOOTSTRAP decisions) never crosses a
+partition boundary here: a binlog partition ends with its Resolved, which closes every batch,
+and what depends on the sink's history (checkpoint, last resolved ts, topic partition counts)
+is captured from the driver's sink when the batch starts.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import pyarrow as pa
+
+from ..errors import ChangefeedError, SinkError
+from ..model import DDLEvent, Event, Resolved, RowChange
+from ..model.jsonl import EventReader, dumps_event
+from ..sink.kafka.encode import KafkaEncoder, KafkaItem, MessageGroup, UnknownTopicError
+from ..sink.storage.layout import SchemaFile
+from ..sink.storage.writer import DataSegment, StorageItem
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from ..sink.kafka import KafkaSink
+    from ..sink.storage.writer import StorageWriter
+
+_BATCH_ITEMS = 256  # output rows per Arrow batch ...
+_BATCH_BYTES = 64 << 20  # ... or this many payload bytes (binary columns have 32-bit offsets)
+
+STORAGE_SCHEMA = pa.schema(
+    [
+        ("part", pa.int32()),
+        ("seq", pa.int64()),
+        ("kind", pa.string()),  # event | rows
+        ("event", pa.binary()),  # the JSONL line of a DDL or Resolved event
+        ("base", pa.string()),
+        ("schema_file", pa.string()),
+        ("table_id", pa.int64()),
+        ("header", pa.binary()),
+        ("data", pa.binary()),
+        ("ends", pa.list_(pa.int64())),
+        ("commit_ts", pa.list_(pa.int64())),
+        ("counts", pa.string()),
+    ]
+)
+
+KAFKA_SCHEMA = pa.schema(
+    [
+        ("part", pa.int32()),
+        ("seq", pa.int64()),
+        ("kind", pa.string()),  # event | group | message | topic (a topic whose partition count is needed)
+        ("event", pa.binary()),
+        ("topic", pa.string()),
+        ("partition", pa.int32()),
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("group", pa.binary()),  # the group's transactions, counts and BOOTSTRAP schemas (pickled)
+    ]
+)
+
+
+def event_order(event: Event) -> tuple[int, int]:
+    """Commit order: a DDL precedes rows of its commit ts; a resolved row follows everything it covers."""
+    rank = 0 if isinstance(event, DDLEvent) else 2 if isinstance(event, Resolved) else 1
+    return (event.commit_ts, rank)
+
+
+def row_count(items: Iterable[Any]) -> int:
+    """Source row events in a batch of events or encoded items."""
+    return sum(1 if isinstance(i, RowChange) else getattr(i, "rows", 0) for i in items)
+
+
+def _spark_schema(schema: pa.Schema) -> str:
+    names = {pa.int32(): "int", pa.int64(): "long", pa.string(): "string", pa.binary(): "binary"}
+    cols = []
+    for f in schema:
+        spark = f"array<{names[f.type.value_type]}>" if pa.types.is_list(f.type) else names[f.type]
+        cols.append(f"{f.name} {spark}")
+    return ", ".join(cols)
+
+
+def _partition_events(batches: Iterator[pa.RecordBatch]) -> list[Event]:
+    """One Spark partition's events, parsed and in commit order (a stable sort: ties keep source order)."""
+    where = f"capture partition {_partition_id()}"
+    reader = EventReader(source=where)
+    events = [reader.parse(line, where) for batch in batches for line in batch.column("event").to_pylist() if line]
+    events.sort(key=event_order)
+    return events
+
+
+def _partition_id() -> int:
+    from pyspark import TaskContext  # noqa: PLC0415
+
+    ctx = TaskContext.get()
+    return ctx.partitionId() if ctx is not None else 0
+
+
+def _batches(rows: Iterator[dict[str, Any]], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
+    """Output rows as Arrow batches, cut by count and payload size."""
+    part = _partition_id()
+    pending: list[dict[str, Any]] = []
+    size = 0
+    for seq, row in enumerate(rows):
+        pending.append({**row, "part": part, "seq": seq})
+        size += sum(len(v) for v in row.values() if isinstance(v, bytes))
+        if len(pending) >= _BATCH_ITEMS or size >= _BATCH_BYTES:
+            yield pa.RecordBatch.from_pylist(pending, schema=schema)
+            pending, size = [], 0
+    if pending:
+        yield pa.RecordBatch.from_pylist(pending, schema=schema)
+
+
+def _in_commit_order(df: DataFrame, ordered: bool) -> DataFrame:
+    """``df``'s events where partition index order is commit order (see the module docstring)."""
+    if ordered:
+        return df.select("event")
+    from pyspark.sql import functions as F  # noqa: N812, PLC0415
+
+    rank = F.when(F.col("kind") == "ddl", 0).when(F.col("kind") == "resolved", 2).otherwise(1)
+    arrival = F.monotonically_increasing_id()
+    return (
+        df.select("event", "commit_ts", rank.alias("_rank"), arrival.alias("_arrival"))
+        .orderBy("commit_ts", "_rank", "_arrival")
+        .select("event")
+    )
+
+
+def _collect(
+    df: DataFrame, fn: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], schema: pa.Schema
+) -> pa.Table:
+    """Run ``fn`` over every partition in executors; its output rows in (partition, sequence) order."""
+    table = df.mapInArrow(fn, _spark_schema(schema)).toArrow()
+    return table.sort_by([("part", "ascending"), ("seq", "ascending")])
+
+
+# ---------------------------------------------------------------------------------------------- storage
+
+
+def _storage_rows(items: Iterable[StorageItem]) -> Iterator[dict[str, Any]]:
+    for item in items:
+        if isinstance(item, DataSegment):
+            yield {
+                "kind": "rows",
+                "base": item.base,
+                "schema_file": orjson.dumps(asdict(item.schema_file)).decode(),
+                "table_id": item.table_id,
+                "header": item.header,
+                "data": item.data,
+                "ends": item.ends,
+                "commit_ts": item.commit_ts,
+                "counts": orjson.dumps([[op, table, n] for (op, table), n in item.counts.items()]).decode(),
+            }
+        else:
+            yield {"kind": "event", "event": dumps_event(item)}
+
+
+def _passed_event(reader: EventReader, line: bytes) -> DDLEvent | Resolved:
+    event = reader.parse(line, where="capture batch")
+    if isinstance(event, RowChange):
+        raise ChangefeedError("encode stage: a row event was passed through unencoded", where="capture batch")
+    return event
+
+
+def _storage_items(table: pa.Table) -> list[StorageItem]:
+    reader = EventReader(source="capture batch")
+    out: list[StorageItem] = []
+    for row in table.to_pylist():
+        if row["kind"] == "event":
+            out.append(_passed_event(reader, row["event"]))
+            continue
+        out.append(
+            DataSegment(
+                base=row["base"],
+                schema_file=SchemaFile(**orjson.loads(row["schema_file"])),
+                table_id=row["table_id"],
+                header=row["header"],
+                data=row["data"],
+                ends=row["ends"],
+                commit_ts=row["commit_ts"],
+                counts={(op, t): n for op, t, n in orjson.loads(row["counts"])},
+            )
+        )
+    return out
+
+
+def encode_storage(df: DataFrame, writer: StorageWriter, ordered: bool = True) -> list[StorageItem]:
+    """One micro-batch encoded in executors for ``writer``, in source order (rows the writer published are skipped)."""
+    encoder, checkpoint_ts = writer.encoder, writer.checkpoint_ts
+
+    def encode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        events = _partition_events(batches)
+        yield from _batches(_storage_rows(encoder.encode(events, checkpoint_ts)), STORAGE_SCHEMA)
+
+    return _storage_items(_collect(_in_commit_order(df, ordered), encode, STORAGE_SCHEMA))
+
+
+# ---------------------------------------------------------------------------------------------- kafka
+
+
+def _kafka_rows(
+    encoder: KafkaEncoder, events: list[Event], known: dict[str, int], last_resolved: int
+) -> list[dict[str, Any]]:
+    def partitions(topic: str) -> int:
+        n = known.get(topic)
+        if n is None:
+            raise UnknownTopicError(topic)
+        return n
+
+    out: list[dict[str, Any]] = []
+    try:
+        for item in encoder.encode(events, partitions, last_resolved):
+            if isinstance(item, MessageGroup):
+                out.append({"kind": "group", "group": pickle.dumps(_group_state(item))})
+                out.extend(
+                    {"kind": "message", "topic": t, "partition": p, "key": m.key, "value": m.value}
+                    for t, p, m in item.messages
+                )
+            else:
+                out.append({"kind": "event", "event": dumps_event(item)})
+    except UnknownTopicError:
+        # The driver resolves (maybe creates) these topics and runs the batch again.
+        return [{"kind": "topic", "topic": t} for t in sorted(encoder.topics(events) - set(known))]
+    return out
+
+
+def _group_state(group: MessageGroup) -> tuple[Any, ...]:
+    return (group.first_ts, group.complete, group.last, group.counts, group.bootstrap)
+
+
+def _kafka_items(table: pa.Table) -> tuple[list[KafkaItem], list[str]]:
+    from ..codec import Message  # noqa: PLC0415
+
+    reader = EventReader(source="capture batch")
+    out: list[KafkaItem] = []
+    unknown: list[str] = []
+    group: MessageGroup | None = None
+    cols = {name: table.column(name).to_pylist() for name in ("kind", "event", "topic", "partition", "key", "value")}
+    states = table.column("group").to_pylist()
+    for i, kind in enumerate(cols["kind"]):
+        if kind == "message":
+            if group is None:
+                raise ChangefeedError("encode stage: a message before its group", where="capture batch")
+            group.messages.append((cols["topic"][i], cols["partition"][i], Message(cols["key"][i], cols["value"][i])))
+        elif kind == "group":
+            first_ts, complete, last, counts, bootstrap = pickle.loads(states[i])  # written by our own executors
+            group = MessageGroup([], first_ts, complete, last, counts, bootstrap)
+            out.append(group)
+        elif kind == "topic":
+            unknown.append(cols["topic"][i])
+        else:
+            out.append(_passed_event(reader, cols["event"][i]))
+    return out, unknown
+
+
+def encode_kafka(df: DataFrame, sink: KafkaSink, ordered: bool = True) -> list[KafkaItem]:
+    """One micro-batch routed and encoded in executors for ``sink``, in source order.
+
+    Partition counts come from the sink; a topic it has not used yet is resolved (created when
+    allowed) on the driver and the batch is encoded again.
+    """
+    source = _in_commit_order(df, ordered)
+    encoder, last_resolved = sink.encoder, sink.last_resolved
+    known = {topic: sink.topic_partitions(topic) for topic in (sink.config.topic, *sink.topics.topics)}
+    for _ in range(3):
+        frozen = dict(known)
+
+        def encode(batches: Iterator[pa.RecordBatch], frozen: dict[str, int] = frozen) -> Iterator[pa.RecordBatch]:
+            events = _partition_events(batches)
+            yield from _batches(iter(_kafka_rows(encoder, events, frozen, last_resolved)), KAFKA_SCHEMA)
+
+        items, unknown = _kafka_items(_collect(source, encode, KAFKA_SCHEMA))
+        if not unknown:
+            return items
+        for topic in unknown:
+            known[topic] = sink.topic_partitions(topic)
+    raise SinkError(f"kafka: topics still unresolved after resolving them: {sorted(set(unknown))}")
+
+
+__all__ = ["encode_kafka", "encode_storage", "event_order", "row_count"]
