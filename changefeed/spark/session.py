@@ -57,10 +57,10 @@ def spark_session(
     when no session is running yet: getOrCreate() returns an existing one unchanged.
     """
     # py4j logs every command it sends to the JVM at DEBUG, option values included: a data
-    # source's ``password`` option would land in any DEBUG log. Keep its logger at INFO or above.
+    # source's ``password`` option would land in any DEBUG log; its INFO lines are gateway chatter.
     py4j = logging.getLogger("py4j")
-    if py4j.level == logging.NOTSET or py4j.level < logging.INFO:
-        py4j.setLevel(logging.INFO)
+    if py4j.level == logging.NOTSET or py4j.level < logging.WARNING:
+        py4j.setLevel(logging.WARNING)
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
