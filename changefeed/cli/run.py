@@ -151,7 +151,13 @@ def run(args: argparse.Namespace) -> int:
         if args.max_events:
             options["maxEventsPerTrigger"] = str(args.max_events)
         call = partial(
-            run_apply_mysql, source=options, target=url, checkpoint=checkpoint, sink_config=sink_config, **job
+            run_apply_mysql,
+            source=options,
+            target=url,
+            checkpoint=checkpoint,
+            sink_config=sink_config,
+            job="capture",
+            **job,
         )
         where = f"{mask_url(url)} (changefeed {config.changefeed_id})"
     else:

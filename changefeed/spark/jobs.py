@@ -374,8 +374,12 @@ def run_apply_mysql(
     trigger_interval: str | None = "1 second",
     available_now: bool = False,
     hook: BatchHook | None = None,
+    job: str = "apply",
 ) -> JobStats:
     """Data source (``source`` options, e.g. `storage_source`) -> MySQL/MariaDB through `MySQLSink`.
+
+    ``job`` names it in progress lines, metrics and the status file: ``capture`` when `changefeed
+    run` reads a binlog straight into a database.
 
     Exactly once without two-phase commit: each micro-batch is written and flushed (rows and the
     sink's checkpoint row in one downstream transaction) before foreachBatch returns, so Spark
@@ -398,10 +402,10 @@ def run_apply_mysql(
         sink.flush()
         return sink.checkpoint.commit_ts if sink.checkpoint else 0
 
-    runner = _BatchRunner("apply", sink.write, flush, hook, _merge_stage(source, Path(checkpoint)))
+    runner = _BatchRunner(job, sink.write, flush, hook, _merge_stage(source, Path(checkpoint)))
     try:
         stream = _apply_stream(spark, source)
-        return _run_query(spark, stream, runner, Path(checkpoint), trigger_interval, available_now, "changefeed-apply")
+        return _run_query(spark, stream, runner, Path(checkpoint), trigger_interval, available_now, f"changefeed-{job}")
     finally:
         sink.abort()  # every batch flushed itself; anything still buffered belongs to a failed batch
 
