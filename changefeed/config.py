@@ -47,10 +47,11 @@ if TYPE_CHECKING:
     from .sink.kafka import KafkaSinkConfig
     from .sink.mysql import MySQLSinkConfig
 
-SOURCE_TYPES = ("binlog-files", "mysql")
+SOURCE_TYPES = ("binlog-files", "mysql", "kv")
 _SOURCE_KEYS = {
     "binlog-files": {"type", "path", "start-position"},
     "mysql": {"type", "url", "password-env", "start-position"},
+    "kv": {"type", "path", "catalog"},
 }
 #: sink-uri schemes of the MySQL sink (TiCDC's; TiDB speaks the MySQL protocol).
 MYSQL_SCHEMES = ("mysql", "tidb")
@@ -121,7 +122,9 @@ class SourceConfig:
 
     ``binlog-files`` reads ``path``; ``mysql`` reads a live server at ``url`` through the replica
     protocol, its password taken from the environment variable ``password-env`` when it is run (so
-    the file holds no secret). ``start-position`` is the binlog input's ``startPosition``.
+    the file holds no secret). ``start-position`` is the binlog input's ``startPosition``. ``kv``
+    mounts TiDB KV change records (``path``: a JSONL/Parquet file or directory) with the TiDB table
+    info in ``catalog`` (docs/mounter.md).
     """
 
     type: str = "binlog-files"
@@ -129,6 +132,7 @@ class SourceConfig:
     url: str = ""
     password_env: str = ""
     start_position: str = ""
+    catalog: Path | None = None
 
     @property
     def is_live(self) -> bool:
@@ -154,6 +158,8 @@ class SourceConfig:
         A live source's password travels as the ``password`` option, not inside ``url``: Spark
         redacts options named like passwords wherever it shows them.
         """
+        if self.type == "kv":
+            return {"input": "kv", "path": str(self.path), "catalog": str(self.catalog)}
         options = {"input": "binlog"}
         if self.is_live:
             a = self.server()
@@ -477,11 +483,20 @@ def _source(src: dict[str, Any], base: Path) -> SourceConfig:
             )
         return source
     if "path" not in src:
-        raise ConfigError("[source] path is required: the directory of binlog files")
-    source.path = Path(_typed(src["path"], str, "[source] path"))
-    if not source.path.is_absolute():
-        source.path = (base / source.path).resolve()
+        what = "the KV change records (file or directory)" if kind == "kv" else "the directory of binlog files"
+        raise ConfigError(f"[source] path is required: {what}")
+    source.path = _config_path(src["path"], "[source] path", base)
+    if kind == "kv":
+        if "catalog" not in src:
+            raise ConfigError('[source] catalog is required for type "kv": the TiDB table info file')
+        source.catalog = _config_path(src["catalog"], "[source] catalog", base)
     return source
+
+
+def _config_path(value: Any, key: str, base: Path) -> Path:
+    """A path from the config file; relative paths are relative to the file's directory."""
+    path = Path(_typed(value, str, key))
+    return path if path.is_absolute() else (base / path).resolve()
 
 
 def _table(doc: dict[str, Any], name: str) -> dict[str, Any]:

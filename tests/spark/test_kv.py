@@ -100,3 +100,31 @@ def test_kv_option_errors(tmp_path: Path) -> None:
         KVInput(SourceOptions.parse({"input": "kv", "path": str(tmp_path)}))
     with pytest.raises(ConfigError, match="encoding must be"):
         KVInput(SourceOptions.parse({"input": "kv", "path": str(tmp_path), "catalog": str(CATALOG), "encoding": "b"}))
+
+
+def test_run_kv_source_into_storage_equals_changefeed_mount(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``[source] type = "kv"`` in `changefeed run`: mounted in Spark tasks, encoded to a storage directory."""
+    from changefeed.codec import CodecOptions  # noqa: PLC0415
+    from changefeed.model import RowChange  # noqa: PLC0415
+    from changefeed.sink.storage.reader import StorageReader  # noqa: PLC0415
+
+    records = tmp_path / "records.jsonl"
+    records.write_bytes(b"\n".join(orjson.dumps(r) for r in _records()))
+    resolved = max(r["ts"] for r in _records() if r["op"] == "resolved")
+    # Readers see what the storage checkpoint covers: rows up to the last resolved marker.
+    expected = [e for e in _mount_cli(records, capsys) if e["kind"] == "row" and e["commit_ts"] <= resolved]
+    assert 0 < len(expected) < 120
+    config = tmp_path / "kv.toml"
+    config.write_text(
+        'changefeed-id = "kv"\nsink-uri = "file://out?protocol=canal-json&enable-tidb-extension=true"\n'
+        f'[source]\ntype = "kv"\npath = "records.jsonl"\ncatalog = "{CATALOG}"\n'
+    )
+    assert main(["run", str(config), "--available-now", "--master", "local[2]"]) == 0
+    assert "120 rows" in capsys.readouterr().out
+    codec = CodecOptions(protocol="canal-json", enable_tidb_extension=True)
+    got = [e for e in StorageReader(tmp_path / "out", codec).poll() if isinstance(e, RowChange)]
+    assert [(r.commit_ts, r.op.value, r.table) for r in got] == [
+        (e["commit_ts"], e["op"], e["table"]) for e in expected
+    ]
