@@ -249,8 +249,15 @@ class Scenario:
     protocol: str = "open-protocol"
     #: The MySQL sink's workers in the apply job (rows of different keys apply in parallel).
     worker_count: int = 2
+    #: How the capture reads the upstream: ``files`` (its binlog directory) or ``server`` (the
+    #: replica protocol, ``[source] type = "mysql"``).
+    source: str = "files"
+    #: Seconds the workload runs at least, kills or not (``scripts/soak --kills 0`` as a live demo).
+    duration: float = 0.0
 
     def __post_init__(self) -> None:
+        if self.source not in ("files", "server"):
+            raise ValueError(f"source must be files or server, not {self.source!r}")
         if self.via not in ("storage", "kafka"):
             raise ValueError(f"via must be storage or kafka, not {self.via!r}")
         if self.via == "kafka" and self.broker is None:
@@ -343,7 +350,7 @@ def run_scenario(scenario: Scenario) -> Outcome:
     """Run the scenario; ScenarioError when a job misbehaves. The caller judges ``Outcome.report``."""
     s = scenario
     via = f"kafka ({s.protocol})" if s.via == "kafka" else s.via
-    s.progress(f"exactly-once via {via}, seed {s.seed}, {s.kills} kills")
+    s.progress(f"exactly-once from {s.source} via {via}, seed {s.seed}, {s.kills} kills")
     rng = random.Random(s.seed)
     schema = f"eo_{uuid.uuid4().hex[:10]}"
     changefeed_id = schema.replace("_", "-")
@@ -351,8 +358,7 @@ def run_scenario(scenario: Scenario) -> Outcome:
     uri = _uris(s, schema, s.workdir / "storage")
     config = s.workdir / "changefeed.toml"
     config.write_text(
-        f'changefeed-id = "{changefeed_id}"\nsink-uri = "{uri}"\n'
-        f'[source]\npath = "{s.upstream.binlog_dir}"\n[filter]\nrules = ["{schema}.*"]\n'
+        f'changefeed-id = "{changefeed_id}"\nsink-uri = "{uri}"\n{_source_section(s)}[filter]\nrules = ["{schema}.*"]\n'
     )
     spark = ["--master", "local[2]", "--trigger-interval", "500ms", "--spark-conf", JVM]
     capture = Job("capture", ["run", str(config), "--checkpoint", str(s.workdir / "ck-run"), *spark], s.workdir)
@@ -375,6 +381,10 @@ def run_scenario(scenario: Scenario) -> Outcome:
         t0 = time.monotonic()
         workload.start()
         chaos.run(s.kills, lambda _: f"{_downstream_rows(s.downstream, schema)} rows downstream")
+        while time.monotonic() < t0 + s.duration:
+            capture.check_alive()
+            apply.check_alive()
+            time.sleep(0.5)
         rows_during_chaos = _downstream_rows(s.downstream, schema)
         stop.set()
         workload.join()
@@ -413,6 +423,12 @@ def run_scenario(scenario: Scenario) -> Outcome:
         stop.set()
         workload.join(60)
         _cleanup(s.downstream, schema, changefeed_id)
+
+
+def _source_section(s: Scenario) -> str:
+    if s.source == "server":
+        return f'[source]\ntype = "mysql"\nurl = "{s.upstream.url}"\n'
+    return f'[source]\npath = "{s.upstream.binlog_dir}"\n'
 
 
 def _cleanup(downstream: MariaDBServer, schema: str, changefeed_id: str) -> None:

@@ -51,4 +51,7 @@ def test_exactly_once_through_storage(
 def test_exactly_once_through_kafka(
     upstream: MariaDBServer, mariadb_downstream: MariaDBServer, broker: Broker, tmp_path: Path
 ) -> None:
-    _check(run_scenario(Scenario(upstream, mariadb_downstream, tmp_path, "kafka", broker, KILLS, SEED, PAUSE, print)))
+    # Through the replica protocol here (the storage variant reads the binlog directory).
+    scenario = Scenario(upstream, mariadb_downstream, tmp_path, "kafka", broker, KILLS, SEED, PAUSE, print)
+    scenario.source = "server"
+    _check(run_scenario(scenario))
