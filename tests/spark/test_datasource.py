@@ -65,6 +65,15 @@ def test_storage_batch_equals_what_was_written(cf: SparkSession, tmp_path: Path,
     assert {r.ddl for r in rows if r.kind == "ddl"} <= {e.query for e in captured() if e.kind == "ddl"}
 
 
+def test_notebook_one_liner_reads_a_storage_directory(cf: SparkSession, tmp_path: Path) -> None:
+    codec = CodecOptions(protocol="canal-json", enable_tidb_extension=True)
+    writer = StorageWriter(tmp_path, codec)
+    writer.write_all(captured())
+    writer.flush()
+    df = cf.read.format("changefeed").option("protocol", "canal-json").load(str(tmp_path))  # no input option
+    assert df.filter("kind = 'row'").count() == 23
+
+
 def test_single_table_gives_typed_images(cf: SparkSession) -> None:
     df = cf.read.format("changefeed").option("input", "binlog").option("table", "cf.ints").load(str(BINLOG))
     after = dict((f.name, f.dataType.simpleString()) for f in df.schema["after"].dataType.fields)

@@ -53,7 +53,9 @@ class SourceOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
         opts = {str(k).lower(): str(v) for k, v in options.items()}
-        kind = opts.get("input", "")
+        # Without ``input``: a storage-sink directory, so the notebook one-liner
+        # ``spark.read.format("changefeed").option("protocol", "canal-json").load(path)`` just works.
+        kind = opts.get("input") or "storage"
         if kind not in INPUTS:
             known = ", ".join(sorted(INPUTS))
             raise ConfigError(f"option input must be one of {known}, got {kind!r}")
