@@ -127,8 +127,13 @@ def test_running_job_is_scraped_then_killed(tmp_path: Path, capsys: pytest.Captu
         info = [labels for name, labels in samples if name == "changefeed_info"]
         assert dict(info[0])["changefeed"] == "ops-kill" and dict(info[0])["sink"] == "storage"
 
-        assert main(["status", "--changefeed", "ops-kill", "--storage", str(out), "--json"]) == 0
-        (job,) = orjson.loads(capsys.readouterr().out)["jobs"]
+        def committed() -> dict[str, Any] | None:
+            # The status file is written at the end of foreachBatch; Spark's commit log right after it.
+            assert main(["status", "--changefeed", "ops-kill", "--storage", str(out), "--json"]) == 0
+            (found,) = orjson.loads(capsys.readouterr().out)["jobs"]
+            return found if found["spark"]["last_batch_committed"] else None
+
+        job = _wait("the last batch's commit", committed, 30, proc, log)
         assert job["job"]["state"] == "running" and job["job"]["running"] is True
         assert job["job"]["pid"] == proc.pid and job["spark"]["last_batch_committed"] is True
         assert _table_counts(job["job"]) == expected
