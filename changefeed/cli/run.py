@@ -16,8 +16,6 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import orjson
-
 from ..errors import ChangefeedError, ConfigError
 
 if TYPE_CHECKING:
@@ -222,22 +220,13 @@ def _configured_start(text: str) -> Any:
 def resume_position(checkpoint: Path) -> dict[str, Any] | None:
     """The source offset the next micro-batch of a Spark checkpoint starts at: its last committed batch's end.
 
-    Spark writes ``offsets/N`` (``v1``, the batch metadata, one JSON offset per source) before batch N
-    runs and ``commits/N`` after it; a batch without a commit is re-run from the previous end.
+    A batch without a commit is re-run from the previous end (`changefeed.ops.status.spark_status`).
     """
-    commits = checkpoint / "commits"
-    done = [int(p.name) for p in commits.iterdir() if p.name.isdigit()] if commits.is_dir() else []
-    if not done:
+    from ..ops.status import spark_status  # noqa: PLC0415
+
+    if not (checkpoint / "offsets").is_dir():
         return None
-    try:
-        lines = (checkpoint / "offsets" / str(max(done))).read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines[2:]:
-        try:
-            offset = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            continue
+    for offset in spark_status(checkpoint).committed_offsets:
         if isinstance(offset, dict) and "file" in offset:
             return offset
     return None
