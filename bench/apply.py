@@ -46,7 +46,11 @@ def table(schema: str) -> TableSchema:
 
 
 def stream(t: TableSchema, n: int, mixed: bool, seed: int = 1) -> list[Event]:
-    """n row changes in transactions of 1-20 rows, commit ts increasing, a Resolved every 100 txns."""
+    """n row changes in transactions of 1-20 rows, commit ts increasing, a Resolved every 100 txns.
+
+    ``Resolved(ts)`` says every change with commit ts at or below ``ts`` has been emitted (TiCDC's
+    meaning; the sink skips later ones at or below it), so it carries the last emitted commit ts.
+    """
     rnd = random.Random(seed)
     live: dict[int, tuple[Any, ...]] = {}
     keys: list[int] = []
@@ -84,8 +88,8 @@ def stream(t: TableSchema, n: int, mixed: bool, seed: int = 1) -> list[Event]:
                     events.append(RowChange(Op.DELETE, t, ts, old=old))
             done += 1
         if txns % 100 == 0:
-            events.append(Resolved(ts + 1))
-    events.append(Resolved(ts + 1))
+            events.append(Resolved(ts))
+    events.append(Resolved(ts))
     return events
 
 

@@ -39,7 +39,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("config", type=Path, help="changefeed config (TOML, docs/configuration.md)")
     add_spark_options(p)
     p.add_argument("--sink-uri", help="override the config's sink-uri (relative paths: the current directory)")
-    p.add_argument("--max-events", type=int, help="at most about this many binlog row events per micro-batch")
+    p.add_argument(
+        "--max-events", type=int, help="about this many binlog rows per micro-batch (cut at a transaction boundary)"
+    )
     p.add_argument(
         "--skip-preflight",
         action="store_true",

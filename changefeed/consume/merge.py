@@ -19,6 +19,9 @@ it follows:
 - **Checkpoint** (TiCDC's consumer commits only what it flushed): per partition, the offset of the
   first message not yet fully handed out (Kafka's "next offset to read" convention).
 
+`snapshot`/`restore` turn the state into plain data (JSON-ready numbers and strings plus the
+unreleased events) so a job can save it between batches without pickle (changefeed/spark/merge.py).
+
 Known limit: a transaction that legitimately carries the *same* row event twice (possible with a
 MySQL source that changes a row back and forth inside one transaction, unless capture merges the
 changes per row as TiCDC does) is indistinguishable from a resend and loses the repeat.
@@ -27,9 +30,9 @@ changes per row as TiCDC does) is indistinguishable from a resend and loses the 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Hashable, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Final
 
 from ..model import DDLEvent, Event, Resolved, RowChange
 
@@ -48,7 +51,11 @@ def row_identity(row: RowChange) -> tuple[Any, ...]:
 # partition, event). ``rank`` puts rows before a DDL of the same commit ts; ``seq`` is unique, so
 # the comparison never reaches the last three members.
 _Item = tuple[int, int, int, int, int, PartitionKey, "RowChange | DDLEvent"]
-_TS, _OFFSET, _PARTITION, _EVENT = 0, 4, 5, 6
+# Final: literal indexes, so a type checker knows each member's type.
+_TS: Final = 0
+_OFFSET: Final = 4
+_PARTITION: Final = 5
+_EVENT: Final = 6
 
 
 @dataclass(slots=True)
@@ -145,12 +152,12 @@ class PartitionMerger:
             part.groups[table] = (ts, seen)
         else:
             seen = current[1]
-        key = row_identity(row)
-        if key in seen:
+        size = len(seen)
+        seen.add(row_identity(row))  # one hash of the images, not two (``in`` then ``add``)
+        if len(seen) == size:
             # TiCDC emits one event per row per transaction: the same version again is a resend.
             self.stats.replayed += 1
             return
-        seen.add(key)
         self._seq += 1
         part.pending[offset] = part.pending.get(offset, 0) + 1
         heapq.heappush(part.heap, (ts, _ROW, part.order, self._seq, offset, partition, row))
@@ -237,3 +244,123 @@ class PartitionMerger:
     def buffered(self) -> int:
         """Events waiting for the global resolved ts (for back-pressure and logs)."""
         return len(self._ddls) + sum(len(p.heap) for p in self._parts.values())
+
+    # ------------------------------------------------------------------ state as data
+
+    def snapshot(self) -> tuple[dict[str, Any], list[RowChange | DDLEvent]]:
+        """The whole state as JSON-ready data plus the unreleased events (``state["items"]`` is aligned
+        with them: ``[seq, offset, partition]``); `restore` rebuilds an equal merger.
+
+        Partition keys must be ints or strings. The duplicate sets are not stored: a table's group
+        holds exactly the identities of its partition's unreleased rows at the group's commit ts
+        (`ready` drops a group in the call that releases its rows, and rows at or below a released
+        ts are dropped as behind resolved), so `restore` recomputes them from the events.
+        """
+        parts: list[dict[str, Any]] = []
+        items: list[list[Any]] = []
+        events: list[RowChange | DDLEvent] = []
+        for key, part in self._parts.items():
+            if not isinstance(key, int | str) or isinstance(key, bool):
+                raise TypeError(f"partition key {key!r} cannot be saved: only ints and strings")
+            at_group: dict[tuple[str, str], int] = {}
+            for item in sorted(part.heap):
+                row = item[_EVENT]
+                assert isinstance(row, RowChange)
+                group = part.groups.get((row.schema, row.table))
+                if group is not None and group[0] == item[_TS]:
+                    at_group[row.schema, row.table] = at_group.get((row.schema, row.table), 0) + 1
+                items.append([item[3], item[_OFFSET], key])
+                events.append(row)
+            for table, (ts, seen) in part.groups.items():
+                if at_group.get(table, 0) != len(seen):  # pragma: no cover - the invariant above
+                    raise RuntimeError(f"merge state of {table} on partition {key!r} at {ts} is inconsistent")
+            parts.append(
+                {
+                    "key": key,
+                    "order": part.order,
+                    "resolved": part.resolved,
+                    "next_offset": part.next_offset,
+                    "pending": sorted([o, n] for o, n in part.pending.items()),
+                    "groups": [[schema, table, ts] for (schema, table), (ts, _) in part.groups.items()],
+                }
+            )
+        for item in sorted(self._ddls):
+            ddl = item[_EVENT]
+            assert isinstance(ddl, DDLEvent)
+            items.append([item[3], item[_OFFSET], item[_PARTITION]])
+            events.append(ddl)
+        state = {
+            "seq": self._seq,
+            "next_order": self._next_order,
+            "emitted_resolved": self._emitted_resolved,
+            "stats": asdict(self.stats),
+            "partitions": parts,
+            "items": items,
+        }
+        return state, events
+
+    @classmethod
+    def restore(cls, state: Mapping[str, Any], events: Sequence[Event]) -> PartitionMerger:
+        """The merger `snapshot` described. The data may be hostile: ValueError/TypeError on anything off."""
+        merger = cls()
+        merger._seq = _int(state["seq"], "seq")
+        merger._next_order = _int(state["next_order"], "next_order")
+        merger._emitted_resolved = _int(state["emitted_resolved"], "emitted_resolved", -1)
+        stats = state.get("stats") or {}
+        if not isinstance(stats, Mapping):
+            raise TypeError("stats must be an object")
+        merger.stats = MergeStats(**{f.name: _int(stats.get(f.name, 0), f.name) for f in fields(MergeStats)})
+        parts = state["partitions"]
+        if not isinstance(parts, list):
+            raise TypeError("partitions must be a list")
+        for obj in parts:
+            key = obj["key"]
+            if not isinstance(key, int | str) or isinstance(key, bool) or key in merger._parts:
+                raise ValueError(f"bad or repeated partition key {key!r}")
+            next_offset = obj["next_offset"]
+            part = _Partition(
+                order=_int(obj["order"], "order"),
+                resolved=_int(obj["resolved"], "resolved", -1),
+                next_offset=None if next_offset is None else _int(next_offset, "next_offset"),
+                pending={_int(o, "offset"): _int(n, "pending count", 1) for o, n in obj["pending"]},
+            )
+            for schema, table, ts in obj["groups"]:
+                if not isinstance(schema, str) or not isinstance(table, str):
+                    raise TypeError("a group's schema and table must be strings")
+                part.groups[schema, table] = (_int(ts, "group commit ts"), set())
+            merger._parts[key] = part
+        items = state["items"]
+        if not isinstance(items, list) or len(items) != len(events):
+            raise ValueError(f"{len(events)} events for {len(items) if isinstance(items, list) else '?'} items")
+        seqs: set[int] = set()
+        for (seq, offset, key), event in zip(items, events, strict=True):
+            owner = merger._parts.get(key) if isinstance(key, int | str) else None
+            if owner is None:
+                raise ValueError(f"an event of unknown partition {key!r}")
+            entry_seq, entry_offset = _int(seq, "seq"), _int(offset, "offset")
+            if entry_seq in seqs or entry_seq > merger._seq:
+                raise ValueError(f"arrival number {entry_seq} repeated or beyond seq {merger._seq}")
+            seqs.add(entry_seq)  # unique, so heap comparisons never reach the events
+            if isinstance(event, RowChange):
+                heapq.heappush(owner.heap, (event.commit_ts, _ROW, owner.order, entry_seq, entry_offset, key, event))
+                group = owner.groups.get((event.schema, event.table))
+                if group is not None and group[0] == event.commit_ts:
+                    group[1].add(row_identity(event))
+            elif isinstance(event, DDLEvent):
+                merger._ddl_keys.add((event.commit_ts, event.query))
+                item = (event.commit_ts, _DDL, owner.order, entry_seq, entry_offset, key, event)
+                heapq.heappush(merger._ddls, item)
+            else:
+                raise ValueError(f"a saved event must be a row or a DDL, not {type(event).__name__}")
+        for key, part in merger._parts.items():
+            if sum(part.pending.values()) != len(part.heap) + sum(1 for d in merger._ddls if d[_PARTITION] == key):
+                raise ValueError(f"partition {key!r}: pending counts do not match its events")
+            if any(not seen for _, seen in part.groups.values()):
+                raise ValueError(f"partition {key!r}: a table group without rows")
+        return merger
+
+
+def _int(value: Any, name: str, low: int = 0) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}, got {value!r}")
+    return value

@@ -221,6 +221,26 @@ class ChangelogRows:
         return out
 
 
+class EventFilter:
+    """The ``filter``/``table`` options as a per-event test, decided once per table."""
+
+    def __init__(self, changelog: ChangelogRows) -> None:
+        self.changelog = changelog
+        self._tables: dict[tuple[str, str], bool] = {}
+
+    def __call__(self, ev: Event) -> bool:
+        if isinstance(ev, RowChange):
+            key = (ev.table_schema.schema, ev.table_schema.table)
+        elif isinstance(ev, DDLEvent):
+            key = (ev.schema, ev.table)
+        else:
+            return True
+        kept = self._tables.get(key)
+        if kept is None:
+            kept = self._tables[key] = self.changelog.keeps(*key)
+        return kept
+
+
 def parse_rules(text: str | None) -> list[str]:
     """The ``filter`` option: TiDB table-filter rules separated by commas (``db.*,!db.tmp*``)."""
     return [r.strip() for r in (text or "").split(",") if r.strip()]

@@ -20,7 +20,6 @@ is captured from the driver's sink when the batch starts.
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
@@ -30,8 +29,9 @@ import pyarrow as pa
 
 from ..errors import ChangefeedError, SinkError
 from ..model import DDLEvent, Event, Resolved, RowChange
-from ..model.jsonl import EventReader, dumps_event
+from ..model.jsonl import EventReader, dumps_event, table_schema_from_json, table_schema_to_json
 from ..sink.kafka.encode import KafkaEncoder, KafkaItem, MessageGroup, UnknownTopicError
+from ..sink.kafka.progress import FlushedPosition
 from ..sink.storage.layout import SchemaFile
 from ..sink.storage.writer import DataSegment, StorageItem
 
@@ -71,7 +71,7 @@ KAFKA_SCHEMA = pa.schema(
         ("partition", pa.int32()),
         ("key", pa.binary()),
         ("value", pa.binary()),
-        ("group", pa.binary()),  # the group's transactions, counts and BOOTSTRAP schemas (pickled)
+        ("group", pa.binary()),  # the group's transactions, counts and BOOTSTRAP schemas (JSON)
     ]
 )
 
@@ -96,11 +96,21 @@ def _spark_schema(schema: pa.Schema) -> str:
     return ", ".join(cols)
 
 
-def _partition_events(batches: Iterator[pa.RecordBatch]) -> list[Event]:
-    """One Spark partition's events, parsed and in commit order (a stable sort: ties keep source order)."""
+PartitionEvents = Callable[[Iterator[pa.RecordBatch]], Iterable[Event]]
+"""What the encode stage reads one Spark partition's input with: a binlog input's ranges decoded in
+place (`changefeed.spark.datasource.binlog.RangeDecoder`), or the changelog's JSONL ``event`` column."""
+
+
+def jsonl_events(batches: Iterator[pa.RecordBatch]) -> list[Event]:
+    """The events of a changelog DataFrame's ``event`` column (any input's ``events=true`` output)."""
     where = f"capture partition {_partition_id()}"
     reader = EventReader(source=where)
-    events = [reader.parse(line, where) for batch in batches for line in batch.column("event").to_pylist() if line]
+    return [reader.parse(line, where) for batch in batches for line in batch.column("event").to_pylist() if line]
+
+
+def _partition_events(batches: Iterator[pa.RecordBatch], events_of: PartitionEvents) -> list[Event]:
+    """One Spark partition's events in commit order (a stable sort: ties keep source order)."""
+    events = list(events_of(batches))
     events.sort(key=event_order)
     return events
 
@@ -127,10 +137,8 @@ def _batches(rows: Iterator[dict[str, Any]], schema: pa.Schema) -> Iterator[pa.R
         yield pa.RecordBatch.from_pylist(pending, schema=schema)
 
 
-def _in_commit_order(df: DataFrame, ordered: bool) -> DataFrame:
-    """``df``'s events where partition index order is commit order (see the module docstring)."""
-    if ordered:
-        return df.select("event")
+def in_commit_order(df: DataFrame) -> DataFrame:
+    """A changelog ``df`` range-partitioned by commit order (see the module docstring), ``event`` only."""
     from pyspark.sql import functions as F  # noqa: N812, PLC0415
 
     rank = F.when(F.col("kind") == "ddl", 0).when(F.col("kind") == "resolved", 2).otherwise(1)
@@ -200,15 +208,18 @@ def _storage_items(table: pa.Table) -> list[StorageItem]:
     return out
 
 
-def encode_storage(df: DataFrame, writer: StorageWriter, ordered: bool = True) -> list[StorageItem]:
-    """One micro-batch encoded in executors for ``writer``, in source order (rows the writer published are skipped)."""
+def encode_storage(df: DataFrame, writer: StorageWriter, events_of: PartitionEvents) -> list[StorageItem]:
+    """One micro-batch encoded in executors for ``writer``, in source order (rows the writer published are skipped).
+
+    ``df``'s partitions must be in commit order (a binlog input's ranges, or `in_commit_order`).
+    """
     encoder, checkpoint_ts = writer.encoder, writer.checkpoint_ts
 
     def encode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        events = _partition_events(batches)
+        events = _partition_events(batches, events_of)
         yield from _batches(_storage_rows(encoder.encode(events, checkpoint_ts)), STORAGE_SCHEMA)
 
-    return _storage_items(_collect(_in_commit_order(df, ordered), encode, STORAGE_SCHEMA))
+    return _storage_items(_collect(df, encode, STORAGE_SCHEMA))
 
 
 # ---------------------------------------------------------------------------------------------- kafka
@@ -227,7 +238,7 @@ def _kafka_rows(
     try:
         for item in encoder.encode(events, partitions, last_resolved):
             if isinstance(item, MessageGroup):
-                out.append({"kind": "group", "group": pickle.dumps(_group_state(item))})
+                out.append({"kind": "group", "group": _group_state(item)})
                 out.extend(
                     {"kind": "message", "topic": t, "partition": p, "key": m.key, "value": m.value}
                     for t, p, m in item.messages
@@ -240,8 +251,50 @@ def _kafka_rows(
     return out
 
 
-def _group_state(group: MessageGroup) -> tuple[Any, ...]:
-    return (group.first_ts, group.complete, group.last, group.counts, group.bootstrap)
+def _flushed_json(mark: FlushedPosition | None) -> Any:
+    return None if mark is None else [mark.commit_ts, dict(mark.position) if mark.position is not None else None]
+
+
+def _flushed(obj: Any) -> FlushedPosition | None:
+    return None if obj is None else FlushedPosition(int(obj[0]), obj[1])
+
+
+def _group_state(group: MessageGroup) -> bytes:
+    """A group's sink state as JSON (BOOTSTRAP schemas once each, then an index per dispatched row)."""
+    tables: dict[int, int] = {}
+    schemas: list[dict[str, Any]] = []
+    order: list[int] = []
+    for table in group.bootstrap:
+        at = tables.get(id(table))
+        if at is None:
+            at = tables[id(table)] = len(schemas)
+            schemas.append(table_schema_to_json(table))
+        order.append(at)
+    state = {
+        "first_ts": group.first_ts,
+        "complete": _flushed_json(group.complete),
+        "last": _flushed_json(group.last),
+        "counts": [[op, table, n] for (op, table), n in group.counts.items()],
+        "schemas": schemas,
+        "bootstrap": order,
+    }
+    return orjson.dumps(state)
+
+
+def _group(state: bytes) -> MessageGroup:
+    """The group `_group_state` wrote (in our own executors, for this batch)."""
+    obj = orjson.loads(state)
+    schemas = [table_schema_from_json(t) for t in obj["schemas"]]
+    last = _flushed(obj["last"])
+    assert last is not None
+    return MessageGroup(
+        [],
+        int(obj["first_ts"]),
+        _flushed(obj["complete"]),
+        last,
+        {(op, table): int(n) for op, table, n in obj["counts"]},
+        [schemas[i] for i in obj["bootstrap"]],
+    )
 
 
 def _kafka_items(table: pa.Table) -> tuple[list[KafkaItem], list[str]]:
@@ -259,8 +312,7 @@ def _kafka_items(table: pa.Table) -> tuple[list[KafkaItem], list[str]]:
                 raise ChangefeedError("encode stage: a message before its group", where="capture batch")
             group.messages.append((cols["topic"][i], cols["partition"][i], Message(cols["key"][i], cols["value"][i])))
         elif kind == "group":
-            first_ts, complete, last, counts, bootstrap = pickle.loads(states[i])  # written by our own executors
-            group = MessageGroup([], first_ts, complete, last, counts, bootstrap)
+            group = _group(states[i])
             out.append(group)
         elif kind == "topic":
             unknown.append(cols["topic"][i])
@@ -269,23 +321,23 @@ def _kafka_items(table: pa.Table) -> tuple[list[KafkaItem], list[str]]:
     return out, unknown
 
 
-def encode_kafka(df: DataFrame, sink: KafkaSink, ordered: bool = True) -> list[KafkaItem]:
+def encode_kafka(df: DataFrame, sink: KafkaSink, events_of: PartitionEvents) -> list[KafkaItem]:
     """One micro-batch routed and encoded in executors for ``sink``, in source order.
 
-    Partition counts come from the sink; a topic it has not used yet is resolved (created when
-    allowed) on the driver and the batch is encoded again.
+    ``df``'s partitions must be in commit order, as for `encode_storage`. Partition counts come
+    from the sink; a topic it has not used yet is resolved (created when allowed) on the driver
+    and the batch is encoded again.
     """
-    source = _in_commit_order(df, ordered)
     encoder, last_resolved = sink.encoder, sink.last_resolved
     known = {topic: sink.topic_partitions(topic) for topic in (sink.config.topic, *sink.topics.topics)}
     for _ in range(3):
         frozen = dict(known)
 
         def encode(batches: Iterator[pa.RecordBatch], frozen: dict[str, int] = frozen) -> Iterator[pa.RecordBatch]:
-            events = _partition_events(batches)
+            events = _partition_events(batches, events_of)
             yield from _batches(iter(_kafka_rows(encoder, events, frozen, last_resolved)), KAFKA_SCHEMA)
 
-        items, unknown = _kafka_items(_collect(source, encode, KAFKA_SCHEMA))
+        items, unknown = _kafka_items(_collect(df, encode, KAFKA_SCHEMA))
         if not unknown:
             return items
         for topic in unknown:
@@ -293,4 +345,4 @@ def encode_kafka(df: DataFrame, sink: KafkaSink, ordered: bool = True) -> list[K
     raise SinkError(f"kafka: topics still unresolved after resolving them: {sorted(set(unknown))}")
 
 
-__all__ = ["encode_kafka", "encode_storage", "event_order", "row_count"]
+__all__ = ["encode_kafka", "encode_storage", "event_order", "in_commit_order", "jsonl_events", "row_count"]

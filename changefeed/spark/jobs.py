@@ -1,11 +1,18 @@
 """The streaming jobs: capture (binlog -> storage directory or Kafka) and apply (storage or Kafka -> Parquet or MySQL).
 
 Both are Structured Streaming queries over the ``changefeed`` data source; Spark's checkpoint
-location is the savepoint (source offsets). Decoding runs in executors (the source's ``read``).
-The capture jobs also dispatch and encode there: their ``foreachBatch`` runs a ``mapInArrow``
-stage over the micro-batch (changefeed/spark/encode.py) that hands back encoded bytes in source
-order, and the driver only writes them (``write_encoded``). The durable write runs in
-``foreachBatch`` on the driver through a sink that makes a replayed micro-batch change nothing:
+location is the savepoint (source offsets). No row travels between stages as a changelog row:
+
+* capture from a binlog: the source hands over ranges (``output=ranges``); the ``foreachBatch``
+  runs a ``mapInArrow`` stage (changefeed/spark/encode.py) that decodes each range, dispatches
+  and encodes it in one executor task and hands back encoded bytes in source order; the driver
+  only writes them (``write_encoded``);
+* apply: the source hands over raw Kafka messages (``output=messages``) or storage ranges
+  (``output=ranges``) and the driver decodes each once, in its stage (changefeed/spark/merge.py:
+  the cross-partition merge for Kafka, commit order for storage), right before the sink.
+
+The durable write runs in ``foreachBatch`` on the driver through a sink that makes a replayed
+micro-batch change nothing:
 
 * capture: `StorageWriter` publishes data before its checkpoint, removes a crashed flush's files
   on start, and drops rows at or below its published checkpoint. Each batch ends with the
@@ -31,7 +38,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import orjson
 
@@ -46,8 +53,11 @@ from ..sink.mysql import MySQLParams, MySQLSink, MySQLSinkConfig
 from ..sink.parquet import ParquetSnapshotSink
 from ..sink.storage.writer import StorageOptions, StorageWriter
 from .datasource import NAME, KafkaInput, SourceOptions, register
-from .encode import encode_kafka, encode_storage, event_order, row_count
-from .merge import MergeStage
+from .datasource.binlog import RANGES, RangeDecoder
+from .datasource.storage import RANGES as STORAGE_RANGES
+from .datasource.storage import StorageInput
+from .encode import PartitionEvents, encode_kafka, encode_storage, event_order, in_commit_order, jsonl_events, row_count
+from .merge import MergeStage, OrderedStage, Stage
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -96,7 +106,7 @@ class _BatchRunner:
         write: Callable[[list[Any]], None],
         flush: Callable[[], int],
         hook: BatchHook | None,
-        stage: MergeStage | None = None,
+        stage: Stage | None = None,
         collect: Callable[[DataFrame, int], list[Any]] | None = None,
     ) -> None:
         self.name = name
@@ -118,13 +128,13 @@ class _BatchRunner:
         t0 = time.monotonic()
         if self.collect is not None:
             events = self.collect(df, batch_id)
+        elif self.stage is not None:
+            # kafka: raw messages decoded once here and merged; storage: ranges read and decoded here
+            events = self.stage.run(df.toArrow(), batch_id)
         else:
             lines = df.select("event").toArrow().column("event").to_pylist()
             events = [self.reader.parse(line, where=f"batch {batch_id}") for line in lines if line]
-            if self.stage is not None:
-                events = self.stage.merge(events, batch_id)  # kafka: released in commit-ts order
-            else:
-                events.sort(key=_order)
+            events.sort(key=_order)
         self.monitor.collected(batch_id, events)  # counted once per batch id, even if the batch fails later
         rows = row_count(events)
         self.write(events)
@@ -217,9 +227,12 @@ CaptureSource = str | Path | Mapping[str, str]
 """What a capture job reads: a binlog directory, or data source options (e.g. another ``input``)."""
 
 
-def _ordered_source(source: CaptureSource) -> bool:
-    """Whether the source's partitions are consecutive ranges in commit order (binlog: split at transactions)."""
-    return not isinstance(source, Mapping) or source.get("input") == "binlog"
+class CaptureInput(NamedTuple):
+    """The capture job's stream, how a micro-batch is put in commit order, and how a partition is read."""
+
+    stream: DataFrame
+    ordered: Callable[[DataFrame], DataFrame]
+    events: PartitionEvents
 
 
 def _capture_stream(
@@ -229,20 +242,30 @@ def _capture_stream(
     time_zone: str,
     max_events: int | None,
     events_per_partition: int | None,
-) -> DataFrame:
+) -> CaptureInput:
+    """The capture job's input, and how its encode stage reads a partition of it.
+
+    A binlog input hands over ranges (``output=ranges``): the encode stage decodes each range
+    itself, in binlog order, so rows never travel as changelog rows. Any other input is read as
+    a changelog with its JSONL events, range-partitioned into commit order first.
+    """
     register(spark)
     options = dict(source) if isinstance(source, Mapping) else {"input": "binlog", "path": str(source)}
+    options["timeZone"] = time_zone
+    if rules:
+        options["filter"] = ",".join(rules)
+    if max_events:
+        options["maxEventsPerTrigger"] = str(max_events)
+    if events_per_partition:
+        options["eventsPerPartition"] = str(events_per_partition)
+    binlog = options.get("input") == "binlog"
+    options["output" if binlog else "events"] = RANGES if binlog else "true"
     reader = spark.readStream.format(NAME)
     for key, value in options.items():
         reader = reader.option(key, value)
-    reader = reader.option("events", "true").option("timeZone", time_zone)
-    if rules:
-        reader = reader.option("filter", ",".join(rules))
-    if max_events:
-        reader = reader.option("maxEventsPerTrigger", str(max_events))
-    if events_per_partition:
-        reader = reader.option("eventsPerPartition", str(events_per_partition))
-    return reader.load()
+    if binlog:
+        return CaptureInput(reader.load(), lambda df: df, RangeDecoder.from_options(options).events)
+    return CaptureInput(reader.load(), in_commit_order, jsonl_events)
 
 
 def run_capture(
@@ -265,14 +288,13 @@ def run_capture(
     checkpoint, storage_root = Path(checkpoint), Path(storage_root)
     _check_dirs(checkpoint, storage_root)
     writer = StorageWriter(storage_root, codec, storage)  # recovers a crashed flush before anything runs
-    ordered = _ordered_source(source)
+    capture = _capture_stream(spark, source, rules, time_zone, max_events, events_per_partition)
 
     def collect(df: DataFrame, batch_id: int) -> list[Any]:
-        return encode_storage(df, writer, ordered)
+        return encode_storage(capture.ordered(df), writer, capture.events)
 
     runner = _BatchRunner("capture", writer.write_encoded, writer.flush, hook, collect=collect)
-    stream = _capture_stream(spark, source, rules, time_zone, max_events, events_per_partition)
-    return _run_query(spark, stream, runner, checkpoint, trigger_interval, available_now, "changefeed-capture")
+    return _run_query(spark, capture.stream, runner, checkpoint, trigger_interval, available_now, "changefeed-capture")
 
 
 def run_capture_kafka(
@@ -298,20 +320,19 @@ def run_capture_kafka(
     (rows at or below their partition's resolved ts, or identical to rows already received).
     """
     sink = KafkaSink(sink_config)
-    ordered = _ordered_source(source)
+    capture = _capture_stream(spark, source, rules, time_zone, max_events, events_per_partition)
 
     def flush() -> int:
         flushed = sink.flush()
         return flushed.commit_ts if flushed is not None else 0
 
     def collect(df: DataFrame, batch_id: int) -> list[Any]:
-        return encode_kafka(df, sink, ordered)
+        return encode_kafka(capture.ordered(df), sink, capture.events)
 
     runner = _BatchRunner("capture", sink.write_encoded, flush, hook, collect=collect)
-    stream = _capture_stream(spark, source, rules, time_zone, max_events, events_per_partition)
     try:
         return _run_query(
-            spark, stream, runner, Path(checkpoint), trigger_interval, available_now, "changefeed-capture"
+            spark, capture.stream, runner, Path(checkpoint), trigger_interval, available_now, "changefeed-capture"
         )
     finally:
         try:
@@ -325,20 +346,31 @@ def storage_source(storage_root: str | Path, codec: CodecOptions) -> dict[str, s
     return {"input": "storage", "path": str(storage_root), **_codec_options(codec)}
 
 
-def _merge_stage(source: Mapping[str, str], checkpoint: Path) -> MergeStage | None:
-    """A kafka source needs the cross-partition merge (changefeed/spark/merge.py); others are ordered already."""
+def _merge_stage(source: Mapping[str, str], checkpoint: Path) -> Stage | None:
+    """How the driver turns the source's rows into events (changefeed/spark/merge.py), None: JSONL events.
+
+    kafka: raw messages, decoded once here and merged across partitions (state across batches);
+    storage: range descriptions, read and decoded here (a range is complete and in commit order).
+    """
     opts = SourceOptions.parse(source)
-    if opts.input != "kafka":
-        return None
-    kafka = KafkaInput(opts)
-    return MergeStage(checkpoint / "changefeed-merge", kafka.topic, kafka.partition_ids())
+    if opts.input == "kafka":
+        kafka = KafkaInput(opts)
+        partitions = kafka.partition_ids()
+        return MergeStage(checkpoint / "changefeed-merge", kafka.topic, partitions, kafka.message_decoder())
+    if opts.input == "storage":
+        ranges = StorageInput(opts).range_decoder()
+        return OrderedStage(STORAGE_RANGES, lambda table: ranges.events(table.to_batches()))
+    return None
 
 
-def _apply_stream(spark: SparkSession, source: Mapping[str, str]) -> DataFrame:
+def _apply_stream(spark: SparkSession, source: Mapping[str, str], stage: Stage | None) -> DataFrame:
+    """The source's rows: the stage's internal ``output``, or changelog rows with JSONL events."""
     register(spark)
     reader = spark.readStream.format(NAME)
     for key, value in source.items():
         reader = reader.option(key, value)
+    if stage is not None:
+        return reader.option("output", stage.output).load()
     return reader.option("events", "true").load()
 
 
@@ -359,9 +391,14 @@ def run_apply(
     _check_dirs(checkpoint, output)
     source = source if source is not None else storage_source(storage_root, codec)
     sink = ParquetSnapshotSink(output)
-    runner = _BatchRunner("apply", sink.write_all, sink.flush, hook, _merge_stage(source, checkpoint))
-    stream = _apply_stream(spark, source)
-    return _run_query(spark, stream, runner, checkpoint, trigger_interval, available_now, "changefeed-apply")
+    stage = _merge_stage(source, checkpoint)
+    runner = _BatchRunner("apply", sink.write_all, sink.flush, hook, stage)
+    try:
+        stream = _apply_stream(spark, source, stage)
+        return _run_query(spark, stream, runner, checkpoint, trigger_interval, available_now, "changefeed-apply")
+    finally:
+        if stage is not None:
+            stage.close()
 
 
 def run_apply_mysql(
@@ -402,12 +439,15 @@ def run_apply_mysql(
         sink.flush()
         return sink.checkpoint.commit_ts if sink.checkpoint else 0
 
-    runner = _BatchRunner(job, sink.write, flush, hook, _merge_stage(source, Path(checkpoint)))
+    stage = _merge_stage(source, Path(checkpoint))
+    runner = _BatchRunner(job, sink.write, flush, hook, stage)
     try:
-        stream = _apply_stream(spark, source)
+        stream = _apply_stream(spark, source, stage)
         return _run_query(spark, stream, runner, Path(checkpoint), trigger_interval, available_now, f"changefeed-{job}")
     finally:
         sink.abort()  # every batch flushed itself; anything still buffered belongs to a failed batch
+        if stage is not None:
+            stage.close()
 
 
 def _codec_options(codec: CodecOptions) -> dict[str, str]:

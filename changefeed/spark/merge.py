@@ -3,13 +3,21 @@
 Why here and not in the data source: resolved-ts gating needs every partition's resolved ts, and
 rows read in one micro-batch may only be releasable in a later one (a partition whose watermark
 has not arrived yet). So the merge needs state that outlives a batch. The data source's offsets
-are plain per-partition Kafka offsets (each message is read exactly once, decoded in executors);
-the `PartitionMerger` holding the unreleased rows is pickled after every batch, keyed by batch id,
-into the job's checkpoint directory.
+are plain per-partition Kafka offsets; with ``output=messages`` its rows are the raw messages,
+which `MergeStage.run` decodes once on the driver (`MessageDecoder`, one long-lived decoder per
+partition) and feeds to a `PartitionMerger`. The merger's state is saved as data after every
+batch, keyed by batch id, into the job's checkpoint directory (`save_state` / `load_state`).
+
+State file ``merge-<batch id>.jsonl``: line 1 is a JSON header (format, version, batch, topic,
+partitions and `PartitionMerger.snapshot`'s numbers); each further line is one unreleased event
+in the project's JSONL form (changefeed/model/jsonl.py). Only pending events are there (rows
+waiting for other partitions' resolved ts, DDLs waiting for every partition): released rows are
+never saved. Written to a temporary file, fsynced and renamed, so a crash leaves either the old
+or the new file.
 
 Exactly once: Spark re-runs a failed batch with the same id and offsets. `MergeStage.merge` starts
-from the state saved after the previous batch, so the replay releases exactly what the first try
-released; the sink skips commit ts at or below its own checkpoint (and applies idempotently).
+from the state saved by the newest batch before it, so the replay releases exactly what the first
+try released; the sink skips commit ts at or below its own checkpoint (and applies idempotently).
 The state of batch N is saved after the sink's flush and before foreachBatch returns, so Spark
 never commits batch N's offsets without the rows it left pending being saved.
 """
@@ -18,63 +26,223 @@ from __future__ import annotations
 
 import logging
 import os
-import pickle
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
+
+import orjson
 
 from ..consume import PartitionMerger
 from ..errors import ChangefeedError
-from ..model import Event, Resolved
+from ..model import Event, Resolved, RowChange, TableSchema
+from ..model.jsonl import EventReader, dumps_event
+from .encode import event_order
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from .datasource.kafka import MessageDecoder
 
 log = logging.getLogger(__name__)
 
 _KEEP = 3  # state files kept (the newest is what the next batch needs; older ones help debugging)
+_FORMAT, _VERSION = "changefeed-merge-state", 1
+_PREFIX, _SUFFIX = "merge-", ".jsonl"
+
+Decoded = Iterable[tuple[int, int, Sequence[Event]]]
+"""Decoded messages: (partition, offset, events of that message), in offset order per partition."""
+
+
+class SchemaInterner:
+    """One `TableSchema` object per table version, whichever decoder or state file made the row.
+
+    Each partition's decoder (and a restored state file) builds its own TableSchema objects; the
+    MySQL sink batches rows into one multi-row statement only while they share the object (its
+    per-table SQL cache is keyed by identity), so rows of one transaction spread over partitions
+    would otherwise cost a statement each. A lookup is by ``id`` first, by value on a miss.
+    """
+
+    _LIMIT = 4096
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, tuple[TableSchema, TableSchema]] = {}
+        self._by_value: dict[TableSchema, TableSchema] = {}
+
+    def __call__(self, events: list[Event]) -> list[Event]:
+        """``events`` with every row's schema replaced by the shared object (in place)."""
+        by_id = self._by_id
+        for ev in events:
+            if isinstance(ev, RowChange):
+                ts = ev.table_schema
+                hit = by_id.get(id(ts))
+                ev.table_schema = hit[1] if hit is not None and hit[0] is ts else self._miss(ts)
+        return events
+
+    def _miss(self, ts: TableSchema) -> TableSchema:
+        if len(self._by_id) >= self._LIMIT:
+            self._by_id.clear()
+            self._by_value.clear()
+        try:
+            canonical = self._by_value.setdefault(ts, ts)
+        except TypeError:  # an unhashable column default: keep the object as it is
+            canonical = ts
+        self._by_id[id(ts)] = (ts, canonical)  # holding ts keeps its id from being reused
+        return canonical
+
+
+class Stage(Protocol):
+    """What the apply jobs' foreachBatch runs on a source's internal ``output``: its rows -> events to write."""
+
+    output: str  # the data source's ``output`` option this stage reads
+
+    def run(self, rows: pa.Table, batch_id: int) -> list[Event]:
+        """The events to hand to the sink for this batch, in commit order."""
+        ...
+
+    def commit(self, batch_id: int) -> None:
+        """The sink made the batch durable."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class OrderedStage:
+    """A source whose micro-batch is complete by itself (storage ranges): decoded here, sorted in commit order."""
+
+    def __init__(self, output: str, decode: Callable[[pa.Table], list[Event]]) -> None:
+        self.output = output
+        self.decode = decode
+        self.intern = SchemaInterner()
+
+    def run(self, rows: pa.Table, batch_id: int) -> list[Event]:
+        events = self.decode(rows)
+        events.sort(key=event_order)  # a DDL precedes rows of its commit ts; a resolved row follows them
+        return self.intern(events)
+
+    def commit(self, batch_id: int) -> None:
+        """Nothing to save: the sink's checkpoint makes a replay skip what it applied."""
+
+    def close(self) -> None:
+        """Nothing held."""
+
+
+def save_state(path: Path, merger: PartitionMerger, *, batch_id: int, topic: str, partitions: Sequence[int]) -> None:
+    """Write ``merger``'s state to ``path`` atomically (temporary file, fsync, rename, fsync of the directory)."""
+    state, events = merger.snapshot()
+    header = {
+        "format": _FORMAT,
+        "version": _VERSION,
+        "batch": batch_id,
+        "topic": topic,
+        "partitions": list(partitions),
+        "merger": state,
+    }
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(orjson.dumps(header, option=orjson.OPT_APPEND_NEWLINE))
+        for event in events:
+            fh.write(dumps_event(event))
+        fh.flush()
+        os.fsync(fh.fileno())
+    tmp.replace(path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)  # the rename itself survives a crash
+    finally:
+        os.close(fd)
+
+
+def load_state(path: Path, topic: str, partitions: Sequence[int]) -> PartitionMerger:
+    """The merger saved in ``path``; any damage is a ChangefeedError naming the file (the file may be hostile)."""
+    try:
+        lines = path.read_bytes().splitlines()
+    except OSError as exc:
+        raise ChangefeedError(f"cannot read the kafka merge state: {exc.strerror or exc}", where=str(path)) from None
+    try:
+        header = orjson.loads(lines[0]) if lines else None
+        if not isinstance(header, dict) or header.get("format") != _FORMAT:
+            raise ValueError("not a changefeed merge state (the first line is not its header)")
+        if header.get("version") != _VERSION:
+            raise ValueError(f"version {header.get('version')!r}, this changefeed reads version {_VERSION}")
+        reader = EventReader(source=str(path))
+        events = [reader.parse(line, where=f"{path}:{n}") for n, line in enumerate(lines[1:], 2) if line.strip()]
+        merger = PartitionMerger.restore(header["merger"], events)
+        if sorted(merger.partitions) != header["partitions"]:  # type: ignore[type-var]
+            raise ValueError(f"the header names partitions {header['partitions']}, the state {merger.partitions}")
+    except ChangefeedError as exc:  # an event line: EventFormatError names the line
+        raise ChangefeedError(f"kafka merge state is corrupt: {exc.message}", where=exc.where or str(path)) from None
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        detail = f"missing member {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise ChangefeedError(f"kafka merge state is corrupt: {detail}", where=str(path)) from None
+    if header.get("topic") != topic or header["partitions"] != list(partitions):
+        raise ChangefeedError(
+            f"kafka topic {topic!r} has partitions {list(partitions)}, the saved merge state is of topic "
+            f"{header.get('topic')!r} with {header['partitions']}: the topic was recreated or "
+            "repartitioned, or the checkpoint belongs to another job; start a new checkpoint",
+            where=str(path),
+        )
+    return merger
 
 
 class MergeStage:
-    """Feeds a batch's per-message events to a `PartitionMerger` restored for that batch id."""
+    """Decodes a batch's messages and feeds them to a `PartitionMerger` restored for that batch id."""
 
-    def __init__(self, state_dir: str | Path, topic: str, partitions: Sequence[int]) -> None:
+    output = "messages"  # the kafka input's raw messages (changefeed/spark/datasource/kafka.py)
+
+    def __init__(
+        self, state_dir: str | Path, topic: str, partitions: Sequence[int], decoder: MessageDecoder | None = None
+    ) -> None:
         self.dir = Path(state_dir)
         self.topic = topic
         self.partitions = sorted(partitions)
-        self._merger: PartitionMerger | None = None
+        self.decoder = decoder
+        self._merger: PartitionMerger | None = None  # batch in flight, saved by `commit`
+        self._saved: tuple[int, PartitionMerger] | None = None  # the newest state saved by this process
+        self.intern = SchemaInterner()
 
     def _file(self, batch_id: int) -> Path:
-        return self.dir / f"merger-{batch_id:012d}.pkl"
+        return self.dir / f"{_PREFIX}{batch_id:012d}{_SUFFIX}"
+
+    def _saved_ids(self) -> list[int]:
+        ids = []
+        for path in self.dir.glob(f"{_PREFIX}*{_SUFFIX}"):
+            number = path.name[len(_PREFIX) : -len(_SUFFIX)]
+            if number.isdigit():
+                ids.append(int(number))
+        return sorted(ids)
 
     def _restore(self, batch_id: int) -> PartitionMerger:
         """The state saved by the newest batch before ``batch_id`` (a fresh merger before the first)."""
-        older = sorted(p for p in self.dir.glob("merger-*.pkl") if int(p.stem.split("-")[1]) < batch_id)
+        older = [i for i in self._saved_ids() if i < batch_id]
+        saved, self._saved = self._saved, None  # merge() changes it in place: reusable only once committed
         if not older:
+            if any(self.dir.glob("merger-*.pkl")):
+                raise ChangefeedError(
+                    "the kafka merge state was saved in the pickle form of an older changefeed, which this "
+                    "version does not read: finish the stream with the older version, or start a new checkpoint "
+                    "(the MySQL sink skips what it already applied)",
+                    where=str(self.dir),
+                )
             return PartitionMerger(self.partitions)
-        merger = pickle.loads(older[-1].read_bytes())  # our own file, in our checkpoint directory
-        if not isinstance(merger, PartitionMerger):
-            raise ChangefeedError(f"not a merge state: {older[-1]}")
-        if sorted(merger.partitions) != self.partitions:  # type: ignore[type-var]
-            raise ChangefeedError(
-                f"kafka topic {self.topic!r} has partitions {self.partitions}, the saved merge state "
-                f"{merger.partitions}: the topic was recreated or repartitioned; start a new checkpoint"
-            )
-        return merger
+        if saved is not None and saved[0] == older[-1]:
+            return saved[1]  # the same state the file holds, without reading it back
+        return load_state(self._file(older[-1]), self.topic, self.partitions)
 
-    def merge(self, events: list[Event], batch_id: int) -> list[Event]:
+    def run(self, messages: pa.Table, batch_id: int) -> list[Event]:
+        """A batch of ``output=messages`` rows: decoded once, then merged (see `merge`)."""
+        if self.decoder is None:
+            raise ChangefeedError("the merge stage has no message decoder")
+        return self.merge(self.decoder.decode(messages), batch_id)
+
+    def merge(self, messages: Decoded, batch_id: int) -> list[Event]:
         """The events now released in commit-ts order, ending with a Resolved when the global ts advanced."""
         merger = self._restore(batch_id)
-        keyed = [(int(ev.position["partition"]), int(ev.position["offset"]), ev) for ev in events if ev.position]
-        keyed.sort(key=lambda item: item[:2])  # stable: a message's events keep their order
-        i = 0
-        while i < len(keyed):
-            partition, offset, _ = keyed[i]
-            j = i
-            while j < len(keyed) and keyed[j][:2] == (partition, offset):
-                j += 1
-            if partition not in self.partitions:
+        known = set(self.partitions)
+        for partition, offset, events in messages:
+            if partition not in known:
                 raise ChangefeedError(f"kafka topic {self.topic!r}: partition {partition} appeared mid-stream")
-            merger.feed(partition, [e for _, _, e in keyed[i:j]], offset)
-            i = j
-        out = merger.ready()
+            merger.feed(partition, events, offset)
+        out = self.intern(merger.ready())
         if out and isinstance(out[-1], Resolved):
             checkpoint: dict[Any, int] = merger.checkpoint()
             offsets = {str(p): o for p, o in checkpoint.items()}
@@ -90,16 +258,15 @@ class MergeStage:
         return out
 
     def commit(self, batch_id: int) -> None:
-        """Save the state after ``batch_id`` (atomically), once the sink made the batch durable."""
+        """Save the state after ``batch_id``, once the sink made the batch durable."""
         if self._merger is None:
             return
         self.dir.mkdir(parents=True, exist_ok=True)
-        target = self._file(batch_id)
-        tmp = target.with_suffix(".tmp")
-        tmp.write_bytes(pickle.dumps(self._merger, protocol=pickle.HIGHEST_PROTOCOL))
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-        tmp.replace(target)
-        for old in sorted(self.dir.glob("merger-*.pkl"))[:-_KEEP]:
-            old.unlink(missing_ok=True)
-        self._merger = None
+        save_state(self._file(batch_id), self._merger, batch_id=batch_id, topic=self.topic, partitions=self.partitions)
+        self._saved, self._merger = (batch_id, self._merger), None
+        for old in self._saved_ids()[:-_KEEP]:
+            self._file(old).unlink(missing_ok=True)
+
+    def close(self) -> None:
+        if self.decoder is not None:
+            self.decoder.close()

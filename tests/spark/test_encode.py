@@ -21,10 +21,10 @@ from changefeed.dispatch import DispatchRule
 from changefeed.model import DDLEvent, RowChange
 from changefeed.sink.kafka import KafkaSink, KafkaSinkConfig
 from changefeed.sink.storage.writer import StorageOptions, StorageWriter
+from changefeed.spark.datasource import register
 from changefeed.spark.jobs import (
     CaptureSource,
     _BatchRunner,
-    _capture_stream,
     _codec_options,
     _run_query,
     run_capture,
@@ -51,8 +51,16 @@ def _driver_path(
 ) -> None:
     """The pre-mapInArrow capture: events collected and encoded on the driver, same micro-batches."""
     runner = _BatchRunner("capture-reference", write, flush, None)
-    batching = BATCHING if source == BINLOG else {"max_events": None, "events_per_partition": None}
-    stream = _capture_stream(spark, source, None, "UTC", batching["max_events"], batching["events_per_partition"])
+    options = {"input": "binlog", "path": str(source)} if isinstance(source, Path) else dict(source)
+    if source == BINLOG:
+        options.update(
+            maxEventsPerTrigger=str(BATCHING["max_events"]), eventsPerPartition=str(BATCHING["events_per_partition"])
+        )
+    register(spark)
+    reader = spark.readStream.format("changefeed").option("events", "true").option("timeZone", "UTC")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    stream = reader.load()  # the changelog with JSONL events: the reference path never sees ranges
     _run_query(spark, stream, runner, checkpoint, None, True, f"reference-{uuid.uuid4().hex[:6]}")
 
 
@@ -165,3 +173,29 @@ def test_kafka_messages_per_partition_are_byte_identical(spark: SparkSession, br
         )
     assert consumed[replayed_topic] == consumed[reference_topic]
     assert sum(consumed[reference_topic][0].values()) == sum(e.kind == "row" for e in captured()) + 1  # a split UPDATE
+
+
+def test_simple_bootstrap_messages_are_byte_identical(spark: SparkSession, broker: Broker, tmp_path: Path) -> None:
+    """Simple's BOOTSTRAP decisions travel from the executors as JSON group state (schemas once each)."""
+    codec = CodecOptions(
+        protocol="simple", send_bootstrap_interval_in_sec=3600, send_bootstrap_in_msg_count=4, clock=int
+    )
+
+    def config(topic: str) -> KafkaSinkConfig:
+        return KafkaSinkConfig(broker.bootstrap_servers, topic, codec, partition_num=2)
+
+    reference_topic, topic = f"ref-{uuid.uuid4().hex[:8]}", f"enc-{uuid.uuid4().hex[:8]}"
+    with KafkaSink(config(reference_topic)) as sink:
+
+        def flush() -> int:
+            flushed = sink.flush()
+            return flushed.commit_ts if flushed else 0
+
+        _driver_path(spark, sink.write, flush, tmp_path / "ck-reference")
+    run_capture_kafka(spark, BINLOG, config(topic), tmp_path / "ck", available_now=True, **BATCHING)  # type: ignore[arg-type]
+    want = read_raw(broker.bootstrap_servers, reference_topic, 2)
+    got = read_raw(broker.bootstrap_servers, topic, 2)
+    assert sum(b'"type":"BOOTSTRAP"' in v for m in want.values() for _, _, v in m) > 2
+    assert {p: [(k, v) for _, k, v in m] for p, m in got.items()} == {
+        p: [(k, v) for _, k, v in m] for p, m in want.items()
+    }

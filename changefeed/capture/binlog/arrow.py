@@ -672,6 +672,25 @@ class ArrowBatchBuilder:
         self.num_rows += n
         return n
 
+    def count(self, ev: RowsEvent, where: str = "") -> int:
+        """How many rows one ROWS event of this table holds: walked, not decoded, and nothing kept."""
+        try:
+            return self.add(ev, 0, where)
+        finally:
+            self.discard()
+
+    def discard(self) -> None:
+        """Forget the rows added since the last finish (the walkers keep their bound lists)."""
+        for slot in (self._main, self._before):
+            slot.runs.clear()
+            for g in slot.groups.values():
+                g.starts.clear()
+                for positions in g.var_pos:
+                    positions.clear()
+        self._buf.clear()
+        self._ops.clear()
+        self.num_rows = 0
+
     def _make_walker(self, kind: RowsKind, present1: int, present2: int) -> Callable[[bytearray, int, int], int]:
         if present1 == 0 or (kind is RowsKind.UPDATE and present2 == 0):
             raise ValueError("a row image without columns")
@@ -700,15 +719,8 @@ class ArrowBatchBuilder:
         ts = np.repeat(np.array([t for _, t, _ in self._ops], np.int64), [k for _, _, k in self._ops])
         ops = pa.array(OPS).take(pa.array(codes))
         batch = pa.RecordBatch.from_arrays([*main, ops, pa.array(ts, pa.int64()), *before], schema=self.schema)
-        self._buf = bytearray()
-        self._ops.clear()
-        self.num_rows = 0
-        for slot in (self._main, self._before):
-            slot.runs.clear()
-            for g in slot.groups.values():
-                g.starts.clear()
-                for lst in g.var_pos:
-                    lst.clear()
+        self._buf = bytearray()  # the batch's arrays may still view the old buffer
+        self.discard()
         return batch
 
     def _finish_slot(self, ctx: _Ctx, slot: _Slot, n: int) -> list[pa.Array]:

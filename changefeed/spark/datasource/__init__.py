@@ -34,7 +34,7 @@ from ..changelog import ChangelogRows, changelog_schema, image_struct
 from .binlog import BinlogInput
 from .kafka import KafkaInput
 from .kv import KVInput
-from .options import INPUTS, NAME, Input, SourceOptions
+from .options import CHANGELOG, INPUTS, NAME, Input, SourceOptions
 from .storage import StorageInput
 
 INPUTS.update({"storage": StorageInput, "binlog": BinlogInput, "kafka": KafkaInput, "kv": KVInput})
@@ -123,7 +123,9 @@ class ChangefeedDataSource(DataSource):
             self._resolved = True
         return self._typed
 
-    def schema(self) -> StructType:
+    def schema(self) -> StructType | str:
+        if self.opts.output != CHANGELOG:
+            return self.source.OUTPUTS[self.opts.output]  # an internal hand-over: its partitions yield Arrow batches
         typed = self._table()
         return changelog_schema(image_struct(typed) if typed is not None else None, self.opts.with_event)
 

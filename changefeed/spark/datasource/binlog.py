@@ -13,30 +13,38 @@ import itertools
 import logging
 import os
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import tzinfo
 from pathlib import Path
 from typing import Any, ClassVar
 
 import orjson
+import pyarrow as pa
 import pymysql
 from pyspark.sql.datasource import InputPartition
 
 from ...capture.binlog import BinlogCapture, BinlogFileReader, BinlogPosition, ReconnectPolicy
+from ...capture.binlog.arrow import ArrowBatchBuilder
 from ...capture.binlog.capture import SourceFactory
 from ...capture.binlog.position import reached
 from ...capture.binlog.replica import ReplicaStream, ServerAddress, random_server_id
 from ...errors import CaptureError, ConfigError
-from ...model import DDLEvent, Resolved, RowChange, TableSchema
+from ...model import DDLEvent, Event, Resolved, RowChange, TableSchema
 from ...sink.mysql.url import MySQLParams
-from ..changelog import ChangelogRows
-from .options import Input, SourceOptions, zone
+from ..changelog import ChangelogRows, EventFilter
+from .options import CHANGELOG, Input, SourceOptions, zone
 
 log = logging.getLogger(__name__)
 
 #: ``startPosition`` keywords: the oldest binlog, or the server's current end (live only).
 EARLIEST, LATEST = "earliest", "latest"
+#: ``output=ranges``: one row per partition naming its binlog range (start and end position JSON).
+#: The capture job's hand-over: its encode stage decodes each range where it encodes it
+#: (`RangeDecoder`), so no row crosses a process boundary before it is encoded.
+RANGES = "ranges"
+RANGES_SCHEMA = "start string, end string"
+RANGES_ARROW = pa.schema([pa.field("start", pa.string()), pa.field("end", pa.string())])
 #: A live source reconnects (from the savepoint) for this long before failing the read.
 _RECONNECT = ReconnectPolicy(initial=0.2, maximum=2.0, max_wait=30.0)
 
@@ -62,20 +70,26 @@ def parse_start(text: str) -> BinlogPosition | str:
 class _ScanCapture(BinlogCapture):
     """A capture that finds transaction boundaries without decoding rows (driver-side planning).
 
-    Counts ROWS events instead of decoding them; optionally remembers one table's schema.
+    Counts rows by walking each ROWS event's row images (`ArrowBatchBuilder.count`: lengths
+    only, no values), so read limits and partition sizes are in rows, whatever the number of
+    rows the server packed into one event. Optionally remembers one table's schema.
     """
 
     def __init__(self, *args: Any, want: tuple[str, str] | None = None, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.want = want
         self.found: TableSchema | None = None
-        self.row_events = 0
+        self.rows = 0
 
     def _rows(self, ev: Any, ts: int, where: str) -> Iterator[RowChange]:  # type: ignore[override]
-        self.row_events += 1
-        tm = ev.table_map
-        if self.want is not None and (tm.schema, tm.table) == self.want:
-            self.found = self.table_schema_for(tm, where)
+        tm = self.effective_map(ev.table_map, where)
+        counter: ArrowBatchBuilder | None = tm.cache.get("counter")
+        if counter is None:
+            schema = self.table_schema_for(tm, where)
+            counter = tm.cache["counter"] = ArrowBatchBuilder(tm, schema, tz=self.tz, collations=self.collations)
+            if self.want is not None and (tm.schema, tm.table) == self.want:
+                self.found = schema
+        self.rows += counter.count(ev, where)
         return iter(())
 
 
@@ -211,6 +225,26 @@ def _capture(cls: type[BinlogCapture], source: BinlogSource, start: BinlogPositi
     return cls(source.opener(), start, tz=tz, reconnect=source.reconnect, **kw)
 
 
+def range_events(
+    source: BinlogSource, start: dict[str, Any], end: dict[str, Any], time_zone: str, keep: EventFilter | None = None
+) -> Iterator[Event]:
+    """The events of one range in binlog (= commit) order, ending with its one `Resolved`.
+
+    One resolved event per range, not one per transaction: it closes every batch a sink has open
+    and carries the range's end position, which is what a job checkpoints.
+    """
+    begin, stop = BinlogPosition.from_dict(start), BinlogPosition.from_dict(end)
+    capture = _capture(BinlogCapture, source, begin, zone(time_zone), until=(stop.file, stop.pos))
+    last: Resolved | None = None
+    for ev in capture.events():
+        if isinstance(ev, Resolved):
+            last = ev
+        elif keep is None or keep(ev):
+            yield ev
+    if last is not None:
+        yield last
+
+
 @dataclass
 class BinlogRange(InputPartition):
     """The transactions between two boundaries of a binlog, decoded in an executor."""
@@ -220,29 +254,47 @@ class BinlogRange(InputPartition):
     end: dict[str, Any]
     time_zone: str
     changelog: ChangelogRows
+    output: str = CHANGELOG
 
     def __post_init__(self) -> None:
         InputPartition.__init__(self, None)
 
-    def rows(self) -> Iterator[tuple[Any, ...]]:
-        # TODO(spark): for typed single-table reads, `changefeed.capture.binlog.arrow.read_range_arrow`
-        # builds Arrow batches without RowChange objects; wiring it needs per-row positions and the
-        # DDL/resolved rows it does not produce, so this path still decodes through RowChange.
-        end = BinlogPosition.from_dict(self.end)
-        start = BinlogPosition.from_dict(self.start)
-        capture = _capture(BinlogCapture, self.source, start, zone(self.time_zone), until=(end.file, end.pos))
-        last: Resolved | None = None
-        for ev in capture.events():
-            if isinstance(ev, Resolved):
-                last = ev  # one resolved row per partition, not one per transaction
-                continue
+    def rows(self) -> Iterator[tuple[Any, ...] | pa.RecordBatch]:
+        if self.output == RANGES:
+            yield pa.RecordBatch.from_pydict(
+                {"start": [orjson.dumps(self.start).decode()], "end": [orjson.dumps(self.end).decode()]},
+                schema=RANGES_ARROW,
+            )
+            return
+        for ev in range_events(self.source, self.start, self.end, self.time_zone):
             row = self.changelog.row(ev)
             if row is not None:
                 yield row
-        if last is not None:
-            row = self.changelog.row(last)
-            if row is not None:
-                yield row
+
+
+@dataclass(frozen=True)
+class RangeDecoder:
+    """Decodes the rows of an ``output=ranges`` DataFrame where the next stage runs (the capture job's encoder).
+
+    Built on the driver from the same options as the data source; like a partition it carries
+    the source (and so a server's credentials) pickled into the task, never in a row or offset.
+    """
+
+    source: BinlogSource
+    time_zone: str
+    changelog: ChangelogRows
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> RangeDecoder:
+        opts = SourceOptions.parse(options)
+        return cls(_source(opts), opts.time_zone, opts.changelog(None))
+
+    def events(self, batches: Iterable[pa.RecordBatch]) -> Iterator[Event]:
+        """Every event of the ranges in ``batches``, range after range (each range's rows in binlog order)."""
+        keep = EventFilter(self.changelog)
+        for batch in batches:
+            for start, end in zip(batch.column("start").to_pylist(), batch.column("end").to_pylist(), strict=True):
+                yield from range_events(self.source, orjson.loads(start), orjson.loads(end), self.time_zone, keep)
 
 
 def _source(opts: SourceOptions) -> BinlogSource:
@@ -267,6 +319,7 @@ class BinlogInput(Input):
     """MySQL/MariaDB binlog files (offline or relay-log mode) or a live server (replica protocol)."""
 
     OPTIONS = frozenset({"startposition", "eventsperpartition", "url", "password"})
+    OUTPUTS: ClassVar[Mapping[str, str]] = {RANGES: RANGES_SCHEMA}
 
     @classmethod
     def needs_path(cls, options: Mapping[str, str]) -> bool:
@@ -325,7 +378,7 @@ class BinlogInput(Input):
                 if not isinstance(ev, Resolved) or ev.position is None:
                     continue
                 end = BinlogPosition.from_dict(ev.position)
-                count = capture.row_events + ddls
+                count = capture.rows + ddls
                 if count - since_split >= self.split_every:
                     splits.append(end.to_dict())
                     since_split = count
@@ -362,7 +415,7 @@ class BinlogInput(Input):
         bounds = [{k: v for k, v in start.items() if k != "splits"}, *end.get("splits", ())]
         bounds.append({k: v for k, v in end.items() if k != "splits"})
         return [
-            BinlogRange(self.source, a, b, self.opts.time_zone, changelog)
+            BinlogRange(self.source, a, b, self.opts.time_zone, changelog, self.opts.output)
             for a, b in itertools.pairwise(bounds)
             if (a.get("file"), a.get("pos")) != (b.get("file"), b.get("pos"))
         ]

@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import orjson
+import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from ...codec import CodecOptions, Message
 from ...errors import CaptureError, ConfigError, UnknownSchemaError
 from ...model import Event, TableSchema
-from ..changelog import ChangelogRows
-from .options import Input, SourceOptions
+from ..changelog import ChangelogRows, EventFilter
+from .options import CHANGELOG, Input, SourceOptions
 
 if TYPE_CHECKING:
     from ...codec.simple.codec import SimpleDecoder
@@ -29,6 +30,13 @@ _KAFKA_TIMEOUT_S = 30.0
 _WATERMARK_FETCH_S = 5.0
 #: Simple protocol: messages read per step when looking back for a schema before a range's start.
 _LOOKBACK_CHUNK = 2000
+#: ``output=messages``: a range's raw messages, for a job that decodes them itself (the apply job).
+MESSAGES = "messages"
+MESSAGE_SCHEMA = pa.schema(
+    [("partition", pa.int32()), ("offset", pa.int64()), ("key", pa.binary()), ("value", pa.binary())]
+)
+#: Rows per Arrow record batch of the messages output.
+_MESSAGES_PER_BATCH = 4096
 
 
 def _consumer(servers: str, **extra: Any) -> Any:
@@ -82,12 +90,16 @@ def _messages(consumer: Any, topic: str, partition: int, start: int, end: int) -
 
 @dataclass
 class KafkaRange(InputPartition):
-    """Messages [start, end) of one Kafka partition, decoded in an executor, one changelog row per event.
+    """Messages [start, end) of one Kafka partition.
 
-    Rows are per message and unmerged: resends and broadcast copies are all here, and each
-    partition's resolved events come out as ``resolved`` rows. The cross-partition merge
-    (resolved gating, dedupe) needs every partition and state across batches: it runs in the
-    apply job (`changefeed.spark.merge`), not here.
+    ``output=changelog``: decoded in an executor, one changelog row per event. Rows are per message
+    and unmerged: resends and broadcast copies are all here, and each partition's resolved events
+    come out as ``resolved`` rows. The cross-partition merge (resolved gating, dedupe) needs every
+    partition and state across batches: it runs in the apply job (`changefeed.spark.merge`).
+
+    ``output=messages``: the raw messages in Arrow record batches (`MESSAGE_SCHEMA`), not decoded:
+    the apply job decodes each message once, on the driver (`MessageDecoder`), instead of
+    decoding here and handing the events over as JSON.
     """
 
     servers: str
@@ -97,51 +109,165 @@ class KafkaRange(InputPartition):
     end: int
     codec: CodecOptions
     changelog: ChangelogRows
+    output: str = CHANGELOG
 
     def __post_init__(self) -> None:
         InputPartition.__init__(self, None)
 
-    def rows(self) -> Iterator[tuple[Any, ...]]:
-        from ...codec import make_decoder  # noqa: PLC0415
+    def rows(self) -> Iterator[Any]:
+        return self._raw() if self.output == MESSAGES else self._changelog()
 
-        decoder = make_decoder(self.codec)
-        schemas = _SchemaLookback(self) if self.codec.protocol == "simple" else None
+    def _changelog(self) -> Iterator[tuple[Any, ...]]:
+        decoder = _PartitionDecoder(self.servers, self.topic, self.partition, self.codec)
         consumer = _consumer(self.servers)
         try:
             for msg in _messages(consumer, self.topic, self.partition, self.start, self.end):
-                offset = msg.offset()
-                where = f"{self.topic}[{self.partition}]@{offset}"
-                message = Message(key=msg.key(), value=msg.value(), partition=self.partition, topic=self.topic)
-                events = decoder.decode(message, where)
-                if schemas is not None:
-                    events.extend(schemas.resolve(decoder, offset))  # type: ignore[arg-type]
-                for ev in events:
-                    ev.position = {"topic": self.topic, "partition": self.partition, "offset": offset}
+                for ev in decoder.decode(msg.offset(), msg.key(), msg.value()):
                     row = self.changelog.row(ev)
                     if row is not None:
                         yield row
-            if schemas is not None and decoder.pending():  # type: ignore[attr-defined]
-                # Held DMLs must not vanish with the range: that would lose rows silently.
-                raise schemas.missing(decoder)  # type: ignore[arg-type]
+            decoder.finish(self.end)
         finally:
             consumer.close()
-            if schemas is not None:
-                schemas.close()
+            decoder.close()
+
+    def _raw(self) -> Iterator[pa.RecordBatch]:
+        consumer = _consumer(self.servers)
+        offsets: list[int] = []
+        keys: list[bytes | None] = []
+        values: list[bytes | None] = []
+        try:
+            for msg in _messages(consumer, self.topic, self.partition, self.start, self.end):
+                offsets.append(msg.offset())
+                keys.append(msg.key())
+                values.append(msg.value())
+                if len(offsets) >= _MESSAGES_PER_BATCH:
+                    yield self._batch(offsets, keys, values)
+                    offsets, keys, values = [], [], []
+            if offsets:
+                yield self._batch(offsets, keys, values)
+        finally:
+            consumer.close()
+
+    def _batch(self, offsets: list[int], keys: list[bytes | None], values: list[bytes | None]) -> pa.RecordBatch:
+        columns = [
+            pa.array([self.partition] * len(offsets), pa.int32()),
+            pa.array(offsets, pa.int64()),
+            pa.array(keys, pa.binary()),
+            pa.array(values, pa.binary()),
+        ]
+        return pa.RecordBatch.from_arrays(columns, schema=MESSAGE_SCHEMA)
+
+
+class _PartitionDecoder:
+    """One partition's messages decoded in offset order, events positioned at their message.
+
+    The protocol decoder lives as long as this object: Simple's schema cache (learned from
+    BOOTSTRAP/DDL messages) carries over from one call to the next, and a DML whose schema came
+    before the first message this object saw is resolved by looking back (`_SchemaLookback`).
+    """
+
+    def __init__(self, servers: str, topic: str, partition: int, codec: CodecOptions) -> None:
+        from ...codec import make_decoder  # noqa: PLC0415
+
+        self.topic = topic
+        self.partition = partition
+        self.decoder = make_decoder(codec)
+        self.lookback = _SchemaLookback(servers, topic, partition) if codec.protocol == "simple" else None
+
+    def decode(self, offset: int, key: bytes | None, value: bytes | None) -> list[Event]:
+        where = f"{self.topic}[{self.partition}]@{offset}"
+        message = Message(key=key, value=value, partition=self.partition, topic=self.topic)
+        events = self.decoder.decode(message, where)
+        if self.lookback is not None:
+            events.extend(self.lookback.resolve(self.decoder, offset))  # type: ignore[arg-type]
+        for ev in events:
+            ev.position = {"topic": self.topic, "partition": self.partition, "offset": offset}
+        return events
+
+    def finish(self, end: int) -> None:
+        """At the end of a range or batch: DMLs still held for a schema must not vanish silently."""
+        if self.lookback is not None and self.decoder.pending():  # type: ignore[attr-defined]
+            raise self.lookback.missing(self.decoder, end)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        if self.lookback is not None:
+            self.lookback.close()
+
+
+class MessageDecoder:
+    """The apply job's side of ``output=messages``: every message decoded once, on the driver.
+
+    One long-lived `_PartitionDecoder` per Kafka partition across micro-batches (so Simple's schema
+    cache survives batches and a look-back happens once per job run, not once per range), the
+    ``filter`` rules applied as the changelog output applies them. After any error the decoders
+    are dropped: a replayed batch starts from fresh ones, as after a restart.
+    """
+
+    def __init__(self, servers: str, topic: str, codec: CodecOptions, changelog: ChangelogRows) -> None:
+        self.servers = servers
+        self.topic = topic
+        self.codec = codec
+        self.changelog = changelog
+        self._keep = EventFilter(changelog)
+        self._decoders: dict[int, _PartitionDecoder] = {}
+
+    def decode(self, messages: pa.Table) -> list[tuple[int, int, list[Event]]]:
+        """``(partition, offset, events)`` per message of a `MESSAGE_SCHEMA` table, in (partition, offset) order."""
+        if messages.num_rows == 0:
+            return []
+        messages = messages.sort_by([("partition", "ascending"), ("offset", "ascending")])
+        partitions = messages.column("partition").to_pylist()
+        offsets = messages.column("offset").to_pylist()
+        keys = messages.column("key").to_pylist()
+        values = messages.column("value").to_pylist()
+        keep = self._keep if self.changelog.filter is not None or self.changelog.table is not None else None
+        out: list[tuple[int, int, list[Event]]] = []
+        current: _PartitionDecoder | None = None
+        try:
+            for partition, offset, key, value in zip(partitions, offsets, keys, values, strict=True):
+                if current is None or current.partition != partition:
+                    if current is not None:
+                        current.finish(out[-1][1] + 1)
+                    current = self._decoders.get(partition)
+                    if current is None:
+                        current = self._decoders[partition] = _PartitionDecoder(
+                            self.servers, self.topic, partition, self.codec
+                        )
+                events = current.decode(offset, key, value)
+                if keep is not None:
+                    events = [e for e in events if keep(e)]
+                out.append((partition, offset, events))
+            if current is not None:
+                current.finish(out[-1][1] + 1)
+        except BaseException:
+            self.close()
+            raise
+        return out
+
+    def close(self) -> None:
+        for decoder in self._decoders.values():
+            decoder.close()
+        self._decoders.clear()
 
 
 class _SchemaLookback:
-    """Simple protocol in a range read: the schemas of DMLs whose BOOTSTRAP/DDL came before the range.
+    """Simple protocol: the schemas of DMLs whose BOOTSTRAP/DDL came before the first message decoded.
 
     TiCDC's Simple DMLs carry only (database, table, schemaVersion); the schema travels in BOOTSTRAP
     messages (before a table's first DML, then every send-bootstrap-interval-in-sec /
-    send-bootstrap-in-msg-count) and in DDL messages. A range that starts mid-partition begins with
-    an empty cache, so for a held DML this reads the partition backwards in chunks before the
-    range's start, down to the low watermark, and caches every schema message it meets until the
-    wanted (table, version) is known. Each key is searched once per range.
+    send-bootstrap-in-msg-count) and in DDL messages. A reader that starts mid-partition (a range,
+    or the apply job after a restart) begins with an empty cache, so for a held DML this reads the
+    partition backwards in chunks before its first offset, down to the low watermark, and caches
+    every schema message it meets until the wanted (table, version) is known. Each key is searched
+    once.
     """
 
-    def __init__(self, rng: KafkaRange) -> None:
-        self.rng = rng
+    def __init__(self, servers: str, topic: str, partition: int) -> None:
+        self.servers = servers
+        self.topic = topic
+        self.partition = partition
+        self.start: int | None = None  # the first offset decoded: everything from here on was seen
         self.searched: set[SchemaKey] = set()
         self.first_held: int | None = None  # offset of the first DML held for a schema
         self.low: int | None = None
@@ -149,6 +275,8 @@ class _SchemaLookback:
 
     def resolve(self, decoder: SimpleDecoder, offset: int) -> list[Event]:
         """After ``decoder`` read the message at ``offset``: look back for the schemas its held DMLs wait for."""
+        if self.start is None or offset < self.start:
+            self.start = offset
         if not decoder.pending():
             self.first_held = None
             return []
@@ -157,45 +285,43 @@ class _SchemaLookback:
         # pending_tables() also names known versions (DMLs queued behind an earlier one of their table).
         wanted = {key for key in decoder.pending_tables() if key not in decoder.schemas} - self.searched
         if not wanted:
-            return []  # searched already: a BOOTSTRAP later in the range may still bring it
+            return []  # searched already: a BOOTSTRAP later in the partition may still bring it
         self.searched |= wanted
-        rng = self.rng
         if self._consumer is None:
             from confluent_kafka import TopicPartition  # noqa: PLC0415
 
             # It re-assigns backwards chunk by chunk; a new assignment waits for the fetch in flight,
             # which at the log's end is held for fetch.wait.max.ms (500 ms by default).
-            self._consumer = _consumer(rng.servers, **{"fetch.wait.max.ms": 10})
-            tp = TopicPartition(rng.topic, rng.partition)
+            self._consumer = _consumer(self.servers, **{"fetch.wait.max.ms": 10})
+            tp = TopicPartition(self.topic, self.partition)
             self.low = int(self._consumer.get_watermark_offsets(tp, timeout=_KAFKA_TIMEOUT_S)[0])
-        high, low = rng.start, self.low or 0
+        high, low = self.start, self.low or 0
         while wanted and high > low:
             begin = max(low, high - _LOOKBACK_CHUNK)
-            for msg in _messages(self._consumer, rng.topic, rng.partition, begin, high):
-                where = f"{rng.topic}[{rng.partition}]@{msg.offset()}"
-                decoder.learn(Message(key=msg.key(), value=msg.value(), partition=rng.partition), where)
+            for msg in _messages(self._consumer, self.topic, self.partition, begin, high):
+                where = f"{self.topic}[{self.partition}]@{msg.offset()}"
+                decoder.learn(Message(key=msg.key(), value=msg.value(), partition=self.partition), where)
             wanted = {key for key in wanted if key not in decoder.schemas}
             high = begin
         log.info(
             "simple schemas looked back",
-            extra={"where": f"{rng.topic}[{rng.partition}]@{offset}", "from": high, "missing": sorted(wanted)},
+            extra={"where": f"{self.topic}[{self.partition}]@{offset}", "from": high, "missing": sorted(wanted)},
         )
         events = decoder.release()
         if not decoder.pending():
             self.first_held = None
         return events
 
-    def missing(self, decoder: SimpleDecoder) -> UnknownSchemaError:
-        rng = self.rng
+    def missing(self, decoder: SimpleDecoder, end: int) -> UnknownSchemaError:
         tables = ", ".join(f"{db}.{table} schemaVersion {version}" for db, table, version in decoder.pending_tables())
         return UnknownSchemaError(
-            f"simple protocol: no schema for {tables}: partition {rng.partition} of topic {rng.topic!r} has no "
-            f"BOOTSTRAP or DDL message of it at offsets [{self.low}, {rng.end}) ({decoder.pending()} DMLs "
+            f"simple protocol: no schema for {tables}: partition {self.partition} of topic {self.topic!r} has no "
+            f"BOOTSTRAP or DDL message of it at offsets [{self.low}, {end}) ({decoder.pending()} DMLs "
             "held). TiCDC sends a table's schema in BOOTSTRAP messages every send-bootstrap-interval-in-sec / "
             "send-bootstrap-in-msg-count (both 0 disables them) and to every partition only with "
             "send-bootstrap-to-all-partition=true: enable them on the changefeed's sink-uri, then read from an "
             "offset at or before a BOOTSTRAP of each table",
-            where=f"{rng.topic}[{rng.partition}]@{self.first_held}",
+            where=f"{self.topic}[{self.partition}]@{self.first_held}",
         )
 
     def close(self) -> None:
@@ -210,6 +336,8 @@ class KafkaInput(Input):
     OPTIONS = _KAFKA_KEYS
     ANY_CODEC_OPTION = True
     NO_PATH = True
+    # Spark's DDL of `MESSAGE_SCHEMA` (nullable columns: PySpark compares the batches' schema exactly).
+    OUTPUTS: ClassVar[Mapping[str, str]] = {MESSAGES: "partition int, offset long, key binary, value binary"}
 
     def __init__(self, opts: SourceOptions) -> None:
         super().__init__(opts)
@@ -252,6 +380,10 @@ class KafkaInput(Input):
             why = meta.error.str() if meta is not None and meta.error is not None else "no partitions"
             raise ConfigError(f"kafka: topic {self.topic!r} at {self.servers} is not readable: {why}")
         return sorted(meta.partitions)
+
+    def message_decoder(self) -> MessageDecoder:
+        """The driver-side decoder of this topic's ``output=messages`` rows (with the ``filter`` rules)."""
+        return MessageDecoder(self.servers, self.topic, self.codec, self.opts.changelog(None))
 
     def partition_ids(self) -> list[int]:
         """The topic's partitions (driver side; for the apply job's merge)."""
@@ -339,8 +471,9 @@ class KafkaInput(Input):
         self, start: dict[str, Any], end: dict[str, Any], changelog: ChangelogRows
     ) -> Sequence[InputPartition]:
         begin = start.get("offsets", {})
+        output = self.opts.output
         return [
-            KafkaRange(self.servers, self.topic, int(p), int(begin.get(p, 0)), int(high), self.codec, changelog)
+            KafkaRange(self.servers, self.topic, int(p), int(begin.get(p, 0)), int(high), self.codec, changelog, output)
             for p, high in sorted(end["offsets"].items(), key=lambda kv: int(kv[0]))
             if int(high) > int(begin.get(p, 0))
         ]

@@ -21,7 +21,12 @@ log = logging.getLogger(__name__)
 
 NAME = "changefeed"
 #: Options every input understands (Spark hands them over lower-cased).
-_COMMON = frozenset({"input", "path", "filter", "table", "events", "maxeventspertrigger", "timezone", "time-zone"})
+_COMMON = frozenset(
+    {"input", "path", "filter", "table", "events", "maxeventspertrigger", "timezone", "time-zone", "output"}
+)
+#: The public output: one changelog row per event (docs/spark.md). Other outputs are internal
+#: hand-overs between a source and a job's next stage (`Input.OUTPUTS`), never per-row JSON.
+CHANGELOG = "changelog"
 
 
 def _truthy(value: str | None) -> bool:
@@ -49,6 +54,7 @@ class SourceOptions:
     max_events: int | None
     time_zone: str
     extra: dict[str, str] = field(default_factory=dict)
+    output: str = CHANGELOG
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -70,6 +76,10 @@ class SourceOptions:
             raise ConfigError("maxEventsPerTrigger must be positive")
         tz = opts.get("timezone") or opts.get("time-zone") or "UTC"
         zone(tz)
+        output = (opts.get("output") or CHANGELOG).lower()
+        if output != CHANGELOG and output not in INPUTS[kind].OUTPUTS:
+            known = ", ".join(sorted({CHANGELOG, *INPUTS[kind].OUTPUTS}))
+            raise ConfigError(f"option output of input {kind} must be one of {known}, got {output!r}")
         extra = {k: v for k, v in opts.items() if k not in _COMMON}
         unknown = set(extra) - INPUTS[kind].OPTIONS
         if unknown and not INPUTS[kind].ANY_CODEC_OPTION:
@@ -83,6 +93,7 @@ class SourceOptions:
             max_events=limit,
             time_zone=tz,
             extra=extra,
+            output=output,
         )
 
     def changelog(self, typed: TableSchema | None) -> ChangelogRows:
@@ -95,6 +106,8 @@ class Input:
     OPTIONS: ClassVar[frozenset[str]] = frozenset()
     ANY_CODEC_OPTION: ClassVar[bool] = False
     NO_PATH: ClassVar[bool] = False  # True: the input is not a directory (kafka)
+    #: Outputs besides the changelog, name -> Spark DDL schema of its rows (see `CHANGELOG`).
+    OUTPUTS: ClassVar[Mapping[str, str]] = {}
 
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts

@@ -3,22 +3,28 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
+import orjson
+import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from ...codec import CodecOptions
-from ...errors import ConfigError
+from ...errors import CaptureError, ConfigError
 from ...model import DDLEvent, Event, Resolved, TableSchema
 from ...sink.storage.layout import DATA_FILE_RE, EXTENSIONS, SCHEMA_FILE_RE, SchemaFile, read_checkpoint
 from ...sink.storage.reader import StorageReader
-from ..changelog import ChangelogRows
-from .options import Input, SourceOptions
+from ..changelog import ChangelogRows, EventFilter
+from .options import CHANGELOG, Input, SourceOptions
 
 log = logging.getLogger(__name__)
+
+#: ``output=ranges``: one row per range, describing it, for a job that reads ranges itself (apply).
+RANGES = "ranges"
+RANGE_SCHEMA = pa.schema([("range", pa.string())])
 
 
 def _data_dir_version(rel: str) -> int | None:
@@ -28,7 +34,12 @@ def _data_dir_version(rel: str) -> int | None:
 
 @dataclass
 class StorageRange(InputPartition):
-    """Files of some data directories (and optionally the DDL of the range) between two checkpoints."""
+    """Files of some data directories (and optionally the DDL of the range) between two checkpoints.
+
+    ``output=changelog``: decoded in an executor, one changelog row per event. ``output=ranges``:
+    one row describing the range (`RANGE_SCHEMA`), which the apply job decodes itself on the driver
+    (`StorageRangeDecoder`), so no event crosses the Spark hand-over as per-row JSON.
+    """
 
     root: str
     codec: CodecOptions
@@ -38,11 +49,23 @@ class StorageRange(InputPartition):
     changelog: ChangelogRows
     ddl_and_resolved: bool = False
     end_offset: dict[str, Any] | None = None
+    output: str = CHANGELOG
 
     def __post_init__(self) -> None:
         InputPartition.__init__(self, None)
 
-    def rows(self) -> Iterator[tuple[Any, ...]]:
+    def rows(self) -> Iterator[Any]:
+        if self.output == RANGES:
+            return iter([pa.RecordBatch.from_pylist([{"range": self.describe()}], schema=RANGE_SCHEMA)])
+        return self.changelog.rows(self.events())
+
+    def describe(self) -> str:
+        """The range as JSON, without what the reading side has itself (root, codec, filter rules)."""
+        fields = {"low": self.low, "high": self.high, "files": self.files, "ddl_and_resolved": self.ddl_and_resolved}
+        return orjson.dumps({**fields, "end_offset": self.end_offset}).decode()
+
+    def events(self) -> Iterator[Event]:
+        """The range's events: rows and DDL in commit order, then (the DDL range) its Resolved."""
         root = Path(self.root)
         reader = StorageReader(root, self.codec)
         # Schema files type CSV rows and re-type canal-json rows: the message's own mysqlType does not
@@ -86,11 +109,42 @@ class StorageRange(InputPartition):
         if self.ddl_and_resolved:
             events.extend(d for d in ddls if self.low < d.commit_ts <= self.high)
         events.sort(key=lambda e: (e.commit_ts, 0 if isinstance(e, DDLEvent) else 1))
-        yield from self.changelog.rows(events)
+        yield from events
         if self.ddl_and_resolved:
-            resolved = self.changelog.row(Resolved(self.high, position=self.end_offset))
-            if resolved is not None:
-                yield resolved
+            yield Resolved(self.high, position=self.end_offset)
+
+
+class StorageRangeDecoder:
+    """The apply job's side of ``output=ranges``: reads and decodes each described range on the driver.
+
+    The driver plans this directory's offsets already (it reads the checkpoint and the file
+    indexes), so it can read the data files too; the ``filter``/``table`` options apply as in the
+    changelog output.
+    """
+
+    def __init__(self, root: str, codec: CodecOptions, changelog: ChangelogRows) -> None:
+        self.root = root
+        self.codec = codec
+        self.changelog = changelog
+
+    def events(self, batches: Iterable[pa.RecordBatch]) -> list[Event]:
+        """Every event of the ranges described in ``batches`` (`RANGE_SCHEMA`), range after range."""
+        keep = EventFilter(self.changelog)
+        out: list[Event] = []
+        for batch in batches:
+            for text in batch.column("range").to_pylist():
+                out.extend(e for e in self._range(text).events() if keep(e))
+        return out
+
+    def _range(self, text: str) -> StorageRange:
+        try:
+            obj = orjson.loads(text)
+            files = [(str(rel), int(first), int(last)) for rel, first, last in obj["files"]]
+            low, high, end = int(obj["low"]), int(obj["high"]), obj["end_offset"]
+            ddl_and_resolved = bool(obj["ddl_and_resolved"])
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise CaptureError(f"storage: not a range description: {exc}", where=self.root) from None
+        return StorageRange(self.root, self.codec, low, high, files, self.changelog, ddl_and_resolved, end)
 
 
 class StorageInput(Input):
@@ -98,6 +152,7 @@ class StorageInput(Input):
 
     OPTIONS = frozenset({"protocol"})
     ANY_CODEC_OPTION = True
+    OUTPUTS: ClassVar[Mapping[str, str]] = {RANGES: "range string"}
 
     def __init__(self, opts: SourceOptions) -> None:
         super().__init__(opts)
@@ -167,6 +222,11 @@ class StorageInput(Input):
             if last > first:
                 by_table.setdefault("/".join(rel.split("/")[:2]), []).append((rel, first, int(last)))
         args = (str(self.root), self.codec, int(start["checkpoint"]), int(end["checkpoint"]))
-        parts: list[InputPartition] = [StorageRange(*args, [], changelog, True, end)]
-        parts.extend(StorageRange(*args, files, changelog) for files in by_table.values())
+        output = self.opts.output
+        parts: list[InputPartition] = [StorageRange(*args, [], changelog, True, end, output)]
+        parts.extend(StorageRange(*args, files, changelog, False, None, output) for files in by_table.values())
         return parts
+
+    def range_decoder(self) -> StorageRangeDecoder:
+        """The driver-side reader of this directory's ``output=ranges`` rows (with the ``filter`` rules)."""
+        return StorageRangeDecoder(str(self.root), self.codec, self.opts.changelog(None))

@@ -1,0 +1,175 @@
+"""The kafka input's ``output=messages`` and the apply job's driver-side decode, on the tansu broker.
+
+The apply job reads raw messages (Arrow batches straight from the data source) and decodes each
+once on the driver, with one long-lived decoder per partition; it must see exactly the events the
+executor-side changelog path (``events=true``) gives.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import replace
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import SparkSession
+
+from changefeed.codec import CodecOptions
+from changefeed.errors import ConfigError, UnknownSchemaError
+from changefeed.model import Event, RowChange
+from changefeed.model.jsonl import EventReader, dumps_event
+from changefeed.sink.kafka import KafkaSink, KafkaSinkConfig
+from changefeed.spark.changelog import ChangelogRows
+from changefeed.spark.datasource import KafkaInput, SourceOptions, register
+from changefeed.spark.datasource import kafka as kafka_input
+from changefeed.spark.datasource.kafka import MESSAGE_SCHEMA, MESSAGES, KafkaRange, MessageDecoder
+from changefeed.testing import Broker
+
+from .helpers import captured
+
+PROTOCOLS = {
+    "open-protocol": CodecOptions(protocol="open-protocol"),
+    "canal-json": CodecOptions(protocol="canal-json", enable_tidb_extension=True),
+    "simple": CodecOptions(protocol="simple"),
+}
+
+
+def _source(broker: Broker, topic: str, **extra: str) -> dict[str, str]:
+    base = {"input": "kafka", "bootstrap.servers": broker.bootstrap_servers, "topic": topic}
+    return {**base, "protocol": "open-protocol", **extra}
+
+
+def _ends(broker: Broker, topic: str) -> dict[int, int]:
+    kafka = KafkaInput(SourceOptions.parse(_source(broker, topic)))
+    try:
+        return {p: high for p, (_, high) in kafka.watermarks().items()}
+    finally:
+        kafka.close()
+
+
+def _raw(broker: Broker, topic: str, partition: int, start: int, end: int, codec: CodecOptions) -> pa.Table:
+    rng = KafkaRange(broker.bootstrap_servers, topic, partition, start, end, codec, ChangelogRows(), MESSAGES)
+    batches = list(rng.rows())
+    assert all(b.schema == MESSAGE_SCHEMA for b in batches)
+    return pa.Table.from_batches(batches, MESSAGE_SCHEMA)
+
+
+def _produce(broker: Broker, topic: str) -> dict[int, list[tuple[bytes | None, bytes]]]:
+    from confluent_kafka import Producer  # noqa: PLC0415
+
+    broker.create_topic(topic, partitions=2)
+    sent: dict[int, list[tuple[bytes | None, bytes]]] = {0: [], 1: []}
+    producer = Producer({"bootstrap.servers": broker.bootstrap_servers, "linger.ms": 5})
+    errors: list[object] = []
+    for i in range(60):
+        partition = i % 2
+        key = None if i % 7 == 0 else f"k{i}".encode()
+        value = bytes(range(256))[i:] + i.to_bytes(2, "big")  # binary-exact, never empty (tansu drops those)
+        sent[partition].append((key, value))
+        producer.produce(
+            topic, value=value, key=key, partition=partition, on_delivery=lambda e, _m: e and errors.append(e)
+        )
+    assert producer.flush(15) == 0 and not errors
+    return sent
+
+
+def test_messages_output_yields_exactly_the_ranges_messages(
+    spark: SparkSession, broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    topic = f"cf-msg-{uuid.uuid4().hex[:8]}"
+    sent = _produce(broker, topic)
+    assert _ends(broker, topic) == {0: 30, 1: 30}
+
+    monkeypatch.setattr(kafka_input, "_MESSAGES_PER_BATCH", 7)
+    rng = KafkaRange(broker.bootstrap_servers, topic, 1, 3, 26, PROTOCOLS["open-protocol"], ChangelogRows(), MESSAGES)
+    batches = list(rng.rows())
+    assert [b.num_rows for b in batches] == [7, 7, 7, 2]
+    assert all(b.schema == MESSAGE_SCHEMA for b in batches)
+    got = pa.Table.from_batches(batches).to_pylist()
+    assert got == [{"partition": 1, "offset": o, "key": sent[1][o][0], "value": sent[1][o][1]} for o in range(3, 26)]
+
+    # Through Spark: PySpark checks the batches against the declared schema and passes them through.
+    register(spark)
+    df = spark.read.format("changefeed").options(**_source(broker, topic, output="messages")).load()
+    assert df.schema.simpleString() == "struct<partition:int,offset:bigint,key:binary,value:binary>"
+    table = df.toArrow().sort_by([("partition", "ascending"), ("offset", "ascending")])
+    expected = [
+        {"partition": p, "offset": o, "key": key, "value": value}
+        for p in (0, 1)
+        for o, (key, value) in enumerate(sent[p])
+    ]
+    assert table.to_pylist() == expected
+
+
+def test_messages_output_is_kafka_only() -> None:
+    with pytest.raises(ConfigError, match="option output of input storage must be one of changelog"):
+        SourceOptions.parse({"input": "storage", "path": "/x", "output": "messages"})
+
+
+def _lines(events: list[Event]) -> list[bytes]:
+    return [dumps_event(e) for e in events]
+
+
+def _old_path(broker: Broker, topic: str, partition: int, end: int, codec: CodecOptions, rules: list[str]) -> list:
+    """The executor-side path the apply job used before: changelog rows with the JSONL ``event`` column."""
+    changelog = ChangelogRows(rules, with_event=True)
+    rows = KafkaRange(broker.bootstrap_servers, topic, partition, 0, end, codec, changelog).rows()
+    reader = EventReader()
+    return [dumps_event(reader.parse(row[-1])) for row in rows]
+
+
+@pytest.mark.parametrize("protocol", list(PROTOCOLS))
+def test_driver_side_decode_gives_the_events_of_the_changelog_path(broker: Broker, protocol: str) -> None:
+    codec = PROTOCOLS[protocol]
+    topic = f"cf-msg-{protocol}-{uuid.uuid4().hex[:8]}"
+    sink = KafkaSink(KafkaSinkConfig(broker.bootstrap_servers, topic, codec, partition_num=2))
+    try:
+        sink.write(list(captured()))
+        sink.flush()
+    finally:
+        sink.close()
+    ends = _ends(broker, topic)
+    rules = ["*.*", "!cf.nums"]
+    for partition, end in ends.items():
+        raw = _raw(broker, topic, partition, 0, end, codec)
+        assert raw.num_rows == end
+        old = _old_path(broker, topic, partition, end, codec, rules)
+        assert len(old) > 10
+
+        # One long-lived decoder over the partition in three batches, handed over in shuffled order.
+        decoder = MessageDecoder(broker.bootstrap_servers, topic, codec, ChangelogRows(rules))
+        third = end // 3
+        new: list[bytes] = []
+        for chunk in (raw.slice(0, third), raw.slice(third, third), raw.slice(2 * third)):
+            shuffled = chunk.take(pa.array(list(range(chunk.num_rows))[::-1]))
+            decoded = decoder.decode(shuffled)
+            assert [offset for _, offset, _ in decoded] == chunk.column("offset").to_pylist()
+            new.extend(line for _, _, events in decoded for line in _lines(events))
+        decoder.close()
+        assert new == old, (protocol, partition)
+
+        if protocol == "simple":
+            # A decoder that starts mid-partition (a restart) looks back for its schemas.
+            start = end // 2
+            fresh = MessageDecoder(broker.bootstrap_servers, topic, codec, ChangelogRows(rules))
+            tail = [line for _, _, events in fresh.decode(raw.slice(start)) for line in _lines(events)]
+            fresh.close()
+            tail_old = [line for line in old if int(EventReader().parse(line).position["offset"]) >= start]
+            assert tail == tail_old
+
+
+def test_driver_side_decode_error_names_the_message_and_resets(broker: Broker) -> None:
+    codec = replace(PROTOCOLS["simple"], send_bootstrap_interval_in_sec=0, send_bootstrap_in_msg_count=0)
+    topic = f"cf-msg-{uuid.uuid4().hex[:8]}"
+    sink = KafkaSink(KafkaSinkConfig(broker.bootstrap_servers, topic, codec, partition_num=1))
+    try:
+        sink.write([e for e in captured() if isinstance(e, RowChange)])  # no schema anywhere in the topic
+        sink.flush()
+    finally:
+        sink.close()
+    raw = _raw(broker, topic, 0, 0, _ends(broker, topic)[0], codec)
+    decoder = MessageDecoder(broker.bootstrap_servers, topic, codec, ChangelogRows())
+    with pytest.raises(UnknownSchemaError, match="send-bootstrap-to-all-partition=true") as caught:
+        decoder.decode(raw.slice(2))
+    assert caught.value.where == f"{topic}[0]@2"
+    assert decoder._decoders == {}  # dropped: a replay starts from fresh decoders

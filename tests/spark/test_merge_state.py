@@ -1,0 +1,174 @@
+"""The apply job's merge state on disk: data, not pickle; replay by batch id; damage is a clear error.
+
+No Spark or broker needed: `MergeStage.merge` takes decoded messages as the driver hands them over.
+"""
+
+from __future__ import annotations
+
+import ast
+from decimal import Decimal
+from pathlib import Path
+
+import orjson
+import pytest
+
+from changefeed.errors import ChangefeedError
+from changefeed.model import Column, DDLEvent, Event, Index, Op, Resolved, RowChange, TableSchema, TypeCode
+from changefeed.model.jsonl import dumps_event
+from changefeed.spark.merge import MergeStage, load_state
+
+PACKAGE = Path(__file__).resolve().parents[2] / "changefeed"
+TOPIC = "cf-state"
+T = TableSchema(
+    "db",
+    "t",
+    (Column("id", TypeCode.BIGINT, nullable=False), Column("v", TypeCode.VARCHAR, "utf8mb4", "utf8mb4_bin", length=20),
+     Column("d", TypeCode.DECIMAL, length=10, decimal=2), Column("b", TypeCode.BLOB)),
+    (Index("PRIMARY", ("id",), primary=True),),
+    table_id=7,
+)  # fmt: skip
+
+
+def _row(ts: int, ident: int) -> RowChange:
+    return RowChange(Op.INSERT, T, ts, new=(ident, f"v{ident}", Decimal(f"{ident}.50"), bytes([ident, 0, 255])))
+
+
+def _msg(partition: int, offset: int, *events: Event) -> tuple[int, int, list[Event]]:
+    for ev in events:
+        ev.position = {"topic": TOPIC, "partition": partition, "offset": offset}
+    return partition, offset, list(events)
+
+
+def _batches() -> list[list[tuple[int, int, list[Event]]]]:
+    """Three batches over two partitions: rows wait across batches for the other partition's watermark."""
+    ddl = DDLEvent("db", "t", "ALTER TABLE t COMMENT 'x'", 17, 300, table_schema=T)
+    return [
+        [_msg(0, 0, _row(100, 1)), _msg(0, 1, _row(200, 2), Resolved(200)), _msg(1, 0, _row(150, 3))],
+        [_msg(1, 1, ddl), _msg(1, 2, Resolved(180)), _msg(0, 2, ddl)],
+        [_msg(0, 3, _row(400, 4), Resolved(500)), _msg(1, 3, _row(200, 2), Resolved(450))],
+    ]
+
+
+def _lines(events: list[Event]) -> list[bytes]:
+    return [dumps_event(e) for e in events]
+
+
+def _stage(tmp_path: Path) -> MergeStage:
+    return MergeStage(tmp_path / "merge", TOPIC, [1, 0])
+
+
+def test_shipped_package_does_not_import_pickle() -> None:
+    for path in PACKAGE.rglob("*.py"):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            assert not any(n.split(".")[0] in ("pickle", "cPickle", "dill") for n in names), path
+
+
+def test_state_round_trips_and_a_replayed_batch_releases_the_same(tmp_path: Path) -> None:
+    # The reference: one process, every batch committed.
+    ref = _stage(tmp_path / "ref")
+    expected = []
+    for batch_id, batch in enumerate(_batches()):
+        expected.append(_lines(ref.merge(batch, batch_id)))
+        ref.commit(batch_id)
+    assert expected[0] == []  # partition 1 has no watermark yet
+    assert [orjson.loads(line)["commit_ts"] for line in expected[1]] == [100, 150, 180]
+    assert orjson.loads(expected[1][-1])["position"] == {
+        "topic": TOPIC,
+        "offsets": {"0": 1, "1": 1},
+    }  # rows and the DDL pending there
+
+    # A new process per batch: each restores the file the previous batch saved.
+    for batch_id, batch in enumerate(_batches()):
+        stage = _stage(tmp_path)
+        assert _lines(stage.merge(batch, batch_id)) == expected[batch_id], batch_id
+        stage.commit(batch_id)
+    files = sorted(p.name for p in (tmp_path / "merge").iterdir())
+    assert files == [f"merge-{i:012d}.jsonl" for i in range(3)]
+    header = orjson.loads((tmp_path / "merge" / files[0]).read_bytes().splitlines()[0])
+    assert header["format"] == "changefeed-merge-state" and header["batch"] == 0 and header["topic"] == TOPIC
+    # Only unreleased events are saved: after batch 0 every row waits for partition 1's watermark.
+    pending = (tmp_path / "merge" / files[0]).read_bytes().splitlines()[1:]
+    assert sorted(orjson.loads(line)["commit_ts"] for line in pending) == [100, 150, 200]
+
+    # Crash after batch 1 was saved but before Spark committed its offsets: batch 1 again, same id.
+    stage = _stage(tmp_path)
+    assert _lines(stage.merge(_batches()[1], 1)) == expected[1]
+    stage.commit(1)
+    # Crash before the state was saved (batch 2 ran, failed): the replay starts from batch 1's state.
+    stage = _stage(tmp_path)
+    stage.merge(_batches()[2], 2)
+    assert _lines(stage.merge(_batches()[2], 2)) == expected[2]  # the in-memory copy is not reused
+    stage.commit(2)
+    assert _lines(_stage(tmp_path).merge([], 3)) == []
+
+
+def test_in_process_batches_reuse_the_saved_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    stage = _stage(tmp_path)
+    stage.merge(_batches()[0], 0)
+    stage.commit(0)
+    monkeypatch.setattr("changefeed.spark.merge.load_state", None)  # batch 1 must not read the file back
+    released = stage.merge(_batches()[1], 1)
+    assert [e.commit_ts for e in released] == [100, 150, 180]
+
+
+def _saved(tmp_path: Path) -> Path:
+    stage = _stage(tmp_path)
+    stage.merge(_batches()[0], 0)
+    stage.commit(0)
+    return tmp_path / "merge" / "merge-000000000000.jsonl"
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda text: b"", "not a changefeed merge state"),
+        (lambda text: text[: len(text) // 3], "corrupt"),
+        (lambda text: b"\x80\x81garbage\n" + text, "corrupt"),
+        (lambda text: text.replace(b'"version":1', b'"version":99'), "version 99"),
+        (lambda text: text.replace(b'"seq":', b'"seq":-5,"x":'), "seq must be an integer"),
+        (lambda text: text.replace(b'"kind":"row"', b'"kind":"nope"'), "unknown event kind"),
+        (lambda text: text.replace(b'"commit_ts":150', b'"commit_ts":"150"'), "commit_ts"),
+        (lambda text: text + b'{"kind":"resolved","commit_ts":3}\n', "events for"),
+        (lambda text: text.replace(b'"items":[', b'"items":[[1,2,3],'), "events for"),
+        (lambda text: text.replace(b'"partitions":[0,1]', b'"partitions":[0,1,2]'), "header names partitions"),
+        (lambda text: text.replace(b'"merger":{', b'"merger":[{').replace(b'"items"', b'"items"'), "corrupt"),
+    ],
+)
+def test_damaged_state_file_is_a_clear_error_naming_it(tmp_path: Path, damage, message: str) -> None:
+    path = _saved(tmp_path)
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(ChangefeedError, match=message) as caught:
+        _stage(tmp_path).merge(_batches()[1], 1)
+    assert str(path) in str(caught.value)
+
+
+def test_state_of_another_topic_or_partition_count_is_refused(tmp_path: Path) -> None:
+    path = _saved(tmp_path)
+    with pytest.raises(ChangefeedError, match="recreated or repartitioned") as caught:
+        load_state(path, "other-topic", [0, 1])
+    assert str(path) in str(caught.value)
+    with pytest.raises(ChangefeedError, match="recreated or repartitioned"):
+        MergeStage(tmp_path / "merge", TOPIC, [0, 1, 2]).merge([], 1)
+
+
+def test_pickled_state_of_an_older_version_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "merge").mkdir()
+    (tmp_path / "merge" / "merger-000000000004.pkl").write_bytes(b"\x80\x05old")
+    with pytest.raises(ChangefeedError, match="pickle form of an older changefeed") as caught:
+        _stage(tmp_path).merge([], 5)
+    assert str(tmp_path / "merge") in str(caught.value)
+
+
+def test_released_rows_share_one_schema_object_per_table_version(tmp_path: Path) -> None:
+    """Each partition's decoder builds its own TableSchema; the MySQL sink batches rows only while they share one."""
+    copy = TableSchema(T.schema, T.table, T.columns, T.indexes, table_id=T.table_id)
+    assert copy == T and copy is not T
+    first = RowChange(Op.INSERT, copy, 100, new=_row(100, 5).new)
+    batch = [_msg(0, 0, _row(100, 1), Resolved(100)), _msg(1, 0, first, Resolved(100))]
+    released = _stage(tmp_path).merge(batch, 0)
+    rows = [e for e in released if isinstance(e, RowChange)]
+    assert len(rows) == 2 and rows[0].table_schema is rows[1].table_schema

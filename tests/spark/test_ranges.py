@@ -1,0 +1,107 @@
+"""The binlog input's read limits count rows, and its ``ranges`` output hands whole ranges to the next stage.
+
+A server packs many rows into one ROWS event (up to binlog_row_event_max_size, 8 KiB by default),
+so limits in events would make a batch or a partition hundreds of times larger than asked.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pytest
+
+from changefeed.capture.binlog import BinlogPosition
+from changefeed.errors import ConfigError
+from changefeed.model import Resolved, RowChange
+from changefeed.spark.changelog import ChangelogRows
+from changefeed.spark.datasource import BinlogInput, SourceOptions
+from changefeed.spark.datasource.binlog import RANGES_ARROW, RangeDecoder
+from changefeed.testing import MariaDBServer
+
+ROWS_PER_STATEMENT = 500  # one INSERT: a handful of ROWS events of ~100 rows each
+STATEMENTS = 6  # each its own transaction
+
+
+def _position(server: MariaDBServer) -> dict[str, Any]:
+    with server.connect() as conn, conn.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        file, pos = cur.fetchone()[:2]
+    return BinlogPosition(str(file), int(pos)).to_dict()
+
+
+@pytest.fixture
+def backlog(mariadb: MariaDBServer, fresh_db: str) -> tuple[dict[str, Any], str]:
+    """``STATEMENTS`` transactions of ``ROWS_PER_STATEMENT`` rows; returns the start position and the schema."""
+    with mariadb.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE `{fresh_db}`.t (id INT PRIMARY KEY, note VARCHAR(40), amount DECIMAL(10,2))")
+        start = _position(mariadb)
+        for s in range(STATEMENTS):
+            values = ",".join(
+                f"({s * ROWS_PER_STATEMENT + i}, 'row {i} of {s}', {i}.25)" for i in range(ROWS_PER_STATEMENT)
+            )
+            cur.execute(f"INSERT INTO `{fresh_db}`.t VALUES {values}")
+            conn.commit()
+    return start, fresh_db
+
+
+def _input(server: MariaDBServer, schema: str, **options: str) -> BinlogInput:
+    opts = {"input": "binlog", "path": str(server.binlog_dir), "filter": f"{schema}.*", **options}
+    return BinlogInput(SourceOptions.parse(opts))
+
+
+def _rows(source: BinlogInput, start: dict[str, Any], end: dict[str, Any]) -> list[list[tuple[Any, ...]]]:
+    """The changelog rows of each partition of [start, end)."""
+    return [[r for r in p.rows() if r[0] == "row"] for p in source.partitions(start, end, source.opts.changelog(None))]
+
+
+def test_read_limit_and_partition_size_count_rows_not_events(
+    mariadb: MariaDBServer, backlog: tuple[dict[str, Any], str]
+) -> None:
+    start, schema = backlog
+    source = _input(mariadb, schema, eventsPerPartition=str(ROWS_PER_STATEMENT))
+    # A limit of 1.5 transactions ends at the first boundary at or past it: two transactions.
+    end = source.latest_offset(start, ROWS_PER_STATEMENT * 3 // 2, None)
+    parts = _rows(source, start, end)
+    assert [len(p) for p in parts] == [ROWS_PER_STATEMENT, ROWS_PER_STATEMENT]  # one transaction each
+    # Without a limit: everything, one partition per transaction (the split size is one transaction).
+    everything = source.latest_offset(start, None, None)
+    assert [len(p) for p in _rows(source, start, everything)] == [ROWS_PER_STATEMENT] * STATEMENTS
+    ids = [orjson.loads(r[5])["id"] for p in _rows(source, start, everything) for r in p]
+    assert ids == sorted(ids) and len(set(ids)) == ROWS_PER_STATEMENT * STATEMENTS
+
+
+def test_ranges_output_decodes_in_the_next_stage_to_the_same_events(
+    mariadb: MariaDBServer, backlog: tuple[dict[str, Any], str]
+) -> None:
+    start, schema = backlog
+    options = {
+        "input": "binlog",
+        "path": str(mariadb.binlog_dir),
+        "filter": f"{schema}.*",
+        "eventsPerPartition": str(2 * ROWS_PER_STATEMENT),
+    }
+    source = BinlogInput(SourceOptions.parse({**options, "output": "ranges"}))
+    end = source.latest_offset(start, None, None)
+    partitions = source.partitions(start, end, ChangelogRows())
+    assert len(partitions) == STATEMENTS // 2
+    batches = [b for p in partitions for b in p.rows()]
+    assert all(isinstance(b, pa.RecordBatch) and b.schema == RANGES_ARROW and b.num_rows == 1 for b in batches)
+    assert orjson.loads(batches[0].column("start")[0].as_py()) == start  # positions only: no rows, no credentials
+
+    decoded = list(RangeDecoder.from_options(options).events(iter(batches)))
+    rows = [e for e in decoded if isinstance(e, RowChange)]
+    assert len(rows) == ROWS_PER_STATEMENT * STATEMENTS
+    assert {e.table_schema.schema for e in rows} == {schema}  # the filter applies in the decoding stage
+    assert sum(isinstance(e, Resolved) for e in decoded) == len(partitions)  # one per range, ending it
+    reference = BinlogInput(SourceOptions.parse(options))
+    changelog = reference.opts.changelog(None)
+    want = [r for p in reference.partitions(start, end, changelog) for r in p.rows() if r[0] == "row"]
+    assert [changelog.row(e) for e in rows] == want
+
+
+def test_unknown_output_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="output of input binlog must be one of changelog, ranges"):
+        SourceOptions.parse({"input": "binlog", "path": str(tmp_path), "output": "tuples"})
