@@ -64,6 +64,17 @@ def _driver_path(
     _run_query(spark, stream, runner, checkpoint, None, True, f"reference-{uuid.uuid4().hex[:6]}")
 
 
+def _kafka_reference(spark: SparkSession, config: KafkaSinkConfig, checkpoint: Path) -> None:
+    """The driver-side path into a Kafka topic: every batch acknowledged before it ends."""
+    with KafkaSink(config) as sink:
+
+        def flush() -> int:
+            flushed = sink.flush()
+            return flushed.commit_ts if flushed else 0
+
+        _driver_path(spark, sink.write, flush, checkpoint)
+
+
 def test_storage_files_are_byte_identical_even_after_a_failed_batch(spark: SparkSession, tmp_path: Path) -> None:
     reference = tmp_path / "reference"
     writer = StorageWriter(reference, CANAL, LAYOUT)
@@ -129,13 +140,7 @@ def test_kafka_messages_per_partition_are_byte_identical(spark: SparkSession, br
         return KafkaSinkConfig(broker.bootstrap_servers, topic, codec, rules=rules, partition_num=3)
 
     reference_topic, topic = f"ref-{uuid.uuid4().hex[:8]}", f"enc-{uuid.uuid4().hex[:8]}"
-    with KafkaSink(config(reference_topic)) as sink:
-
-        def flush() -> int:
-            flushed = sink.flush()
-            return flushed.commit_ts if flushed else 0
-
-        _driver_path(spark, sink.write, flush, tmp_path / "ck-reference")
+    _kafka_reference(spark, config(reference_topic), tmp_path / "ck-reference")
     stats = run_capture_kafka(spark, BINLOG, config(topic), tmp_path / "ck", available_now=True, **BATCHING)  # type: ignore[arg-type]
     assert stats.checkpoint_ts == captured()[-1].commit_ts
 
@@ -185,13 +190,7 @@ def test_simple_bootstrap_messages_are_byte_identical(spark: SparkSession, broke
         return KafkaSinkConfig(broker.bootstrap_servers, topic, codec, partition_num=2)
 
     reference_topic, topic = f"ref-{uuid.uuid4().hex[:8]}", f"enc-{uuid.uuid4().hex[:8]}"
-    with KafkaSink(config(reference_topic)) as sink:
-
-        def flush() -> int:
-            flushed = sink.flush()
-            return flushed.commit_ts if flushed else 0
-
-        _driver_path(spark, sink.write, flush, tmp_path / "ck-reference")
+    _kafka_reference(spark, config(reference_topic), tmp_path / "ck-reference")
     run_capture_kafka(spark, BINLOG, config(topic), tmp_path / "ck", available_now=True, **BATCHING)  # type: ignore[arg-type]
     want = read_raw(broker.bootstrap_servers, reference_topic, 2)
     got = read_raw(broker.bootstrap_servers, topic, 2)
