@@ -76,18 +76,31 @@ def _stats() -> tuple[dict[int, list[int]], dict[int, tuple[float, float]]]:
     return children, cpu
 
 
+def tree_cpu(
+    root: int,
+    children: dict[int, list[int]] | None = None,
+    cpu: dict[int, tuple[float, float]] | None = None,
+    *,
+    with_reaped: bool = False,
+) -> float:
+    """CPU seconds of ``root`` and every live descendant (``with_reaped``: plus children they reaped)."""
+    if children is None or cpu is None:
+        children, cpu = _stats()
+    total, todo = 0.0, [root]
+    while todo:
+        pid = todo.pop()
+        total += cpu.get(pid, (0.0, 0.0))[1 if with_reaped else 0]
+        todo.extend(children.get(pid, []))
+    return total
+
+
 def cpu_by_part(me: int, services: dict[str, int | None]) -> dict[str, float]:
     """CPU seconds of the driver alone, the JVM tree (Spark: JVM + Python workers), and each service tree."""
     children, cpu = _stats()
     skip = {pid for pid in services.values() if pid}
 
     def tree(root: int) -> float:
-        total, todo = 0.0, [root]
-        while todo:
-            pid = todo.pop()
-            total += cpu.get(pid, (0.0, 0.0))[1]
-            todo.extend(children.get(pid, []))
-        return total
+        return tree_cpu(root, children, cpu, with_reaped=True)
 
     out = {"driver": cpu[me][0], "jvm+workers": sum(tree(c) for c in children.get(me, []) if c not in skip)}
     out.update({name: tree(pid) if pid else 0.0 for name, pid in services.items()})

@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.apply_job import _stats
+from bench.apply_job import tree_cpu
 from bench.binlog import generate
 from changefeed.codec import CodecOptions
 from changefeed.sink.storage.writer import StorageWriter
@@ -40,17 +40,6 @@ from changefeed.spark.session import spark_session
 from changefeed.testing.mariadb import MariaDBServer
 
 CODEC = CodecOptions(protocol="canal-json", enable_tidb_extension=True, clock=int)
-
-
-def tree_cpu(root: int) -> float:
-    """CPU seconds (user + system) of ``root`` and every live descendant."""
-    children, cpu = _stats()
-    total, todo = 0.0, [root]
-    while todo:
-        pid = todo.pop()
-        total += cpu.get(pid, (0.0, 0.0))[0]
-        todo.extend(children.get(pid, []))
-    return total
 
 
 def tree_bytes(root: Path) -> dict[str, bytes]:
