@@ -8,10 +8,11 @@ Decoders take one message and return the events in it, in order.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from ..model import DDLEvent, Event, Resolved, RowChange, TableSchema
+from ..model.rowblock import TableRows
 from .options import CodecOptions
 
 
@@ -48,6 +49,19 @@ class Encoder(ABC):
     @abstractmethod
     def append_row(self, row: RowChange) -> None:
         """Queue a row event; messages come out of `build`."""
+
+    def render_rows(self, rows: TableRows) -> tuple[list[bytes | None], list[bytes | None]] | None:
+        """Every row's event key and value (uncompressed) rendered column-wise, or None: not columnar.
+
+        Rendering whole columns is much cheaper than one row at a time. A None entry is a row the
+        caller must give to `append_row` instead.
+        """
+        return None
+
+    def append_rendered(self, key: bytes, value: bytes, commit_ts: int, row: Callable[[], RowChange]) -> None:
+        """Queue a row rendered by `render_rows`, as `append_row` would; ``row()`` gives the
+        `RowChange` for what only the per-row path handles (e.g. a message over the size limit)."""
+        raise NotImplementedError(f"{type(self).__name__} does not render rows column-wise")
 
     @abstractmethod
     def build(self) -> list[Message]:

@@ -9,7 +9,7 @@ from .partition import (
     make_partition_dispatcher,
 )
 from .router import DispatchRule, EventRouter
-from .split import split_key_changing_update
+from .split import key_changing_rows, split_key_changing_update
 from .tablefilter import TableFilter
 from .topic import TopicDispatcher
 
@@ -23,6 +23,7 @@ __all__ = [
     "TableFilter",
     "TopicDispatcher",
     "TsDispatcher",
+    "key_changing_rows",
     "make_partition_dispatcher",
     "split_key_changing_update",
 ]

@@ -11,8 +11,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from ..errors import ConfigError
 from ..model import ABSENT, Column, RowChange, TableSchema, canonical_text
+from ..model.rowblock import TableRows
 
 Choice = tuple[int, str]
 """(partition, partition key): the key is what Pulsar would hash; Kafka uses the partition."""
@@ -33,6 +36,10 @@ class PartitionDispatcher(ABC):
     @abstractmethod
     def partition(self, row: RowChange, partitions: int) -> Choice: ...
 
+    def partitions_of(self, rows: TableRows, partitions: int) -> np.ndarray | None:
+        """The partition of every row of one table at once, or None: ask `partition` row by row."""
+        return None
+
 
 class TableDispatcher(PartitionDispatcher):
     """``table`` (and ``default``): Write(schema, table) with the logical names."""
@@ -47,12 +54,19 @@ class TableDispatcher(PartitionDispatcher):
             h = self._cache[key] = zlib.crc32(row.schema.encode() + row.table.encode())
         return h % partitions, f"{row.schema}.{row.table}"
 
+    def partitions_of(self, rows: TableRows, partitions: int) -> np.ndarray:
+        ts = rows.table_schema
+        return np.full(rows.num_rows, zlib.crc32(ts.schema.encode() + ts.table.encode()) % partitions, np.int64)
+
 
 class TsDispatcher(PartitionDispatcher):
     """``ts``: commitTs % partitions."""
 
     def partition(self, row: RowChange, partitions: int) -> Choice:
         return row.commit_ts % partitions, str(row.commit_ts)
+
+    def partitions_of(self, rows: TableRows, partitions: int) -> np.ndarray:
+        return rows.commit_ts % partitions
 
 
 class _ColumnHashDispatcher(PartitionDispatcher):

@@ -6,8 +6,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from ..errors import ConfigError
 from ..model import RowChange
+from ..model.rowblock import TableRows
 from .partition import PartitionDispatcher, make_partition_dispatcher
 from .tablefilter import TableFilter
 from .topic import TopicDispatcher
@@ -83,3 +86,8 @@ class EventRouter:
 
     def partition(self, row: RowChange, partitions: int) -> int:
         return self._rule(row.schema, row.table)[0].partition(row, partitions)[0]
+
+    def partitions_of(self, rows: TableRows, partitions: int) -> np.ndarray | None:
+        """Every row's partition at once, or None when the table's dispatcher works row by row."""
+        ts = rows.table_schema
+        return self._rule(ts.schema, ts.table)[0].partitions_of(rows, partitions)

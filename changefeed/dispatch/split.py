@@ -7,7 +7,11 @@ one, so per-key consumers (and key-hashing dispatchers) see each key's history i
 
 from __future__ import annotations
 
+import numpy as np
+import pyarrow.compute as pc
+
 from ..model import ABSENT, Op, RowChange, TableSchema
+from ..model.rowblock import TableRows
 
 _KEY_POSITIONS: dict[int, tuple[TableSchema, tuple[int, ...]]] = {}
 
@@ -41,3 +45,17 @@ def split_key_changing_update(row: RowChange) -> list[RowChange]:
         "position": row.position,
     }
     return [RowChange(Op.DELETE, old=old, row_id=row.row_id, **common), RowChange(Op.INSERT, new=new, **common)]
+
+
+def key_changing_rows(rows: TableRows) -> np.ndarray:
+    """Per row of one table: an UPDATE that `split_key_changing_update` would split."""
+    out = np.zeros(rows.num_rows, bool)
+    updates = rows.ops == 1
+    if not updates.any():
+        return out
+    for i in _key_positions(rows.table_schema):
+        new, old = rows.column(i), rows.before(i)
+        differ = pc.fill_null(pc.not_equal(new, old), False).to_numpy(zero_copy_only=False)
+        one_null = (new.is_null().to_numpy(zero_copy_only=False)) != (old.is_null().to_numpy(zero_copy_only=False))
+        out |= differ | one_null
+    return out & updates

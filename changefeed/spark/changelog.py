@@ -230,14 +230,16 @@ class EventFilter:
 
     def __call__(self, ev: Event) -> bool:
         if isinstance(ev, RowChange):
-            key = (ev.table_schema.schema, ev.table_schema.table)
-        elif isinstance(ev, DDLEvent):
-            key = (ev.schema, ev.table)
-        else:
-            return True
+            return self.keeps(ev.table_schema.schema, ev.table_schema.table)
+        if isinstance(ev, DDLEvent):
+            return self.keeps(ev.schema, ev.table)
+        return True
+
+    def keeps(self, schema: str, table: str) -> bool:
+        key = (schema, table)
         kept = self._tables.get(key)
         if kept is None:
-            kept = self._tables[key] = self.changelog.keeps(*key)
+            kept = self._tables[key] = self.changelog.keeps(schema, table)
         return kept
 
 

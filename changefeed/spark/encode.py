@@ -30,6 +30,7 @@ import pyarrow as pa
 from ..errors import ChangefeedError, SinkError
 from ..model import DDLEvent, Event, Resolved, RowChange
 from ..model.jsonl import EventReader, dumps_event, table_schema_from_json, table_schema_to_json
+from ..model.rowblock import RowBlock
 from ..sink.kafka.encode import KafkaEncoder, KafkaItem, MessageGroup, UnknownTopicError
 from ..sink.kafka.progress import FlushedPosition
 from ..sink.storage.layout import SchemaFile
@@ -76,7 +77,7 @@ KAFKA_SCHEMA = pa.schema(
 )
 
 
-def event_order(event: Event) -> tuple[int, int]:
+def event_order(event: Event | RowBlock) -> tuple[int, int]:
     """Commit order: a DDL precedes rows of its commit ts; a resolved row follows everything it covers."""
     rank = 0 if isinstance(event, DDLEvent) else 2 if isinstance(event, Resolved) else 1
     return (event.commit_ts, rank)
@@ -96,9 +97,10 @@ def _spark_schema(schema: pa.Schema) -> str:
     return ", ".join(cols)
 
 
-PartitionEvents = Callable[[Iterator[pa.RecordBatch]], Iterable[Event]]
+PartitionEvents = Callable[[Iterator[pa.RecordBatch]], Iterable[Event | RowBlock]]
 """What the encode stage reads one Spark partition's input with: a binlog input's ranges decoded in
-place (`changefeed.spark.datasource.binlog.RangeDecoder`), or the changelog's JSONL ``event`` column."""
+place into row blocks (`changefeed.spark.datasource.binlog.RangeDecoder`), or the changelog's JSONL
+``event`` column."""
 
 
 def jsonl_events(batches: Iterator[pa.RecordBatch]) -> list[Event]:
@@ -108,7 +110,7 @@ def jsonl_events(batches: Iterator[pa.RecordBatch]) -> list[Event]:
     return [reader.parse(line, where) for batch in batches for line in batch.column("event").to_pylist() if line]
 
 
-def _partition_events(batches: Iterator[pa.RecordBatch], events_of: PartitionEvents) -> list[Event]:
+def _partition_events(batches: Iterator[pa.RecordBatch], events_of: PartitionEvents) -> list[Event | RowBlock]:
     """One Spark partition's events in commit order (a stable sort: ties keep source order)."""
     events = list(events_of(batches))
     events.sort(key=event_order)

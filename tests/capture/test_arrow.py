@@ -15,11 +15,14 @@ import pytest
 
 from changefeed.capture.binlog import BinlogPosition, BlockAllowList, file_capture
 from changefeed.capture.binlog.arrow import ArrowCapture, read_range_arrow
+from changefeed.capture.binlog.blocks import BlockCapture
 from changefeed.capture.binlog.files import BinlogFileReader
 from changefeed.errors import ConfigError
 from changefeed.model.events import Event, Resolved, RowChange
+from changefeed.model.rowblock import expand_blocks
 from changefeed.model.values import ABSENT, decimal_text
 from changefeed.testing import MariaDBServer
+from tests.capture.test_blocks import assert_same_events
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "binlog"
 FULL = FIXTURES / "full"
@@ -198,6 +201,14 @@ def test_minimal_row_images_put_rows_back_in_order(mariadb_factory: Any) -> None
     assert batch.column("a").to_pylist() == [10, 20, 30, 11, 21, None, None, None]
     assert batch.column("before_id").to_pylist() == [None, None, None, 1, 2, None, None, 4]
     assert batch.column("b").to_pylist() == ["x", None, "z", None, None, None, None, "q"]
+    # Row blocks keep what the batch cannot: the absent columns come back ABSENT, not NULL.
+    opener = lambda at: BinlogFileReader(server.binlog_dir, at.file or None, at.pos)  # noqa: E731
+    blocks = list(BlockCapture(opener, start).blocks())
+    want = [e for e in events if not isinstance(e, Resolved)] + [events[-1]]
+    assert assert_same_events(want, blocks) == 8
+    rows = [e for e in expand_blocks(blocks) if isinstance(e, RowChange)]
+    assert rows[3].new == (ABSENT, 11, ABSENT, ABSENT) and rows[3].old == (1, ABSENT, ABSENT, ABSENT)
+    assert rows[5].old == (1, ABSENT, ABSENT, ABSENT)
 
 
 @pytest.mark.mariadb

@@ -42,6 +42,7 @@ import pyarrow as pa
 from ...errors import CaptureError, ConfigError
 from ...model.events import DDLEvent
 from ...model.jsonl import table_schema_to_json
+from ...model.rowblock import TableRows
 from ...model.schema import TableSchema
 from ...model.values import decimal_text
 from .capture import BinlogCapture
@@ -722,6 +723,20 @@ class ArrowBatchBuilder:
         self._buf = bytearray()  # the batch's arrays may still view the old buffer
         self.discard()
         return batch
+
+    def finish_rows(self) -> TableRows | None:
+        """Like `finish`, as a `TableRows` that also records images not carrying every column."""
+        main_runs, before_runs = list(self._main.runs), list(self._before.runs)
+        batch = self.finish()
+        if batch is None:
+            return None
+        every = (1 << self.width) - 1
+        return TableRows(
+            self.table_schema,
+            batch,
+            None if all(p == every for p, _ in main_runs) else main_runs,
+            None if all(p in (-1, every) for p, _ in before_runs) else before_runs,
+        )
 
     def _finish_slot(self, ctx: _Ctx, slot: _Slot, n: int) -> list[pa.Array]:
         used = [g for g in slot.groups.values() if g.starts]

@@ -17,6 +17,7 @@ import orjson
 
 from ...errors import CodecError, ConfigError, MessageTooLargeError
 from ...model import ABSENT, Column, DDLEvent, Op, Resolved, RowChange, TableSchema, TypeCode, ddl_kind
+from ...model.rowblock import TableRows
 from ...model.tso import tso_physical_ms
 from ...model.types import java_sql_type
 from ...model.values import b64encode
@@ -27,6 +28,7 @@ from ..options import CodecOptions
 from ..plancache import PlanCache
 from ..rowkey import int_handle_position, row_key
 from ..textvalues import decimal_renderer, float32_text, float64_text
+from . import columns  # refers back to this module's plans; used only at call time
 from .mysqltype import default_mysql_type, full_mysql_type
 
 Renderer = Callable[[Any], str] | None
@@ -328,41 +330,71 @@ class CanalJSONEncoder(Encoder):
         self._clock = opts.clock
         self._plans = PlanCache(lambda ts: _build_table_plan(ts, self._content_compatible))
         self._messages: list[Message] = []
+        self._column_settings: columns.Settings | None = None  # made on first render_rows
 
     # -------------------------------------------------------------- rows
 
     def append_row(self, row: RowChange) -> None:
         self._messages.append(self.encode_row(row))
 
+    def render_rows(self, rows: TableRows) -> tuple[list[bytes | None], list[bytes | None]] | None:
+        """Uncompressed values of a table's rows rendered column-wise (`columns.render_table`).
+
+        canal-json messages have no key: a rendered row's key is ``b""`` (None: not rendered)
+        and `append_rendered` queues it with key None, as `append_row` does.
+        """
+        if not rows.width:
+            return None  # the per-row path explains that canal-json needs columns
+        if self._column_settings is None:
+            self._column_settings = columns.Settings(
+                tidb_extension=self._ext,
+                delete_handle_only=self._delete_handle_only,
+                only_updated=self._only_updated,
+                tiflow=self._tiflow,
+                row_key=self._row_key,
+            )
+        return columns.render_table(rows, self._plans.get(rows.table_schema), self._column_settings, self._clock())
+
+    def append_rendered(self, key: bytes, value: bytes, commit_ts: int, row: Callable[[], RowChange]) -> None:
+        """Queue a value from `render_rows` as `append_row` queues the row's message; a value
+        over max-message-bytes goes through `append_row` (handle-key-only, claim-check, errors)."""
+        value, fits = self._packed(value)
+        if fits:
+            self._messages.append(Message(None, value, None, None, 1, commit_ts))  # as encode_row's
+        else:
+            self.append_row(row())
+
     def build(self) -> list[Message]:
         out, self._messages = self._messages, []
         return out
 
+    def _packed(self, value: bytes) -> tuple[bytes, bool]:
+        """The value as sent (compressed if configured) and whether it fits max-message-bytes."""
+        if self._compress is not None:
+            value = self._compress(value)
+        return value, len(value) + _RECORD_OVERHEAD <= self.options.max_message_bytes
+
     def encode_row(self, row: RowChange) -> Message:
         """One DML message, applying the large-message rules of spec §2.10."""
         tp = self._plans.get(row.table_schema)
-        value = self._dml(row, tp, only_handle=False, too_large=False, location=None)
-        if self._compress is not None:
-            value = self._compress(value)
-        limit = self.options.max_message_bytes
-        size = len(value) + _RECORD_OVERHEAD
-        if size > limit:
+        value, fits = self._packed(self._dml(row, tp, only_handle=False, too_large=False, location=None))
+        if not fits:
+            limit = self.options.max_message_bytes
+            size = len(value) + _RECORD_OVERHEAD
             if self._large == "none":
                 raise MessageTooLargeError(f"{_row_label(row)} encodes to {size} bytes, over max-message-bytes {limit}")
             location = None
             if self._large == "claim-check":
                 location = self._write_claim_check(value, row)
-            small = self._dml(row, tp, only_handle=True, too_large=True, location=location)
-            if self._compress is not None:
-                small = self._compress(small)
-            if len(small) + _RECORD_OVERHEAD > limit:
+            small, fits = self._packed(self._dml(row, tp, only_handle=True, too_large=True, location=location))
+            if not fits:
                 what = "claim-check reference" if location else "handle-key-only form"
                 raise MessageTooLargeError(
                     f"{_row_label(row)}: even its {what} is {len(small) + _RECORD_OVERHEAD} bytes,"
                     f" over max-message-bytes {limit}"
                 )
             value = small
-        return Message(key=None, value=value, rows=1, commit_ts=row.commit_ts)
+        return Message(None, value, None, None, 1, row.commit_ts)  # key, value, partition, topic, rows, commit_ts
 
     def _dml(self, row: RowChange, tp: _TablePlan, only_handle: bool, too_large: bool, location: str | None) -> bytes:
         op = row.op

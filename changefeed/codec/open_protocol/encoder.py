@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any
 
 from ...errors import CodecError, ConfigError, MessageTooLargeError
 from ...model import ABSENT, ColumnFlag, DDLEvent, Op, Resolved, RowChange, TableSchema, TypeCode
+from ...model.rowblock import TableRows
 from ...model.schema import Column
 from ...model.types import BLOB_TYPES, CHAR_TYPES, INTEGER_TYPES
 from ...model.values import b64encode
@@ -24,6 +26,7 @@ from ..options import CodecOptions
 from ..plancache import PlanCache
 from ..rowkey import int_handle_position
 from ..textvalues import decimal_renderer
+from .columns import ColumnRenderer
 from .floats import json_float32, json_float64
 from .framing import MAX_RECORD_OVERHEAD, U64, VERSION_HEADER, frame_single
 from .goquote import go_quote_json
@@ -178,10 +181,17 @@ def _changed(old: Any, new: Any) -> bool:
 
 @dataclass(slots=True)
 class _Batch:
-    key: bytearray = field(default_factory=lambda: bytearray(VERSION_HEADER))
-    value: bytearray = field(default_factory=bytearray)
-    rows: int = 0
+    """One message being filled: its events' keys and values, framed once, by `build`."""
+
+    keys: list[bytes] = field(default_factory=list)
+    values: list[bytes] = field(default_factory=list)
+    size: int = len(VERSION_HEADER)  # bytes of the framed key and value so far
     commit_ts: int = 0
+
+
+def _framed(parts: list[bytes], head: bytes = b"") -> bytes:
+    """``head`` then each part after its u64be length (spec §1.1)."""
+    return b"".join(chain((head,), chain.from_iterable(zip(map(_U64, map(len, parts)), parts, strict=True))))
 
 
 class OpenProtocolEncoder(Encoder):
@@ -207,6 +217,7 @@ class OpenProtocolEncoder(Encoder):
         codec = compression_codec(o.large_message_handle_compression)
         self._compress = codec[0] if codec else None
         self._plans = PlanCache(lambda ts: _compile(ts, self._tiflow, self._quote, self._binary_quote))
+        self._columns = ColumnRenderer(self._plans.get, o, self._quote)
         self._done: list[_Batch] = []
         self._cur: _Batch | None = None
         # Claim-check object names: TiCDC uses a random UUID; tests may pin this.
@@ -264,6 +275,7 @@ class OpenProtocolEncoder(Encoder):
     def _encode_row(
         self, row: RowChange, plan: _Plan, only_handle_key: bool = False, ccl: str | None = None
     ) -> tuple[bytes, bytes]:
+        """The event's key and (uncompressed) value."""
         try:
             key = self._row_key(row, plan, only_handle_key, ccl).encode("utf-8")
             value = self._row_value(row, plan, only_handle_key).encode("utf-8")
@@ -271,16 +283,35 @@ class OpenProtocolEncoder(Encoder):
             raise CodecError(
                 f"open-protocol: cannot encode {row.op} row of {plan.label} at commit ts {row.commit_ts}: {e}"
             ) from e
-        if self._compress is not None:
-            value = self._compress(value)
         return key, value
+
+    def _compressed(self, value: bytes) -> bytes:
+        return value if self._compress is None else self._compress(value)
+
+    def _offer(self, key: bytes, value: bytes, commit_ts: int) -> bytes | None:
+        """Compress ``value`` as configured and queue the event if it fits max-message-bytes on its
+        own (spec §1.9); otherwise queue nothing and return the compressed value."""
+        value = self._compressed(value)
+        if len(key) + len(value) + _SINGLE_EVENT_EXTRA > self.options.max_message_bytes:
+            return value
+        self._push(key, value, commit_ts)
+        return None
 
     def append_row(self, row: RowChange) -> None:
         plan = self._plans.get(row.table_schema)
         key, value = self._encode_row(row, plan)
-        if len(key) + len(value) + _SINGLE_EVENT_EXTRA > self.options.max_message_bytes:
-            key, value = self._large_message(row, plan, key, value)
-        self._push(key, value, row.commit_ts)
+        too_large = self._offer(key, value, row.commit_ts)
+        if too_large is not None:
+            self._push(*self._large_message(row, plan, key, too_large), row.commit_ts)
+
+    def render_rows(self, rows: TableRows) -> tuple[list[bytes | None], list[bytes | None]] | None:
+        """Whole columns at once ([ticdc] only; see `columns`): None for tiflow, only-output-updated-
+        columns, partitioned tables and Arrow types it does not render."""
+        return self._columns.render(rows)
+
+    def append_rendered(self, key: bytes, value: bytes, commit_ts: int, row: Callable[[], RowChange]) -> None:
+        if self._offer(key, value, commit_ts) is not None:
+            self.append_row(row())  # large-message handling needs the row: the per-row path does it
 
     def _too_large(self, row: RowChange, plan: _Plan, size: int, what: str) -> MessageTooLargeError:
         image = row.image or ()
@@ -311,6 +342,7 @@ class OpenProtocolEncoder(Encoder):
             # The reference value holds only handle-key columns; its key says ccl (ticdc: and ohk=false).
         else:
             key, value = self._encode_row(row, plan, only_handle_key=True)
+        value = self._compressed(value)
         size = len(key) + len(value) + _SINGLE_EVENT_EXTRA
         if size > o.max_message_bytes:
             raise self._too_large(row, plan, size, f"{option} reference of the")
@@ -319,24 +351,21 @@ class OpenProtocolEncoder(Encoder):
     def _push(self, key: bytes, value: bytes, commit_ts: int) -> None:
         """Append one row event, opening a new message per spec §1.2."""
         cur = self._cur
+        size = len(key) + len(value) + 16  # the event and its two length prefixes
         o = self.options
-        klen, vlen = len(key), len(value)
-        if cur is None:
-            new = True
-        else:
-            # Length() of the open message (+36 record overhead) plus this event and its two prefixes.
-            too_big = len(cur.key) + len(cur.value) + MAX_RECORD_OVERHEAD + klen + vlen + 16 > o.max_message_bytes
-            # tiflow checks rows >= max-batch-size before the bytes, ticdc after; either opens a message.
-            new = (
-                (cur.rows >= o.max_batch_size or too_big) if self._tiflow else (too_big or cur.rows >= o.max_batch_size)
-            )
-        if new:
+        # Length() of the open message (+36 record overhead) plus this event, or max-batch-size rows
+        # (tiflow checks the rows first, ticdc the bytes; either opens a message).
+        if (
+            cur is None
+            or cur.size + MAX_RECORD_OVERHEAD + size > o.max_message_bytes
+            or len(cur.keys) >= o.max_batch_size
+        ):
             if cur is not None:
                 self._done.append(cur)
             cur = self._cur = _Batch()
-        cur.key += _U64(klen) + key
-        cur.value += _U64(vlen) + value
-        cur.rows += 1
+        cur.keys.append(key)
+        cur.values.append(value)
+        cur.size += size
         cur.commit_ts = max(cur.commit_ts, commit_ts)
 
     def build(self) -> list[Message]:
@@ -344,7 +373,10 @@ class OpenProtocolEncoder(Encoder):
         if self._cur is not None:
             batches.append(self._cur)
         self._done, self._cur = [], None
-        return [Message(bytes(b.key), bytes(b.value), rows=b.rows, commit_ts=b.commit_ts) for b in batches]
+        return [
+            Message(_framed(b.keys, VERSION_HEADER), _framed(b.values), rows=len(b.keys), commit_ts=b.commit_ts)
+            for b in batches
+        ]
 
     # ------------------------------------------------------------ DDL and resolved
 
@@ -362,9 +394,7 @@ class OpenProtocolEncoder(Encoder):
 
     def encode_ddl(self, ddl: DDLEvent) -> Message:
         key = self.ddl_key(ddl).encode("utf-8")
-        value = f'{{"q":{self._quote(ddl.query)},"t":{int(ddl.ddl_type)}}}'.encode()
-        if self._compress is not None:
-            value = self._compress(value)
+        value = self._compressed(f'{{"q":{self._quote(ddl.query)},"t":{int(ddl.ddl_type)}}}'.encode())
         framed_key, framed_value = frame_single(key, value)
         return Message(framed_key, framed_value, rows=0, commit_ts=ddl.commit_ts)
 

@@ -9,6 +9,10 @@ side needs to keep the sink's rules: the transactions completed inside it (ackno
 marks) and, for the Simple protocol, the table of every row in order (BOOTSTRAP decisions depend
 on the sink's clock and history, so they are taken where the messages are produced).
 
+Row blocks (`RowBlock`, the Spark capture job's input) give the same groups: each table's rows
+are dispatched and rendered a column at a time where the dispatcher and the encoder can, and
+appended in commit order; what they cannot do goes through the per-row path in its place.
+
 No I/O and picklable: the Spark capture job runs one per partition in an executor
 (changefeed/spark/encode.py); `KafkaSink.write` runs one on the driver. Partition counts come
 from a callable, so a caller without broker access passes what it already knows.
@@ -16,14 +20,18 @@ from a callable, so a caller without broker access passes what it already knows.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
+import numpy as np
+
 from ...codec import CodecOptions, Encoder, Message, make_encoder
-from ...dispatch import DispatchRule, EventRouter, split_key_changing_update
+from ...dispatch import DispatchRule, EventRouter, key_changing_rows, split_key_changing_update
 from ...errors import SinkError
 from ...model import DDLEvent, Event, Resolved, RowChange, TableSchema
+from ...model.rowblock import OP_NAMES, RowBlock, TableRows
 from .progress import FlushedPosition
 
 
@@ -87,6 +95,7 @@ class KafkaEncoder:
         )
         self.router = self._router()
         self._encoders: dict[tuple[str, int], Encoder] = {}
+        self._columns: Encoder | None = None
 
     def _router(self) -> EventRouter:
         return EventRouter(
@@ -98,19 +107,24 @@ class KafkaEncoder:
         )
 
     def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k not in ("router", "_encoders")}
+        return {k: v for k, v in self.__dict__.items() if k not in ("router", "_encoders", "_columns")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self.router = self._router()  # compiled matchers and encoder plans are rebuilt where it runs
         self._encoders = {}
+        self._columns = None
 
-    def topics(self, events: Iterable[Event]) -> set[str]:
+    def topics(self, events: Iterable[Event | RowBlock]) -> set[str]:
         """The topics the rows of ``events`` go to."""
-        return {self.router.topic(e.schema, e.table) for e in events if isinstance(e, RowChange)}
+        out = {self.router.topic(e.schema, e.table) for e in events if isinstance(e, RowChange)}
+        for e in events:
+            if isinstance(e, RowBlock):
+                out.update(self.router.topic(t.table_schema.schema, t.table_schema.table) for t in e.tables)
+        return out
 
     def encode(
-        self, events: Iterable[Event], partitions: Callable[[str], int], last_resolved: int = -1
+        self, events: Iterable[Event | RowBlock], partitions: Callable[[str], int], last_resolved: int = -1
     ) -> Iterator[KafkaItem]:
         """Message groups, with DDL and Resolved events passed through in place; ``events`` in commit order.
 
@@ -119,6 +133,9 @@ class KafkaEncoder:
         """
         group: _Group | None = None
         for event in events:
+            if isinstance(event, RowBlock):
+                group = yield from self._block(group, event, partitions)
+                continue
             if isinstance(event, RowChange):
                 if group is None:
                     group = _Group(event.commit_ts)
@@ -146,10 +163,7 @@ class KafkaEncoder:
         for r in rows:
             topic = self.router.topic(r.schema, r.table)
             partition = self.router.partition(r, partitions(topic))
-            encoder = self._encoders.get((topic, partition))
-            if encoder is None:
-                encoder = self._encoders[(topic, partition)] = make_encoder(self.codec)
-            encoder.append_row(r)
+            self._encoder(topic, partition).append_row(r)
             group.targets.setdefault((topic, partition), None)
             if self.bootstrap:
                 group.bootstrap.append(r.table_schema)
@@ -157,6 +171,94 @@ class KafkaEncoder:
         key = (row.op.value, f"{row.schema}.{row.table}")
         group.counts[key] = group.counts.get(key, 0) + 1
         group.rows += 1
+
+    def _encoder(self, topic: str, partition: int) -> Encoder:
+        encoder = self._encoders.get((topic, partition))
+        if encoder is None:
+            encoder = self._encoders[(topic, partition)] = make_encoder(self.codec)
+        return encoder
+
+    def _block(
+        self, group: _Group | None, block: RowBlock, partitions: Callable[[str], int]
+    ) -> Generator[MessageGroup, None, _Group | None]:
+        """A block's rows as `_row` would take them one by one, rendered a table at a time.
+
+        Rows the columnar path does not cover (images without every column, key-changing
+        UPDATEs, row-by-row dispatchers, values or options the encoder renders only per row)
+        go through `_row` as `RowChange`s, in their place.
+        """
+        plans = [self._plan(rows, partitions) for rows in block.tables]
+        cursor = [0] * len(plans)
+        for seg in block.segments:
+            plan = plans[seg.table]
+            start = cursor[seg.table]
+            cursor[seg.table] = start + seg.rows
+            if plan.fallback[start : start + seg.rows].any():
+                for j in range(seg.rows):
+                    if group is None:
+                        group = _Group(seg.commit_ts)
+                    row = plan.rows.row(start + j, seg.commit_ts)
+                    row.position = seg.row_position(j)
+                    self._row(group, row, partitions)
+                    if group.rows >= self.batch_rows:
+                        yield self._build(group)
+                        group = None
+                continue
+            op = OP_NAMES[plan.ops[start]]
+            j = 0
+            while j < seg.rows:
+                if group is None:
+                    group = _Group(seg.commit_ts)
+                take = min(seg.rows - j, self.batch_rows - group.rows)
+                self._append_rendered(group, plan, start + j, take, seg.commit_ts)
+                if group.last is not None and seg.commit_ts > group.last.commit_ts:
+                    group.complete = group.last
+                group.last = FlushedPosition(seg.commit_ts, seg.row_position(j + take - 1))
+                key = (op, plan.name)
+                group.counts[key] = group.counts.get(key, 0) + take
+                group.rows += take
+                j += take
+                if group.rows >= self.batch_rows:
+                    yield self._build(group)
+                    group = None
+        return group
+
+    def _append_rendered(self, group: _Group, plan: _TablePlan, start: int, take: int, commit_ts: int) -> None:
+        keys, values, parts, topic, targets = plan.keys, plan.values, plan.parts, plan.topic, group.targets
+        encoders = plan.encoders
+        for i in range(start, start + take):
+            p = parts[i]
+            encoder = encoders.get(p)
+            if encoder is None:
+                encoder = encoders[p] = self._encoder(topic, p)
+                targets.setdefault((topic, p), None)
+            elif (topic, p) not in targets:
+                targets[(topic, p)] = None
+            encoder.append_rendered(keys[i], values[i], commit_ts, partial(plan.rows.row, i, commit_ts))  # type: ignore[arg-type]
+
+    def _plan(self, rows: TableRows, partitions: Callable[[str], int]) -> _TablePlan:
+        schema = rows.table_schema
+        topic = self.router.topic(schema.schema, schema.table)
+        n = rows.num_rows
+        plan = _TablePlan(rows, topic, f"{schema.schema}.{schema.table}", rows.ops)
+        parts = self.router.partitions_of(rows, partitions(topic))
+        rendered = None if parts is None or self.bootstrap else self._renderer().render_rows(rows)
+        if parts is None or rendered is None:
+            plan.fallback = np.ones(n, bool)
+            return plan
+        plan.parts = parts.tolist()
+        plan.keys, plan.values = rendered
+        fallback = ~rows.full() | np.fromiter((k is None for k in plan.keys), bool, n)
+        if not self.output_raw_change_event:
+            fallback |= key_changing_rows(rows)
+        plan.fallback = fallback
+        return plan
+
+    def _renderer(self) -> Encoder:
+        """An encoder used only for its column renderers (its per-table plans are kept)."""
+        if self._columns is None:
+            self._columns = make_encoder(self.codec)
+        return self._columns
 
     def _build(self, group: _Group) -> MessageGroup:
         messages = [
@@ -166,6 +268,21 @@ class KafkaEncoder:
         ]
         last = group.last or FlushedPosition(group.first_ts)
         return MessageGroup(messages, group.first_ts, group.complete, last, group.counts, group.bootstrap)
+
+
+@dataclass(slots=True)
+class _TablePlan:
+    """One table of a block: where its rows go and their rendered keys and values."""
+
+    rows: TableRows
+    topic: str
+    name: str
+    ops: np.ndarray
+    parts: list[int] = field(default_factory=list)
+    keys: list[bytes | None] = field(default_factory=list)
+    values: list[bytes | None] = field(default_factory=list)
+    fallback: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    encoders: dict[int, Encoder] = field(default_factory=dict)
 
 
 @dataclass(slots=True)

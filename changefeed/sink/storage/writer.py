@@ -27,12 +27,16 @@ import logging
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from ...codec import CodecOptions, Encoder, make_encoder
 from ...errors import ConfigError, SinkError
 from ...model import DDLEvent, Event, Resolved, RowChange, TableSchema
+from ...model.rowblock import OP_NAMES, RowBlock
 from .layout import (
     EXTENSIONS,
     SchemaFile,
@@ -168,27 +172,22 @@ class StorageEncoder:
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "_encoder": None}  # compiled plans are rebuilt where it runs
 
-    def encode(self, events: Iterable[Event], checkpoint_ts: int = 0) -> Iterator[StorageItem]:
+    def encode(self, events: Iterable[Event | RowBlock], checkpoint_ts: int = 0) -> Iterator[StorageItem]:
         """Segments and pass-through events in order; rows at or below ``checkpoint_ts`` are skipped (replayed)."""
         if self._encoder is None:
             self._encoder = make_encoder(self.codec)
         encoder = self._encoder
         open_: dict[str, _SegmentBuilder] = {}
         for event in events:
-            if isinstance(event, RowChange):
+            if isinstance(event, RowBlock):
+                self._block(event, open_, checkpoint_ts)
+            elif isinstance(event, RowChange):
                 if event.commit_ts <= checkpoint_ts:
                     continue
-                ts = event.table_schema
-                base = self._base(event)
-                seg = open_.get(base)
-                if seg is None:
-                    seg = open_[base] = _SegmentBuilder(base, ts)
-                seg.schema = ts
+                seg = self._segment(open_, event.table_schema, self._base(event))
                 encoder.append_row(event)
-                for msg in encoder.build():
-                    if msg.value:
-                        seg.add(msg.value + self.terminator, event.commit_ts)
-                key = (event.op.value, f"{ts.schema}.{ts.table}")
+                self._take(seg, event.commit_ts)
+                key = (event.op.value, f"{event.schema}.{event.table}")
                 seg.counts[key] = seg.counts.get(key, 0) + 1
             else:
                 # A DDL or Resolved event closes the open segments: what follows may be a new table version.
@@ -197,15 +196,76 @@ class StorageEncoder:
                 yield event
         yield from (b.finish(self) for b in open_.values())
 
+    def _block(self, block: RowBlock, open_: dict[str, _SegmentBuilder], checkpoint_ts: int) -> None:
+        """A block's rows as `encode` takes them one by one, rendered a table at a time where the
+        encoder can (`Encoder.render_rows`); other rows go through `append_row` in their place."""
+        encoder = self._encoder
+        assert encoder is not None
+        plans: list[tuple[list[bytes | None], np.ndarray] | None] = []
+        for rows in block.tables:
+            rendered = None if rows.table_schema.partitioned else encoder.render_rows(rows)
+            if rendered is None:
+                plans.append(None)
+            else:
+                values = rendered[1]
+                plans.append((values, ~rows.full() | np.fromiter((v is None for v in values), bool, len(values))))
+        cursor = [0] * len(block.tables)
+        for seg in block.segments:
+            rows, plan = block.tables[seg.table], plans[seg.table]
+            start = cursor[seg.table]
+            cursor[seg.table] = stop = start + seg.rows
+            ts = seg.commit_ts
+            if ts <= checkpoint_ts:
+                continue
+            if plan is None or plan[1][start:stop].any():
+                for j, i in enumerate(range(start, stop)):
+                    row = rows.row(i, ts)
+                    row.position = seg.row_position(j)
+                    self._block_row(row, open_)
+                continue
+            schema = rows.table_schema
+            builder = self._segment(open_, schema, self._base_of(schema, None, schema.table_id))
+            values = plan[0]
+            for i in range(start, stop):
+                encoder.append_rendered(b"", values[i], ts, partial(rows.row, i, ts))  # type: ignore[arg-type]
+                self._take(builder, ts)
+            key = (OP_NAMES[rows.ops[start]], f"{schema.schema}.{schema.table}")
+            builder.counts[key] = builder.counts.get(key, 0) + seg.rows
+
+    def _block_row(self, row: RowChange, open_: dict[str, _SegmentBuilder]) -> None:
+        assert self._encoder is not None
+        seg = self._segment(open_, row.table_schema, self._base(row))
+        self._encoder.append_row(row)
+        self._take(seg, row.commit_ts)
+        key = (row.op.value, f"{row.schema}.{row.table}")
+        seg.counts[key] = seg.counts.get(key, 0) + 1
+
+    def _take(self, seg: _SegmentBuilder, commit_ts: int) -> None:
+        """The encoder's messages for the row just appended, as lines of ``seg``."""
+        assert self._encoder is not None
+        for msg in self._encoder.build():
+            if msg.value:
+                seg.add(msg.value + self.terminator, commit_ts)
+
+    @staticmethod
+    def _segment(open_: dict[str, _SegmentBuilder], schema: TableSchema, base: str) -> _SegmentBuilder:
+        seg = open_.get(base)
+        if seg is None:
+            seg = open_[base] = _SegmentBuilder(base, schema)
+        seg.schema = schema
+        return seg
+
     def _base(self, row: RowChange) -> str:
-        ts = row.table_schema
-        partition = row.physical_table_id if ts.partitioned and self.options.enable_partition_separator else None
+        return self._base_of(row.table_schema, row.physical_table_id, row.table_id)
+
+    def _base_of(self, ts: TableSchema, physical_table_id: int | None, table_id: int) -> str:
+        partition = physical_table_id if ts.partitioned and self.options.enable_partition_separator else None
         return data_dir(
             ts.schema,
             ts.table,
             ts.version,
             partition,
-            table_id=row.table_id if self.options.use_table_id_as_path else None,
+            table_id=table_id if self.options.use_table_id_as_path else None,
         )
 
     def header(self, ts: TableSchema) -> bytes:

@@ -26,11 +26,13 @@ from pyspark.sql.datasource import InputPartition
 
 from ...capture.binlog import BinlogCapture, BinlogFileReader, BinlogPosition, ReconnectPolicy
 from ...capture.binlog.arrow import ArrowBatchBuilder
+from ...capture.binlog.blocks import BlockCapture
 from ...capture.binlog.capture import SourceFactory
 from ...capture.binlog.position import reached
 from ...capture.binlog.replica import ReplicaStream, ServerAddress, random_server_id
 from ...errors import CaptureError, ConfigError
 from ...model import DDLEvent, Event, Resolved, RowChange, TableSchema
+from ...model.rowblock import RowBlock
 from ...sink.mysql.url import MySQLParams
 from ..changelog import ChangelogRows, EventFilter
 from .options import CHANGELOG, Input, SourceOptions, zone
@@ -289,12 +291,20 @@ class RangeDecoder:
         opts = SourceOptions.parse(options)
         return cls(_source(opts), opts.time_zone, opts.changelog(None))
 
-    def events(self, batches: Iterable[pa.RecordBatch]) -> Iterator[Event]:
-        """Every event of the ranges in ``batches``, range after range (each range's rows in binlog order)."""
+    def events(self, batches: Iterable[pa.RecordBatch]) -> Iterator[Event | RowBlock]:
+        """Every event of the ranges in ``batches``, range after range, each in commit order.
+
+        Rows come as `RowBlock`s (Arrow-decoded, see `BlockCapture`); `expand_blocks` turns them
+        into the `RowChange`s `range_events` gives, positions included.
+        """
         keep = EventFilter(self.changelog)
         for batch in batches:
             for start, end in zip(batch.column("start").to_pylist(), batch.column("end").to_pylist(), strict=True):
-                yield from range_events(self.source, orjson.loads(start), orjson.loads(end), self.time_zone, keep)
+                begin, stop = BinlogPosition.from_dict(orjson.loads(start)), BinlogPosition.from_dict(orjson.loads(end))
+                capture = _capture(
+                    BlockCapture, self.source, begin, zone(self.time_zone), until=(stop.file, stop.pos), keep=keep.keeps
+                )
+                yield from capture.blocks()
 
 
 def _source(opts: SourceOptions) -> BinlogSource:
