@@ -14,7 +14,9 @@ process, timed with ``time.process_time`` (best of ``--repeat``):
 
 ``storage:PROTOCOL`` runs the storage sink's encode stage (`StorageEncoder`) instead of Kafka's.
 
-Both must give the same bytes (checked). Also prints the decode alone for each path.
+Both must give the same bytes (checked). Also prints the decode alone for each path. ``--live``
+reads the range through the replica protocol (as `changefeed run` with a mysql source does)
+instead of the binlog files.
 """
 
 from __future__ import annotations
@@ -33,10 +35,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.binlog import SCHEMA, generate
 from changefeed.capture.binlog.blocks import BlockCapture
+from changefeed.capture.binlog.replica import ServerAddress
 from changefeed.codec import CodecOptions
 from changefeed.sink.kafka.encode import KafkaEncoder
 from changefeed.sink.storage.writer import StorageEncoder
-from changefeed.spark.datasource.binlog import BinlogFiles, _capture, range_events
+from changefeed.spark.datasource.binlog import BinlogFiles, BinlogServer, _capture, range_events
 from changefeed.spark.datasource.options import zone
 from changefeed.spark.encode import KAFKA_SCHEMA, STORAGE_SCHEMA, _batches, _kafka_rows, _storage_rows
 from changefeed.testing.mariadb import MariaDBServer
@@ -56,6 +59,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=100_000)
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--live", action="store_true", help="read the ranges through the replica protocol, not the files")
     p.add_argument("--protocols", default="open-protocol,canal-json,simple,storage:canal-json,storage:csv")
     args = p.parse_args()
     print("$ " + shlex.join(sys.orig_argv), flush=True)
@@ -63,8 +67,9 @@ def main() -> int:
     with MariaDBServer(server_id=1, name="bench-stage", extra_config=extra) as server, tempfile.TemporaryDirectory():
         generate(server, args.rows, no_progress=True)
         server.connect().cursor().execute("FLUSH BINARY LOGS")
-        source = BinlogFiles(server.binlog_dir)
-        start, end = source.earliest().to_dict(), source.end()
+        files = BinlogFiles(server.binlog_dir)
+        start, end = files.earliest().to_dict(), files.end()
+        source = BinlogServer(ServerAddress.from_url(server.url)) if args.live else files
         keep = lambda schema, table: schema == SCHEMA  # noqa: E731
 
         def rows() -> list[Any]:

@@ -52,7 +52,9 @@ def spark_session(
     Sets ``PYSPARK_PYTHON`` to this interpreter so Python workers see the venv (pyarrow, our
     package) even when it is not activated, binds to 127.0.0.1, turns the UI and console progress
     bar off, keeps shuffles small, uses UTC as the session time zone (same rendering on every
-    machine), and puts the MariaDB JDBC jar on the classpath when installed.
+    machine), starts Python workers through `changefeed.spark.pyworker` (PySpark's daemon without
+    the per-task cost of importing from pyspark.zip), and puts the MariaDB JDBC jar on the
+    classpath when installed.
     ``extra_conf`` wins over these defaults. JVM-level settings (memory, jars) only take effect
     when no session is running yet: getOrCreate() returns an existing one unchanged.
     """
@@ -79,6 +81,8 @@ def spark_session(
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",
         "spark.sql.session.timeZone": "UTC",
+        # Workers import PySpark from the installed package, not pyspark.zip (see pyworker.py).
+        "spark.python.daemon.module": "changefeed.spark.pyworker",
     }
     if jar_list:
         conf["spark.jars"] = ",".join(jar_list)
