@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from changefeed.codec import CodecOptions
 from changefeed.model import Resolved
 from changefeed.sink.storage.writer import StorageWriter
 from changefeed.spark.changelog import ChangelogRows
-from changefeed.spark.datasource import BinlogInput, SourceOptions, StorageInput
+from changefeed.spark.datasource import BinlogInput, ChangefeedDataSource, SourceOptions, StorageInput
+from changefeed.spark.datasource.kafka import KafkaInput, fair_shares
 
 from .helpers import BINLOG, captured, expected_changes
 
@@ -58,3 +63,30 @@ def test_storage_files_published_ahead_of_the_checkpoint_are_read_again(tmp_path
     got = [r[1:8] for r in rows if r[0] == "row"]
     assert sorted(got, key=repr) == sorted(expected_changes("row"), key=repr)
     assert [r[4] for r in rows if r[0] == "resolved"] == [first["checkpoint"], second["checkpoint"]]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 50_000), min_size=1, max_size=6), st.integers(1, 30_000))
+def test_kafka_fair_shares_fill_the_limit_and_never_overread(backlogs: list[int], limit: int) -> None:
+    backlog = {str(p): n for p, n in enumerate(backlogs)}
+    take = fair_shares(backlog, limit)
+    assert all(0 <= take[p] <= backlog[p] for p in backlog)
+    assert sum(take.values()) == min(limit, sum(backlogs))
+    # Even where it can be: a partition gets less than another only when its backlog ran out.
+    for p, q in itertools.permutations(backlog, 2):
+        assert take[p] >= take[q] - 1 or take[p] == backlog[p]
+
+
+def test_kafka_reads_a_bounded_backlog_per_batch_by_default() -> None:
+    options = {"input": "kafka", "bootstrap.servers": "127.0.0.1:9", "topic": "t", "protocol": "open-protocol"}
+    source = KafkaInput(SourceOptions.parse(options))
+    assert SourceOptions.parse(options).max_events is None and source.DEFAULT_MAX_EVENTS == 10_000
+    reader = ChangefeedDataSource(options).streamReader(None)  # type: ignore[arg-type]
+    assert reader.max_events == 10_000
+    assert ChangefeedDataSource({**options, "maxEventsPerTrigger": "50"}).streamReader(None).max_events == 50
+    # One partition holds the table: it still gets (almost) the whole limit, not a third of it.
+    target = {"topic": "t", "offsets": {"0": 40_000, "1": 3, "2": 3}}
+    start = {"topic": "t", "offsets": {"0": 0, "1": 0, "2": 0}}
+    end = source.latest_offset(start, 10_000, target)
+    assert end["offsets"] == {"0": 9_994, "1": 3, "2": 3}
+    assert source.latest_offset(end, None, target)["offsets"] == target["offsets"]

@@ -133,7 +133,8 @@ class ChangefeedDataSource(DataSource):
         return _BatchReader(self.source, self.opts.changelog(self._table()))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
-        return _StreamReader(self.source, self.opts.changelog(self._table()), self.opts.max_events)
+        limit = self.opts.max_events or self.source.DEFAULT_MAX_EVENTS
+        return _StreamReader(self.source, self.opts.changelog(self._table()), limit)
 
 
 def register(spark: Any) -> None:

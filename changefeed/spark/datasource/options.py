@@ -108,6 +108,8 @@ class Input:
     NO_PATH: ClassVar[bool] = False  # True: the input is not a directory (kafka)
     #: Outputs besides the changelog, name -> Spark DDL schema of its rows (see `CHANGELOG`).
     OUTPUTS: ClassVar[Mapping[str, str]] = {}
+    #: The read limit per micro-batch without ``maxEventsPerTrigger`` (None: all available).
+    DEFAULT_MAX_EVENTS: ClassVar[int | None] = None
 
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
