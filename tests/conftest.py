@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import pytest
 
-from changefeed.testing import Broker, MariaDBServer, service_unavailable
+from changefeed.testing import Broker, MariaDBServer
+from tests.services import service_unavailable
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -11,6 +11,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..model import DDLEvent, Event, Resolved, RowChange, TableSchema
 from ..model.rowblock import TableRows
 from .options import CodecOptions
@@ -38,6 +40,15 @@ class Message:
         return len(self.key or b"") + len(self.value or b"") + 36
 
 
+@dataclass(slots=True)
+class Rendered:
+    """One table's rows rendered column-wise (`Encoder.render_table`)."""
+
+    keys: list[bytes | None]
+    values: list[bytes | None]
+    per_row: np.ndarray  # bool: rows to encode one by one instead
+
+
 class Encoder(ABC):
     """Model events -> messages for one protocol."""
 
@@ -57,6 +68,18 @@ class Encoder(ABC):
         caller must give to `append_row` instead.
         """
         return None
+
+    def render_table(self, rows: TableRows) -> Rendered | None:
+        """`render_rows` plus which rows the caller must still give to `append_row`: those not
+        rendered and those whose images leave columns out (MINIMAL); None: none rendered."""
+        if rows.table_schema.partitioned:  # a partition's physical id is per row, not in TableRows
+            return None
+        rendered = self.render_rows(rows)
+        if rendered is None:
+            return None
+        keys, values = rendered
+        per_row = ~rows.full() | np.fromiter((k is None for k in keys), bool, len(keys))
+        return Rendered(keys, values, per_row)
 
     def append_rendered(self, key: bytes, value: bytes, commit_ts: int, row: Callable[[], RowChange]) -> None:
         """Queue a row rendered by `render_rows`, as `append_row` would; ``row()`` gives the

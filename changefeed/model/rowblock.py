@@ -193,21 +193,26 @@ class RowBlock:
         """The last row's commit ts (a block sorts where its last row does)."""
         return self.segments[-1].commit_ts if self.segments else 0
 
-    def locate(self) -> Iterator[tuple[Segment, int, int]]:
-        """(segment, table row index, row of the segment) of every row, in commit order."""
+    def walk(self) -> Iterator[tuple[Segment, int]]:
+        """Every segment in commit order, with the index of its first row in its table's batch."""
         cursor = [0] * len(self.tables)
         for seg in self.segments:
             start = cursor[seg.table]
             cursor[seg.table] = start + seg.rows
-            for j in range(seg.rows):
-                yield seg, start + j, j
+            yield seg, start
+
+    def segment_rows(self, seg: Segment, start: int) -> Iterator[RowChange]:
+        """One segment's rows as `RowChange`s, with their positions."""
+        table = self.tables[seg.table]
+        for j in range(seg.rows):
+            row = table.row(start + j, seg.commit_ts)
+            row.position = seg.row_position(j)
+            yield row
 
     def rows(self) -> Iterator[RowChange]:
         """The block's rows as `RowChange`s, in commit order, with their positions."""
-        for seg, i, j in self.locate():
-            row = self.tables[seg.table].row(i, seg.commit_ts)
-            row.position = seg.row_position(j)
-            yield row
+        for seg, start in self.walk():
+            yield from self.segment_rows(seg, start)
 
 
 def expand_blocks(events: Iterator[Any] | Sequence[Any]) -> Iterator[Any]:

@@ -71,7 +71,8 @@ def columnar(blocks: list[RowBlock], options: CodecOptions) -> tuple[list[Messag
     for block in blocks:
         rendered = [renderer.render_rows(t) for t in block.tables]
         rows = list(block.rows())
-        for k, (seg, i, _j) in enumerate(block.locate()):
+        located = [(seg, start + j) for seg, start in block.walk() for j in range(seg.rows)]
+        for k, (seg, i) in enumerate(located):
             r = rendered[seg.table]
             if r is None or r[1][i] is None:
                 assert r is None or r[0][i] is None

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import http.client
 
-from changefeed.testing import service_unavailable
 from changefeed.testing.s3 import S3Server
+from tests.services import service_unavailable
 
 
 def test_s3rver_creates_buckets_idempotently_and_stops_cleanly() -> None:

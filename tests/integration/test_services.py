@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from changefeed.spark import MARIADB_JDBC_DRIVER, MARIADB_JDBC_JAR, jdbc_url
-from changefeed.testing import Broker, MariaDBServer, service_unavailable
+from changefeed.testing import Broker, MariaDBServer
+from tests.services import service_unavailable
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -65,7 +65,6 @@ class BlockCapture(BinlogCapture):
         self.block_rows = block_rows
         self.max_block_bytes = max_block_bytes
         self.decimal = decimal
-        self._kept: dict[tuple[str, str], bool] = {}
         self._builders: dict[tuple[str, str], tuple[Any, ArrowBatchBuilder]] = {}
         self._slots: dict[tuple[str, str], int] = {}  # table -> index in the block being built
         self._order: list[ArrowBatchBuilder] = []
@@ -78,13 +77,7 @@ class BlockCapture(BinlogCapture):
         yield _RowsMark(ev, tm, self.table_schema_for(tm, where), ts, where)
 
     def _kept_table(self, schema: str, table: str) -> bool:
-        if self.keep is None:
-            return True
-        key = (schema, table)
-        kept = self._kept.get(key)
-        if kept is None:
-            kept = self._kept[key] = self.keep(schema, table)
-        return kept
+        return self.keep is None or self.keep(schema, table)
 
     def blocks(self) -> Iterator[RowBlock | DDLEvent | Resolved]:
         """The range's events in commit order: blocks and kept DDLs, then its last `Resolved`."""

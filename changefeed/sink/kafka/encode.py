@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from ...codec import CodecOptions, Encoder, Message, make_encoder
+from ...codec.base import Rendered
 from ...dispatch import DispatchRule, EventRouter, key_changing_rows, split_key_changing_update
 from ...errors import SinkError
 from ...model import DDLEvent, Event, Resolved, RowChange, TableSchema
@@ -188,23 +189,18 @@ class KafkaEncoder:
         go through `_row` as `RowChange`s, in their place.
         """
         plans = [self._plan(rows, partitions) for rows in block.tables]
-        cursor = [0] * len(plans)
-        for seg in block.segments:
+        for seg, start in block.walk():
             plan = plans[seg.table]
-            start = cursor[seg.table]
-            cursor[seg.table] = start + seg.rows
-            if plan.fallback[start : start + seg.rows].any():
-                for j in range(seg.rows):
+            if plan.per_row[start : start + seg.rows].any():
+                for row in block.segment_rows(seg, start):
                     if group is None:
                         group = _Group(seg.commit_ts)
-                    row = plan.rows.row(start + j, seg.commit_ts)
-                    row.position = seg.row_position(j)
                     self._row(group, row, partitions)
                     if group.rows >= self.batch_rows:
                         yield self._build(group)
                         group = None
                 continue
-            op = OP_NAMES[plan.ops[start]]
+            op = OP_NAMES[plan.rows.ops[start]]
             j = 0
             while j < seg.rows:
                 if group is None:
@@ -224,34 +220,28 @@ class KafkaEncoder:
         return group
 
     def _append_rendered(self, group: _Group, plan: _TablePlan, start: int, take: int, commit_ts: int) -> None:
-        keys, values, parts, topic, targets = plan.keys, plan.values, plan.parts, plan.topic, group.targets
-        encoders = plan.encoders
+        assert plan.rendered is not None
+        keys, values = plan.rendered.keys, plan.rendered.values
+        parts, topic, targets, encoders = plan.parts, plan.topic, group.targets, plan.encoders
         for i in range(start, start + take):
             p = parts[i]
             encoder = encoders.get(p)
             if encoder is None:
                 encoder = encoders[p] = self._encoder(topic, p)
-                targets.setdefault((topic, p), None)
-            elif (topic, p) not in targets:
+            if (topic, p) not in targets:
                 targets[(topic, p)] = None
             encoder.append_rendered(keys[i], values[i], commit_ts, partial(plan.rows.row, i, commit_ts))  # type: ignore[arg-type]
 
     def _plan(self, rows: TableRows, partitions: Callable[[str], int]) -> _TablePlan:
         schema = rows.table_schema
-        topic = self.router.topic(schema.schema, schema.table)
-        n = rows.num_rows
-        plan = _TablePlan(rows, topic, f"{schema.schema}.{schema.table}", rows.ops)
-        parts = self.router.partitions_of(rows, partitions(topic))
-        rendered = None if parts is None or self.bootstrap else self._renderer().render_rows(rows)
+        plan = _TablePlan(rows, self.router.topic(schema.schema, schema.table), f"{schema.schema}.{schema.table}")
+        parts = self.router.partitions_of(rows, partitions(plan.topic))
+        rendered = None if parts is None or self.bootstrap else self._renderer().render_table(rows)
         if parts is None or rendered is None:
-            plan.fallback = np.ones(n, bool)
+            plan.per_row = np.ones(rows.num_rows, bool)
             return plan
-        plan.parts = parts.tolist()
-        plan.keys, plan.values = rendered
-        fallback = ~rows.full() | np.fromiter((k is None for k in plan.keys), bool, n)
-        if not self.output_raw_change_event:
-            fallback |= key_changing_rows(rows)
-        plan.fallback = fallback
+        plan.parts, plan.rendered = parts.tolist(), rendered
+        plan.per_row = rendered.per_row if self.output_raw_change_event else rendered.per_row | key_changing_rows(rows)
         return plan
 
     def _renderer(self) -> Encoder:
@@ -272,16 +262,15 @@ class KafkaEncoder:
 
 @dataclass(slots=True)
 class _TablePlan:
-    """One table of a block: where its rows go and their rendered keys and values."""
+    """One table of a block: where its rows go, their rendered keys and values, and which rows
+    go through the per-row path instead."""
 
     rows: TableRows
     topic: str
     name: str
-    ops: np.ndarray
     parts: list[int] = field(default_factory=list)
-    keys: list[bytes | None] = field(default_factory=list)
-    values: list[bytes | None] = field(default_factory=list)
-    fallback: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    rendered: Rendered | None = None
+    per_row: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
     encoders: dict[int, Encoder] = field(default_factory=dict)
 
 

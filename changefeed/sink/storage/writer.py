@@ -31,8 +31,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ...codec import CodecOptions, Encoder, make_encoder
 from ...errors import ConfigError, SinkError
 from ...model import DDLEvent, Event, Resolved, RowChange, TableSchema
@@ -176,19 +174,13 @@ class StorageEncoder:
         """Segments and pass-through events in order; rows at or below ``checkpoint_ts`` are skipped (replayed)."""
         if self._encoder is None:
             self._encoder = make_encoder(self.codec)
-        encoder = self._encoder
         open_: dict[str, _SegmentBuilder] = {}
         for event in events:
             if isinstance(event, RowBlock):
                 self._block(event, open_, checkpoint_ts)
             elif isinstance(event, RowChange):
-                if event.commit_ts <= checkpoint_ts:
-                    continue
-                seg = self._segment(open_, event.table_schema, self._base(event))
-                encoder.append_row(event)
-                self._take(seg, event.commit_ts)
-                key = (event.op.value, f"{event.schema}.{event.table}")
-                seg.counts[key] = seg.counts.get(key, 0) + 1
+                if event.commit_ts > checkpoint_ts:
+                    self._row(event, open_)
             else:
                 # A DDL or Resolved event closes the open segments: what follows may be a new table version.
                 yield from (b.finish(self) for b in open_.values())
@@ -198,41 +190,27 @@ class StorageEncoder:
 
     def _block(self, block: RowBlock, open_: dict[str, _SegmentBuilder], checkpoint_ts: int) -> None:
         """A block's rows as `encode` takes them one by one, rendered a table at a time where the
-        encoder can (`Encoder.render_rows`); other rows go through `append_row` in their place."""
+        encoder can (`Encoder.render_table`); other rows go through `_row` in their place."""
         encoder = self._encoder
         assert encoder is not None
-        plans: list[tuple[list[bytes | None], np.ndarray] | None] = []
-        for rows in block.tables:
-            rendered = None if rows.table_schema.partitioned else encoder.render_rows(rows)
-            if rendered is None:
-                plans.append(None)
-            else:
-                values = rendered[1]
-                plans.append((values, ~rows.full() | np.fromiter((v is None for v in values), bool, len(values))))
-        cursor = [0] * len(block.tables)
-        for seg in block.segments:
+        plans = [encoder.render_table(rows) for rows in block.tables]
+        for seg, start in block.walk():
+            if seg.commit_ts <= checkpoint_ts:
+                continue
             rows, plan = block.tables[seg.table], plans[seg.table]
-            start = cursor[seg.table]
-            cursor[seg.table] = stop = start + seg.rows
-            ts = seg.commit_ts
-            if ts <= checkpoint_ts:
+            if plan is None or plan.per_row[start : start + seg.rows].any():
+                for row in block.segment_rows(seg, start):
+                    self._row(row, open_)
                 continue
-            if plan is None or plan[1][start:stop].any():
-                for j, i in enumerate(range(start, stop)):
-                    row = rows.row(i, ts)
-                    row.position = seg.row_position(j)
-                    self._block_row(row, open_)
-                continue
-            schema = rows.table_schema
+            schema, ts = rows.table_schema, seg.commit_ts
             builder = self._segment(open_, schema, self._base_of(schema, None, schema.table_id))
-            values = plan[0]
-            for i in range(start, stop):
-                encoder.append_rendered(b"", values[i], ts, partial(rows.row, i, ts))  # type: ignore[arg-type]
+            for i in range(start, start + seg.rows):
+                encoder.append_rendered(b"", plan.values[i], ts, partial(rows.row, i, ts))  # type: ignore[arg-type]
                 self._take(builder, ts)
             key = (OP_NAMES[rows.ops[start]], f"{schema.schema}.{schema.table}")
             builder.counts[key] = builder.counts.get(key, 0) + seg.rows
 
-    def _block_row(self, row: RowChange, open_: dict[str, _SegmentBuilder]) -> None:
+    def _row(self, row: RowChange, open_: dict[str, _SegmentBuilder]) -> None:
         assert self._encoder is not None
         seg = self._segment(open_, row.table_schema, self._base(row))
         self._encoder.append_row(row)

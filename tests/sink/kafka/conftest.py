@@ -8,8 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from changefeed.testing import Broker, service_unavailable
+from changefeed.testing import Broker
 from changefeed.testing.s3 import S3Server
+from tests.services import service_unavailable
 
 log = logging.getLogger(__name__)
 
