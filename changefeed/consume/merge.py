@@ -19,6 +19,17 @@ it follows:
 - **Checkpoint** (TiCDC's consumer commits only what it flushed): per partition, the offset of the
   first message not yet fully handed out (Kafka's "next offset to read" convention).
 
+Row blocks (`RowBlock`, a columnar decoder's output) are merged segment by segment: a segment is
+rows of one table at one commit ts, so the first two duplicate rules drop or keep it whole and it
+waits in the heap as one item; only the identity rule looks at single rows. While every member of
+a (table, commit ts) group carries its bytes as received (`TableRows.raw`), identity is those bytes
+(one encoder's bytes include op and images, so bytes-equal is `row_identity`-equal); a group that
+gets a member without them (a `RowChange`, a block without ``raw``, a restored state) switches to
+`row_identity` for all its rows. A segment with resent rows waits as the runs of its survivors.
+`ready` hands released segments out as `RowBlock`s (consecutive ones in one block), and feeding a
+block gives exactly what feeding its `RowBlock.rows` gives: the same rows, positions and order
+after `expand_blocks`, the same stats (rows counted one by one), checkpoints and state.
+
 `snapshot`/`restore` turn the state into plain data (JSON-ready numbers and strings plus the
 unreleased events) so a job can save it between batches without pickle (changefeed/spark/merge.py).
 
@@ -35,6 +46,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Final
 
 from ..model import DDLEvent, Event, Resolved, RowChange
+from ..model.rowblock import RowBlock, Segment, TableRows
 
 PartitionKey = Hashable
 """Names one partition, e.g. ``(topic, partition)``; only equality and hashing are used."""
@@ -47,15 +59,68 @@ def row_identity(row: RowChange) -> tuple[Any, ...]:
     return (row.schema, row.table, row.op, row.new, row.old)
 
 
+@dataclass(slots=True)
+class _Piece:
+    """Consecutive rows ``[start, start + rows)`` of ``table`` waiting as one heap item: a block's
+    segment, or a run of the rows of one that survived the identity rule."""
+
+    table: TableRows
+    start: int
+    rows: int
+    position: Mapping[str, Any] | None
+    skip: int | None  # the first row's (`Segment.skip` semantics)
+
+    def expand(self, commit_ts: int) -> list[RowChange]:
+        """The rows as `RowChange`s with their positions (as `RowBlock.segment_rows` gives them)."""
+        seg = Segment(0, self.rows, commit_ts, self.position, self.skip)
+        out = []
+        for j in range(self.rows):
+            row = self.table.row(self.start + j, commit_ts)
+            row.position = seg.row_position(j)
+            out.append(row)
+        return out
+
+
 # Heap entries are tuples (compared in C): (commit_ts, rank, partition order, arrival seq, offset,
 # partition, event). ``rank`` puts rows before a DDL of the same commit ts; ``seq`` is unique, so
-# the comparison never reaches the last three members.
-_Item = tuple[int, int, int, int, int, PartitionKey, "RowChange | DDLEvent"]
+# the comparison never reaches the last three members. A `_Piece` of n rows holds the n arrival
+# numbers ``seq .. seq + n - 1`` (the ones its rows have when fed one by one) and counts n in its
+# message's pending count.
+_Item = tuple[int, int, int, int, int, PartitionKey, "RowChange | DDLEvent | _Piece"]
 # Final: literal indexes, so a type checker knows each member's type.
 _TS: Final = 0
 _OFFSET: Final = 4
 _PARTITION: Final = 5
 _EVENT: Final = 6
+
+
+class _Group:
+    """A table's newest transaction on a partition: the commit ts and the identities of its rows.
+
+    Identities are raw bytes (``raw``, with the pieces they came from in ``members``) while every
+    row came with them, else `row_identity` tuples (``seen``); exactly one of the two sets is set.
+    """
+
+    __slots__ = ("members", "raw", "seen", "ts")
+
+    def __init__(self, ts: int, raw: bool = False) -> None:
+        self.ts = ts
+        self.seen: set[tuple[Any, ...]] | None = None if raw else set()
+        self.raw: set[bytes] | None = set() if raw else None
+        self.members: list[_Piece] = []
+
+    def values(self) -> set[tuple[Any, ...]]:
+        """The `row_identity` set, converting the raw one first if needed."""
+        seen = self.seen
+        if seen is None:
+            seen = set()
+            for piece in self.members:
+                seen.update(map(row_identity, piece.expand(self.ts)))
+            self.seen, self.raw, self.members = seen, None, []
+        return seen
+
+    def __len__(self) -> int:
+        return len(self.seen if self.seen is not None else self.raw)  # type: ignore[arg-type]
 
 
 @dataclass(slots=True)
@@ -64,9 +129,8 @@ class _Partition:
     resolved: int = -1  # -1: no resolved event seen yet
     next_offset: int | None = None
     heap: list[_Item] = field(default_factory=list)
-    # table -> (commit ts of its newest transaction here, identities of its rows)
-    groups: dict[tuple[str, str], tuple[int, set[tuple[Any, ...]]]] = field(default_factory=dict)
-    pending: dict[int, int] = field(default_factory=dict)  # offset -> events not yet handed out
+    groups: dict[tuple[str, str], _Group] = field(default_factory=dict)  # table -> its newest transaction
+    pending: dict[int, int] = field(default_factory=dict)  # offset -> rows and DDLs not yet handed out
 
 
 @dataclass(slots=True)
@@ -77,7 +141,7 @@ class MergeStats:
     fallback: int = 0
     replayed: int = 0
     ddl_copies: int = 0
-    emitted: int = 0
+    emitted: int = 0  # rows (a released block counts its rows) and DDLs
 
 
 class PartitionMerger:
@@ -118,8 +182,11 @@ class PartitionMerger:
 
     # ------------------------------------------------------------------ input
 
-    def feed(self, partition: PartitionKey, events: Sequence[Event], offset: int) -> None:
-        """Take the events decoded from the message at ``offset`` of ``partition`` (in order)."""
+    def feed(self, partition: PartitionKey, events: Sequence[Event | RowBlock], offset: int) -> None:
+        """Take the events decoded from the message at ``offset`` of ``partition`` (in order).
+
+        Rows may come as `RowChange`s or in `RowBlock`s, both on one partition (see the module doc).
+        """
         part = self._parts.get(partition)
         if part is None:
             raise KeyError(f"partition {partition!r} is not tracked by this merger")
@@ -128,6 +195,10 @@ class PartitionMerger:
         for event in events:
             if isinstance(event, RowChange):
                 self._row(part, partition, event, offset)
+            elif isinstance(event, RowBlock):
+                for seg, start in event.walk():
+                    if seg.rows:
+                        self._segment(part, partition, event.tables[seg.table], seg, start, offset)
             elif isinstance(event, DDLEvent):
                 self._ddl(part, partition, event, offset)
             elif isinstance(event, Resolved):
@@ -143,15 +214,13 @@ class PartitionMerger:
             return
         table = (row.schema, row.table)
         current = part.groups.get(table)
-        if current is not None and ts < current[0]:
+        if current is not None and ts < current.ts:
             # TiCDC's consumer: "fallback" rows below the table's high watermark are resends.
             self.stats.fallback += 1
             return
-        if current is None or ts > current[0]:
-            seen: set[tuple[Any, ...]] = set()
-            part.groups[table] = (ts, seen)
-        else:
-            seen = current[1]
+        if current is None or ts > current.ts:
+            current = part.groups[table] = _Group(ts)
+        seen = current.seen if current.seen is not None else current.values()
         size = len(seen)
         seen.add(row_identity(row))  # one hash of the images, not two (``in`` then ``add``)
         if len(seen) == size:
@@ -161,6 +230,55 @@ class PartitionMerger:
         self._seq += 1
         part.pending[offset] = part.pending.get(offset, 0) + 1
         heapq.heappush(part.heap, (ts, _ROW, part.order, self._seq, offset, partition, row))
+
+    def _segment(
+        self, part: _Partition, partition: PartitionKey, rows: TableRows, seg: Segment, start: int, offset: int
+    ) -> None:
+        """One segment of a block: the rules of `_row` for each of its rows, applied at once where they agree."""
+        ts, k = seg.commit_ts, seg.rows
+        if ts <= part.resolved:
+            self.stats.behind_resolved += k
+            return
+        table = (rows.table_schema.schema, rows.table_schema.table)
+        group = part.groups.get(table)
+        if group is not None and ts < group.ts:
+            self.stats.fallback += k
+            return
+        if group is None or ts > group.ts:
+            group = part.groups[table] = _Group(ts, raw=rows.raw is not None)
+        # Rows (relative to the segment) that are new to the group, as (first, count) runs.
+        runs: list[tuple[int, int]]
+        if group.raw is not None and rows.raw is not None:
+            raw = rows.raw[start : start + k]
+            seen_raw = group.raw
+            size = len(seen_raw)
+            if seen_raw.isdisjoint(raw):
+                seen_raw.update(raw)
+                if len(seen_raw) - size == k:
+                    runs = [(0, k)]
+                else:  # a row twice in the segment itself: undo, then one by one
+                    seen_raw.difference_update(raw)
+                    runs = _new_runs(seen_raw, raw)
+            else:
+                runs = _new_runs(seen_raw, raw)
+        else:
+            seen = group.values()
+            piece = _Piece(rows, start, k, seg.position, seg.skip)
+            runs = _new_runs(seen, [row_identity(r) for r in piece.expand(ts)])
+        kept = 0
+        seq = self._seq + 1
+        for first, count in runs:
+            skip = None if seg.skip is None else seg.skip + first
+            piece = _Piece(rows, start + first, count, seg.position, skip)
+            if group.raw is not None:
+                group.members.append(piece)
+            heapq.heappush(part.heap, (ts, _ROW, part.order, seq + kept, offset, partition, piece))
+            kept += count
+        if kept < k:
+            self.stats.replayed += k - kept
+        if kept:
+            self._seq += kept
+            part.pending[offset] = part.pending.get(offset, 0) + kept
 
     def _ddl(self, part: _Partition, partition: PartitionKey, ddl: DDLEvent, offset: int) -> None:
         if ddl.commit_ts <= part.resolved:
@@ -176,8 +294,8 @@ class PartitionMerger:
         heapq.heappush(self._ddls, (ddl.commit_ts, _DDL, part.order, self._seq, offset, partition, ddl))
 
     @staticmethod
-    def _unpend(part: _Partition, offset: int) -> None:
-        left = part.pending[offset] - 1
+    def _unpend(part: _Partition, offset: int, n: int = 1) -> None:
+        left = part.pending[offset] - n
         if left:
             part.pending[offset] = left
         else:
@@ -196,19 +314,21 @@ class PartitionMerger:
         """Each partition's resolved ts (-1: none yet)."""
         return {key: part.resolved for key, part in self._parts.items()}
 
-    def ready(self) -> list[Event]:
+    def ready(self) -> list[Event | RowBlock]:
         """Events the global resolved ts now covers, in commit-ts order, then ``Resolved``.
 
-        The trailing ``Resolved(global)`` has ``position`` = `checkpoint` (partition -> next offset)
-        and is handed out each time the global resolved ts advances.
+        Rows fed in blocks come out in blocks (consecutive released segments share one); rows fed
+        as `RowChange`s come out as they went in. The trailing ``Resolved(global)`` has ``position``
+        = `checkpoint` (partition -> next offset) and is handed out each time the global resolved
+        ts advances.
         """
         g = self.global_resolved
         if g < 0 or g <= self._emitted_resolved:
             return []
         items: list[_Item] = []
         for part in self._parts.values():
-            for table, (ts, _) in list(part.groups.items()):
-                if ts <= g:
+            for table, group in list(part.groups.items()):
+                if group.ts <= g:
                     del part.groups[table]  # later copies are behind resolved
             heap = part.heap
             while heap and heap[0][_TS] <= g:
@@ -218,12 +338,26 @@ class PartitionMerger:
             self._ddl_keys.discard((ddl[_TS], ddl[_EVENT].query))  # type: ignore[union-attr]
             items.append(ddl)
         items.sort()
-        out: list[Event] = []
+        out: list[Event | RowBlock] = []
         parts = self._parts
+        run: list[tuple[int, _Piece]] = []  # consecutive released pieces, for one block
+        emitted = 0
         for item in items:
-            self._unpend(parts[item[_PARTITION]], item[_OFFSET])
-            out.append(item[_EVENT])
-        self.stats.emitted += len(out)
+            event = item[_EVENT]
+            if type(event) is _Piece:
+                run.append((item[_TS], event))
+                n = event.rows
+            else:
+                if run:
+                    out.append(_block(run))
+                    run = []
+                out.append(event)  # type: ignore[arg-type]
+                n = 1
+            self._unpend(parts[item[_PARTITION]], item[_OFFSET], n)
+            emitted += n
+        if run:
+            out.append(_block(run))
+        self.stats.emitted += emitted
         self._emitted_resolved = g
         out.append(Resolved(commit_ts=g, position=self.checkpoint()))
         return out
@@ -242,8 +376,8 @@ class PartitionMerger:
         return out
 
     def buffered(self) -> int:
-        """Events waiting for the global resolved ts (for back-pressure and logs)."""
-        return len(self._ddls) + sum(len(p.heap) for p in self._parts.values())
+        """Rows and DDLs waiting for the global resolved ts (for back-pressure and logs)."""
+        return sum(sum(p.pending.values()) for p in self._parts.values())
 
     # ------------------------------------------------------------------ state as data
 
@@ -254,7 +388,9 @@ class PartitionMerger:
         Partition keys must be ints or strings. The duplicate sets are not stored: a table's group
         holds exactly the identities of its partition's unreleased rows at the group's commit ts
         (`ready` drops a group in the call that releases its rows, and rows at or below a released
-        ts are dropped as behind resolved), so `restore` recomputes them from the events.
+        ts are dropped as behind resolved), so `restore` recomputes them from the events. Rows
+        waiting in blocks are saved as their `RowChange`s (the state is what feeding the blocks'
+        rows one by one would have left); a restored merger holds them as such.
         """
         parts: list[dict[str, Any]] = []
         items: list[list[Any]] = []
@@ -264,16 +400,22 @@ class PartitionMerger:
                 raise TypeError(f"partition key {key!r} cannot be saved: only ints and strings")
             at_group: dict[tuple[str, str], int] = {}
             for item in sorted(part.heap):
-                row = item[_EVENT]
-                assert isinstance(row, RowChange)
-                group = part.groups.get((row.schema, row.table))
-                if group is not None and group[0] == item[_TS]:
-                    at_group[row.schema, row.table] = at_group.get((row.schema, row.table), 0) + 1
-                items.append([item[3], item[_OFFSET], key])
-                events.append(row)
-            for table, (ts, seen) in part.groups.items():
-                if at_group.get(table, 0) != len(seen):  # pragma: no cover - the invariant above
-                    raise RuntimeError(f"merge state of {table} on partition {key!r} at {ts} is inconsistent")
+                event = item[_EVENT]
+                rows = event.expand(item[_TS]) if isinstance(event, _Piece) else [event]
+                for n, row in enumerate(rows):
+                    assert isinstance(row, RowChange)
+                    group = part.groups.get((row.schema, row.table))
+                    if group is not None and group.ts == item[_TS]:
+                        at_group[row.schema, row.table] = at_group.get((row.schema, row.table), 0) + 1
+                    items.append([item[3] + n, item[_OFFSET], key])
+                    events.append(row)
+            for table, group in part.groups.items():
+                # Raw identities are one per row; `row_identity`s may be fewer (a group converted
+                # from raw bytes that differ only in how equal values were written).
+                at = at_group.get(table, 0)
+                consistent = len(group) == at if group.raw is not None else 0 < len(group) <= at
+                if not consistent:  # pragma: no cover - the invariant above
+                    raise RuntimeError(f"merge state of {table} on partition {key!r} at {group.ts} is inconsistent")
             parts.append(
                 {
                     "key": key,
@@ -281,7 +423,7 @@ class PartitionMerger:
                     "resolved": part.resolved,
                     "next_offset": part.next_offset,
                     "pending": sorted([o, n] for o, n in part.pending.items()),
-                    "groups": [[schema, table, ts] for (schema, table), (ts, _) in part.groups.items()],
+                    "groups": [[schema, table, group.ts] for (schema, table), group in part.groups.items()],
                 }
             )
         for item in sorted(self._ddls):
@@ -327,7 +469,7 @@ class PartitionMerger:
             for schema, table, ts in obj["groups"]:
                 if not isinstance(schema, str) or not isinstance(table, str):
                     raise TypeError("a group's schema and table must be strings")
-                part.groups[schema, table] = (_int(ts, "group commit ts"), set())
+                part.groups[schema, table] = _Group(_int(ts, "group commit ts"))
             merger._parts[key] = part
         items = state["items"]
         if not isinstance(items, list) or len(items) != len(events):
@@ -344,8 +486,8 @@ class PartitionMerger:
             if isinstance(event, RowChange):
                 heapq.heappush(owner.heap, (event.commit_ts, _ROW, owner.order, entry_seq, entry_offset, key, event))
                 group = owner.groups.get((event.schema, event.table))
-                if group is not None and group[0] == event.commit_ts:
-                    group[1].add(row_identity(event))
+                if group is not None and group.ts == event.commit_ts:
+                    group.values().add(row_identity(event))
             elif isinstance(event, DDLEvent):
                 merger._ddl_keys.add((event.commit_ts, event.query))
                 item = (event.commit_ts, _DDL, owner.order, entry_seq, entry_offset, key, event)
@@ -355,9 +497,48 @@ class PartitionMerger:
         for key, part in merger._parts.items():
             if sum(part.pending.values()) != len(part.heap) + sum(1 for d in merger._ddls if d[_PARTITION] == key):
                 raise ValueError(f"partition {key!r}: pending counts do not match its events")
-            if any(not seen for _, seen in part.groups.values()):
+            if any(not group for group in part.groups.values()):
                 raise ValueError(f"partition {key!r}: a table group without rows")
         return merger
+
+
+def _new_runs(seen: set[Any], identities: Sequence[Any]) -> list[tuple[int, int]]:
+    """Add ``identities`` to ``seen`` one by one; the (first, count) runs of those that were new."""
+    runs: list[tuple[int, int]] = []
+    first = -1
+    for j, identity in enumerate(identities):
+        size = len(seen)
+        seen.add(identity)
+        if len(seen) != size:
+            if first < 0:
+                first = j
+        elif first >= 0:
+            runs.append((first, j - first))
+            first = -1
+    if first >= 0:
+        runs.append((first, len(identities) - first))
+    return runs
+
+
+def _block(run: list[tuple[int, _Piece]]) -> RowBlock:
+    """Released pieces (commit ts, piece), in release order, as one block.
+
+    Pieces that continue each other in one `TableRows` share one table of the block (the source's
+    own object when they cover all of it, else a zero-copy slice), so a released block carries
+    exactly its rows.
+    """
+    spans: list[list[Any]] = []  # [TableRows, start, rows]
+    open_: dict[int, int] = {}  # id(TableRows) -> index of its last span
+    segments: list[Segment] = []
+    for ts, piece in run:
+        i = open_.get(id(piece.table))
+        if i is None or spans[i][1] + spans[i][2] != piece.start:
+            i = open_[id(piece.table)] = len(spans)
+            spans.append([piece.table, piece.start, 0])
+        spans[i][2] += piece.rows
+        segments.append(Segment(i, piece.rows, ts, piece.position, piece.skip))
+    tables = [t if start == 0 and n == t.num_rows else t.slice(start, n) for t, start, n in spans]
+    return RowBlock(tables, segments)
 
 
 def _int(value: Any, name: str, low: int = 0) -> int:

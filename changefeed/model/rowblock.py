@@ -16,8 +16,9 @@ as runs of present-column bitmaps; in `RowChange`s those columns are ``ABSENT``.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
 from typing import Any, ClassVar
 
 import numpy as np
@@ -25,7 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .events import Op, Position, RowChange, trusted_row
-from .schema import TableSchema
+from .schema import Column, TableSchema
+from .types import TypeCode
 from .values import ABSENT
 
 OP_CODES = {"insert": 0, "update": 1, "delete": 2}
@@ -46,6 +48,9 @@ class TableRows:
     batch: pa.RecordBatch
     main_runs: Runs | None = None  # None: every new/deleted image carries every column
     before_runs: Runs | None = None  # None: every update's old image carries every column
+    # Each row's bytes as received, where a decoder has them (one Open Protocol row value): the
+    # Kafka merge tells a resent row by them without building its values.
+    raw: Sequence[bytes] | None = None
     _ops: np.ndarray | None = field(default=None, repr=False)
     _images: list[tuple[tuple[Any, ...] | None, tuple[Any, ...] | None]] | None = field(default=None, repr=False)
 
@@ -92,6 +97,17 @@ class TableRows:
             self._ops = codes
         return self._ops
 
+    def slice(self, start: int, length: int) -> TableRows:
+        """Rows [start, start + length) as their own `TableRows` (zero-copy for the batch)."""
+        return TableRows(
+            self.table_schema,
+            self.batch.slice(start, length),
+            _slice_runs(self.main_runs, start, length),
+            _slice_runs(self.before_runs, start, length),
+            raw=None if self.raw is None else self.raw[start : start + length],
+            _ops=None if self._ops is None else self._ops[start : start + length],
+        )
+
     def full(self) -> np.ndarray:
         """Per row: does each of its images carry every column? (False: MINIMAL/NOBLOB images)."""
         out = np.ones(self.num_rows, bool)
@@ -115,14 +131,15 @@ class TableRows:
     def images(self) -> list[tuple[tuple[Any, ...] | None, tuple[Any, ...] | None]]:
         """(new, old) of every row as the `RowChange` path holds them."""
         w, n = self.width, self.num_rows
-        main = list(zip(*(self.column(i).to_pylist() for i in range(w)), strict=True)) if w else [()] * n
+        columns = [_model_values(c, self.column(i)) for i, c in enumerate(self.table_schema.columns)]
+        main = list(zip(*columns, strict=True)) if w else [()] * n
         ops = self.ops
         out: list[tuple[tuple[Any, ...] | None, tuple[Any, ...] | None]] = []
         updates = np.flatnonzero(ops == 1)
         before: dict[int, tuple[Any, ...]] = {}
         if len(updates):
             picked = self.batch.take(pa.array(updates))
-            cols = [picked.column(w + 2 + i).to_pylist() for i in range(w)]
+            cols = [_model_values(c, picked.column(w + 2 + i)) for i, c in enumerate(self.table_schema.columns)]
             before = dict(zip(updates.tolist(), zip(*cols, strict=True), strict=True))
         main = _with_absent(main, self.main_runs, w)
         if self.before_runs is not None and before:
@@ -136,6 +153,28 @@ class TableRows:
             else:
                 out.append((image, before[i]))
         return out
+
+
+def _model_values(column: Column, values: pa.Array) -> list[Any]:
+    """A column's values as the model holds them (DECIMAL of unknown precision travels as text)."""
+    out = values.to_pylist()
+    if column.type_code is TypeCode.DECIMAL and pa.types.is_string(values.type):
+        out = [None if v is None else Decimal(v) for v in out]
+    return out
+
+
+def _slice_runs(runs: Runs | None, start: int, length: int) -> Runs | None:
+    """The (bitmap, rows) runs covering rows [start, start + length)."""
+    if runs is None:
+        return None
+    out: list[tuple[int, int]] = []
+    at, end = 0, start + length
+    for present, k in runs:
+        lo, hi = max(at, start), min(at + k, end)
+        if lo < hi:
+            out.append((present, hi - lo))
+        at += k
+    return out
 
 
 def _with_absent(images: list[tuple[Any, ...]], runs: Runs | None, width: int) -> list[tuple[Any, ...]]:
@@ -161,18 +200,21 @@ class Segment:
     """Consecutive rows of one table in a block (one binlog ROWS event), all of one transaction.
 
     ``position`` is the transaction's start position; row ``j`` (from 0) of the segment is at
-    ``{**position, "skip": skip + j}``, as the `RowChange` path numbers a transaction's events.
+    ``{**position, "skip": skip + j}``, as the `RowChange` path numbers a transaction's events
+    (a decoded Kafka message: ``{topic, partition, offset}`` for every row, ``skip`` None).
     """
 
     table: int  # index into RowBlock.tables
     rows: int
     commit_ts: int
     position: Mapping[str, Any] | None = None
-    skip: int = 0
+    skip: int | None = 0  # None: every row is at ``position`` itself (the rows of one Kafka message)
 
     def row_position(self, j: int) -> Position | None:
         if self.position is None:
             return None
+        if self.skip is None:
+            return dict(self.position)
         return {**self.position, "skip": self.skip + j}
 
 
@@ -208,6 +250,22 @@ class RowBlock:
             row = table.row(start + j, seg.commit_ts)
             row.position = seg.row_position(j)
             yield row
+
+    def only(self, keep: Callable[[TableSchema], bool]) -> RowBlock | None:
+        """The block without the rows of tables ``keep`` refuses (None: nothing left)."""
+        kept = [keep(t.table_schema) for t in self.tables]
+        if all(kept):
+            return self
+        if not any(kept):
+            return None
+        at = [-1] * len(self.tables)
+        tables: list[TableRows] = []
+        for i, table in enumerate(self.tables):
+            if kept[i]:
+                at[i] = len(tables)
+                tables.append(table)
+        segments = [replace(s, table=at[s.table]) for s in self.segments if kept[s.table]]
+        return RowBlock(tables, segments)
 
     def rows(self) -> Iterator[RowChange]:
         """The block's rows as `RowChange`s, in commit order, with their positions."""

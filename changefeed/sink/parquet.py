@@ -24,6 +24,7 @@ from ..model import ABSENT, ActionType, DDLEvent, Event, Op, Resolved, TableSche
 from ..model.arrow import arrow_schema, batch_to_images, images_to_batch
 from ..model.ddl import ddl_tables
 from ..model.jsonl import table_schema_from_json, table_schema_to_json
+from ..model.rowblock import RowBlock, expand_blocks
 from .storage.writer import write_atomically
 
 log = logging.getLogger(__name__)
@@ -120,8 +121,8 @@ class ParquetSnapshotSink:
             state.reshape(ts)
         return state
 
-    def write_all(self, events: list[Event]) -> None:
-        for event in events:
+    def write_all(self, events: list[Event | RowBlock]) -> None:
+        for event in expand_blocks(events):  # the snapshot keeps rows by key: one at a time
             self.write(event)
 
     def write(self, event: Event) -> None:

@@ -22,6 +22,7 @@ from ..errors import ConfigError
 from ..model import ABSENT, DDLEvent, Event, Resolved, RowChange, TableSchema
 from ..model.arrow import arrow_type
 from ..model.jsonl import _value_to_json, dumps_event
+from ..model.rowblock import RowBlock
 
 if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructType
@@ -234,6 +235,18 @@ class EventFilter:
         if isinstance(ev, DDLEvent):
             return self.keeps(ev.schema, ev.table)
         return True
+
+    def events(self, events: list[Event]) -> list[Event]:
+        """``events`` without those of filtered tables (rows of a `RowBlock` included)."""
+        out: list[Event] = []
+        for ev in events:
+            if isinstance(ev, RowBlock):
+                block = ev.only(lambda t: self.keeps(t.schema, t.table))
+                if block is not None:
+                    out.append(block)
+            elif self(ev):
+                out.append(ev)
+        return out
 
     def keeps(self, schema: str, table: str) -> bool:
         key = (schema, table)

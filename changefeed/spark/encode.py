@@ -85,7 +85,10 @@ def event_order(event: Event | RowBlock) -> tuple[int, int]:
 
 def row_count(items: Iterable[Any]) -> int:
     """Source row events in a batch of events or encoded items."""
-    return sum(1 if isinstance(i, RowChange) else getattr(i, "rows", 0) for i in items)
+    return sum(
+        1 if isinstance(i, RowChange) else i.num_rows if isinstance(i, RowBlock) else getattr(i, "rows", 0)
+        for i in items
+    )
 
 
 def _spark_schema(schema: pa.Schema) -> str:

@@ -36,6 +36,7 @@ from ..consume import PartitionMerger
 from ..errors import ChangefeedError
 from ..model import Event, Resolved, RowChange, TableSchema
 from ..model.jsonl import EventReader, dumps_event
+from ..model.rowblock import RowBlock
 from .encode import event_order
 
 if TYPE_CHECKING:
@@ -69,13 +70,19 @@ class SchemaInterner:
         self._by_value: dict[TableSchema, TableSchema] = {}
 
     def __call__(self, events: list[Event]) -> list[Event]:
-        """``events`` with every row's schema replaced by the shared object (in place)."""
+        """``events`` with every row's schema replaced by the shared object (in place, for a block's
+        tables too: an equal schema, so a table the decoder still holds is not changed in meaning)."""
         by_id = self._by_id
         for ev in events:
             if isinstance(ev, RowChange):
                 ts = ev.table_schema
                 hit = by_id.get(id(ts))
                 ev.table_schema = hit[1] if hit is not None and hit[0] is ts else self._miss(ts)
+            elif isinstance(ev, RowBlock):
+                for rows in ev.tables:
+                    ts = rows.table_schema
+                    hit = by_id.get(id(ts))
+                    rows.table_schema = hit[1] if hit is not None and hit[0] is ts else self._miss(ts)
         return events
 
     def _miss(self, ts: TableSchema) -> TableSchema:

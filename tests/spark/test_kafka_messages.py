@@ -18,6 +18,7 @@ from changefeed.codec import CodecOptions
 from changefeed.errors import ConfigError, UnknownSchemaError
 from changefeed.model import Event, RowChange
 from changefeed.model.jsonl import EventReader, dumps_event
+from changefeed.model.rowblock import expand_blocks
 from changefeed.sink.kafka import KafkaSink, KafkaSinkConfig
 from changefeed.spark.changelog import ChangelogRows
 from changefeed.spark.datasource import KafkaInput, SourceOptions, register
@@ -107,7 +108,8 @@ def test_messages_output_is_kafka_only() -> None:
 
 
 def _lines(events: list[Event]) -> list[bytes]:
-    return [dumps_event(e) for e in events]
+    """JSONL of the events, row blocks (the columnar decoders' output) as their rows."""
+    return [dumps_event(e) for e in expand_blocks(events)]
 
 
 def _old_path(broker: Broker, topic: str, partition: int, end: int, codec: CodecOptions, rules: list[str]) -> list:

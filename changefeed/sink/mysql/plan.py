@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...model import ABSENT, Op, RowChange
+from .columns import BlockRows, Entry, expand, inserts_full, pieces
 from .sql import Literal, TableSQL, table_sql
 
 __all__ = ["PlannedOp", "plan_rows", "render_ops"]
@@ -43,6 +44,9 @@ class PlannedOp:
         t = self.tsql
         if self.kind in ("insert", "replace"):
             yield from t.insert(self.items, self.positions, self.kind == "replace", literal, max_rows, max_bytes)
+        elif self.kind in ("insert_columns", "replace_columns"):
+            replace = self.kind == "replace_columns"
+            yield from t.insert_columns(self.items, self.positions, replace, literal, max_rows, max_bytes)
         elif self.kind == "delete_keys":
             yield from t.delete_keys(self.items, literal, max_rows, max_bytes)
         elif self.kind == "update":
@@ -97,17 +101,43 @@ def _where(row: RowChange) -> str:
     return f"{row.table_schema.qualified_name} commit_ts {row.commit_ts}"
 
 
-def plan_rows(rows: Sequence[RowChange], safe: bool, mysql_json: bool = False) -> list[PlannedOp]:
+def _block_inserts(entries: list[Entry], safe: bool, mysql_json: bool) -> PlannedOp | None:
+    """One table's rows as one multi-row statement rendered from Arrow columns, where they are
+    all whole-image block inserts of one shape and the row path would give them one statement."""
+    if not all(isinstance(e, BlockRows) for e in entries):
+        return None
+    blocks: list[BlockRows] = entries  # type: ignore[assignment]
+    schema = blocks[0].table.table_schema
+    tsql = table_sql(schema, mysql_json)
+    if not (safe or tsql.batch_updates) or any(e.table.table_schema is not schema for e in blocks):
+        return None
+    tables = pieces(blocks)
+    if not all(inserts_full(t, tsql.writable) for t in tables):
+        return None
+    return PlannedOp("replace_columns" if safe else "insert_columns", tsql, tsql.writable, tables)
+
+
+def plan_rows(rows: Sequence[Entry], safe: bool, mysql_json: bool = False) -> list[PlannedOp]:
     """The statements applying ``rows`` (in upstream order) in one transaction.
+
+    Rows are `RowChange`s or buffered block segments (`BlockRows`): a table whose rows are all
+    whole-image block inserts gets its multi-row statement rendered from the Arrow columns; any
+    other table's block rows are expanded to `RowChange`s in place, so both give the same SQL.
 
     Raises ``ValueError`` for rows that cannot be applied (no key columns in the image of a
     keyed table, an UPDATE without old image on a table without a key).
     """
-    per_table: dict[tuple[str, str], list[RowChange]] = {}
-    for row in rows:
-        per_table.setdefault((row.table_schema.schema, row.table_schema.table), []).append(row)
+    per_table: dict[tuple[str, str], list[Entry]] = {}
+    for entry in rows:
+        schema = entry.table.table_schema if isinstance(entry, BlockRows) else entry.table_schema
+        per_table.setdefault((schema.schema, schema.table), []).append(entry)
     out = _Appender()
-    for trows in per_table.values():
+    for entries in per_table.values():
+        columnar = _block_inserts(entries, safe, mysql_json)
+        if columnar is not None:
+            out.ops.append(columnar)
+            continue
+        trows = expand(entries)
         tsql = table_sql(trows[0].table_schema, mysql_json)
         if (safe or tsql.batch_updates) and all(
             r.op is Op.INSERT and r.table_schema is tsql.table and tsql.full(r.new) for r in trows

@@ -5,6 +5,9 @@ Flow (docs/mysql-sink.md has the whole story):
 * rows buffer until ``batch_rows`` and are cut only where commit_ts changes, so one upstream
   transaction is never split across downstream batches; several small upstream transactions
   merge into one downstream transaction (TiCDC's mysql sink does the same);
+* `RowBlock`s are taken segment by segment with the semantics of their `RowChange`s, and stay
+  columnar in the buffer: whole-image inserts are rendered from the Arrow columns (columns.py),
+  other rows become `RowChange`s at flush;
 * one worker: the batch and the checkpoint upsert commit in ONE transaction (exactly once);
   several workers: rows are routed by causality (causality.py), each worker commits its share,
   and the checkpoint is written only after every worker committed (at least once; safe mode
@@ -33,10 +36,12 @@ import pymysql.err
 from pymysql.constants import CLIENT
 
 from ...errors import ConfigError, SinkError
-from ...model import ActionType, DDLEvent, Event, Index, Resolved, RowChange
+from ...model import ActionType, DDLEvent, Event, Index, Resolved, RowChange, TableSchema
+from ...model.rowblock import RowBlock, TableRows
 from ...ops import metrics
 from .causality import Causality, row_keys
 from .checkpoint import Checkpoint, CheckpointTable
+from .columns import BlockRows, Entry, expand
 from .errors import ddl_already_done, error_code, is_transient
 from .keys import DownstreamKeys, read_unique_indexes
 from .plan import plan_rows, render_ops
@@ -238,7 +243,8 @@ class MySQLSink:
         self._checkpoint: Checkpoint | None = None
         self._checkpoint_ts = 0
         self._safe_until = 0.0
-        self._buffer: list[RowChange] = []
+        self._buffer: list[Entry] = []  # RowChanges and block segments, in order
+        self._buffer_rows = 0  # rows in the buffer
         self._buffer_ts = 0
         # What the next flush will claim: a commit ts (0: nothing) and the latest source position.
         self._pending_ts = 0
@@ -318,6 +324,7 @@ class MySQLSink:
         self._opened = False
         self._failed = None
         self._buffer = []
+        self._buffer_rows = 0
         self._buffer_ts = 0
         self._pending_ts = 0
         self._pending_pos = None
@@ -339,33 +346,25 @@ class MySQLSink:
 
     # --- writing -----------------------------------------------------------------------------------
 
-    def write(self, events: Iterable[Event]) -> None:
+    def write(self, events: Iterable[Event | RowBlock]) -> None:
         """Apply events in order; rows are buffered (call `flush` at the end of a micro-batch)."""
         for event in events:
             self.write_event(event)
 
-    def write_event(self, event: Event) -> None:
+    def write_event(self, event: Event | RowBlock) -> None:
         if not self._opened or self._failed is not None:
             self.open()
-        if isinstance(event, RowChange):
+        if isinstance(event, RowBlock):
+            self._write_block(event)
+        elif isinstance(event, RowChange):
             ts = event.commit_ts
-            if ts <= self._checkpoint_ts:
-                self.stats["skipped"] += 1  # replayed: already applied downstream
+            if not self._admit(ts, 1, event.table_schema, event.position):
                 return
-            if ts != self._buffer_ts:
-                if ts < self._buffer_ts:
-                    raise SinkError(
-                        f"commit ts went backwards ({ts} after {self._buffer_ts}) for "
-                        f"{event.table_schema.qualified_name}: the sink needs events in commit order",
-                        where=_where(event.commit_ts, event.position),
-                    )
-                if len(self._buffer) >= self.config.batch_rows:
-                    self.flush()  # the buffer ends on a transaction boundary: a new commit ts begins
-                self._buffer_ts = ts
             shape = self._keys.shape(event.table_schema, self._read_unique_indexes)
             if shape is not event.table_schema:
                 event = replace(event, table_schema=shape)
             self._buffer.append(event)
+            self._buffer_rows += 1
             self._pending_ts = max(self._pending_ts, ts)
             if event.position is not None:
                 self._pending_pos = event.position
@@ -375,7 +374,7 @@ class MySQLSink:
                 self._pending_ts = ts
                 if event.position is not None:
                     self._pending_pos = event.position
-            if len(self._buffer) >= self.config.batch_rows:
+            if self._buffer_rows >= self.config.batch_rows:
                 self.flush()
         elif isinstance(event, DDLEvent):
             self.flush()
@@ -387,6 +386,46 @@ class MySQLSink:
         else:
             raise SinkError(f"unknown event {type(event).__name__}")
 
+    def _admit(self, ts: int, rows: int, table: TableSchema, position: Mapping[str, Any] | None) -> bool:
+        """Whether ``rows`` rows at commit ts ``ts`` are new (else counted as skipped); a full buffer
+        is flushed before a new commit ts, so it always ends on a transaction boundary."""
+        if ts <= self._checkpoint_ts:
+            self.stats["skipped"] += rows  # replayed: already applied downstream
+            return False
+        if ts != self._buffer_ts:
+            if ts < self._buffer_ts:
+                raise SinkError(
+                    f"commit ts went backwards ({ts} after {self._buffer_ts}) for "
+                    f"{table.qualified_name}: the sink needs events in commit order",
+                    where=_where(ts, position),
+                )
+            if self._buffer_rows >= self.config.batch_rows:
+                self.flush()
+            self._buffer_ts = ts
+        return True
+
+    def _write_block(self, block: RowBlock) -> None:
+        """A block's segments as `write_event` takes each of its rows, kept columnar in the buffer."""
+        shaped: dict[int, TableRows] = {}
+        for seg, start in block.walk():
+            ts = seg.commit_ts
+            if not seg.rows or not self._admit(ts, seg.rows, block.tables[seg.table].table_schema, seg.row_position(0)):
+                continue
+            rows = shaped.get(seg.table)
+            if rows is None:
+                rows = block.tables[seg.table]
+                shape = self._keys.shape(rows.table_schema, self._read_unique_indexes)
+                if shape is not rows.table_schema:  # a new TableRows: the block's may be shared
+                    rows = TableRows(shape, rows.batch, rows.main_runs, rows.before_runs, raw=rows.raw)
+                shaped[seg.table] = rows
+            entry = BlockRows(rows, start, seg)
+            self._buffer.append(entry)
+            self._buffer_rows += seg.rows
+            self._pending_ts = max(self._pending_ts, ts)
+            position = entry.last_position
+            if position is not None:
+                self._pending_pos = position
+
     def flush(self) -> None:
         """Apply every buffered row and make the checkpoint durable.
 
@@ -395,6 +434,7 @@ class MySQLSink:
         """
         self.open()
         rows, self._buffer = self._buffer, []
+        count, self._buffer_rows = self._buffer_rows, 0
         if self._pending_ts <= self._checkpoint_ts:
             return  # nothing new (rows always advance the pending ts)
         pending = Checkpoint(
@@ -406,7 +446,7 @@ class MySQLSink:
             if self.config.workers == 1:
                 self._apply_transaction(self._workers[0], rows, pending)
             else:
-                self._apply_parallel(rows)
+                self._apply_parallel(expand(rows))
                 self._fault("checkpoint", {"commit_ts": pending.commit_ts})
                 self._with_retry(self._coordinator, "save checkpoint", lambda c: self._save_checkpoint(c, pending))
         except BaseException as exc:
@@ -415,11 +455,11 @@ class MySQLSink:
             raise
         self._checkpoint = pending
         self._checkpoint_ts = pending.commit_ts
-        self.stats["rows"] += len(rows)
+        self.stats["rows"] += count
         log.debug(
             "batch applied changefeed=%s rows=%d checkpoint_ts=%d safe_mode=%s seconds=%.3f",
             self.config.changefeed_id,
-            len(rows),
+            count,
             pending.commit_ts,
             self.safe_mode,
             time.monotonic() - started,
@@ -470,11 +510,12 @@ class MySQLSink:
         )
         time.sleep(delay)
 
-    def _apply_transaction(self, session: _Session, rows: Sequence[RowChange], checkpoint: Checkpoint | None) -> None:
+    def _apply_transaction(self, session: _Session, rows: Sequence[Entry], checkpoint: Checkpoint | None) -> None:
         """One downstream transaction: rows (+ the checkpoint upsert), re-run whole on transient errors."""
         safe = self.safe_mode
         attempt = 0
         where = _where_rows(rows, checkpoint)
+        count = sum(1 if isinstance(e, RowChange) else e.seg.rows for e in rows)
         while True:
             try:
                 conn = session.ensure()
@@ -487,16 +528,19 @@ class MySQLSink:
                     raise SinkError(str(exc), where=where) from None
                 conn.begin()
                 session.run(
-                    render_ops(ops, session.literal, self.config.statement_rows, self.config.statement_bytes),
+                    _rendered(
+                        render_ops(ops, session.literal, self.config.statement_rows, self.config.statement_bytes),
+                        where,
+                    ),
                     self._fault,
                 )
                 if checkpoint is not None:
                     self.checkpoint_table.save(conn, self.config.changefeed_id, checkpoint)
-                self._fault("commit", {"session": session.name, "rows": len(rows)})
+                self._fault("commit", {"session": session.name, "rows": count})
                 conn.commit()
                 with self._stats_lock:
                     self.stats["transactions"] += 1
-                self._fault("committed", {"session": session.name, "rows": len(rows)})
+                self._fault("committed", {"session": session.name, "rows": count})
                 return
             except (pymysql.err.MySQLError, OSError) as exc:
                 session.discard()
@@ -504,7 +548,7 @@ class MySQLSink:
                     sql = getattr(exc, "sql", None)
                     detail = f" in statement {_clip(sql)}" if sql else ""
                     raise SinkError(
-                        f"applying {len(rows)} rows on {self.params.url} failed{detail}: {mask_url(str(exc))}",
+                        f"applying {count} rows on {self.params.url} failed{detail}: {mask_url(str(exc))}",
                         where=where,
                     ) from exc
                 attempt += 1
@@ -619,14 +663,23 @@ def _where(commit_ts: int, position: Mapping[str, Any] | None) -> str:
     return f"commit_ts {commit_ts}" + (f", position {dict(position)}" if position else "")
 
 
-def _where_rows(rows: Sequence[RowChange], checkpoint: Checkpoint | None) -> str:
+def _where_rows(rows: Sequence[Entry], checkpoint: Checkpoint | None) -> str:
     if not rows:
         return _where(checkpoint.commit_ts, checkpoint.position) if checkpoint else "checkpoint"
     first, last = rows[0], rows[-1]
     text = f"commit_ts {first.commit_ts}..{last.commit_ts}"
-    if last.position:
-        text += f", position {dict(last.position)}"
+    position = last.last_position if isinstance(last, BlockRows) else last.position
+    if position:
+        text += f", position {dict(position)}"
     return text
+
+
+def _rendered(statements: Iterator[tuple[str, int]], where: str) -> Iterator[tuple[str, int]]:
+    """``statements``, a value that has no SQL literal (NaN, an unknown type) raised as a SinkError."""
+    try:
+        yield from statements
+    except (ValueError, TypeError, ArithmeticError) as exc:
+        raise SinkError(f"rendering SQL failed: {exc}", where=where) from exc
 
 
 def _clip(text: str | None, limit: int = 300) -> str:

@@ -22,7 +22,9 @@ except ImportError:  # pragma: no cover - another PyMySQL layout
     _ESCAPE_TABLE = None
 
 from ...model import ABSENT, Column, TableSchema, TypeCode
+from ...model.rowblock import TableRows
 from ...model.types import INTEGER_TYPES, STRING_TYPES
+from .columns import render_inserts
 
 _INT_LIKE = INTEGER_TYPES | {TypeCode.YEAR, TypeCode.SET}
 _TEXT_LIKE = STRING_TYPES | {
@@ -255,6 +257,10 @@ class TableSQL:
 
     # --- statements -------------------------------------------------------------------------------
 
+    def _insert_prefix(self, positions: Sequence[int], replace: bool) -> str:
+        verb = "REPLACE" if replace else "INSERT"
+        return f"{verb} INTO {self.name} (" + ",".join(self.quoted[i] for i in positions) + ") VALUES "
+
     def insert(
         self,
         images: Sequence[Sequence[Any]],
@@ -269,8 +275,7 @@ class TableSQL:
         All images must carry ``positions``; statements are cut at ``max_rows`` rows or about
         ``max_bytes`` of SQL text, so no statement nears max_allowed_packet.
         """
-        verb = "REPLACE" if replace else "INSERT"
-        prefix = f"{verb} INTO {self.name} (" + ",".join(self.quoted[i] for i in positions) + ") VALUES "
+        prefix = self._insert_prefix(positions, replace)
         yield from _chunked(
             prefix,
             ("(" + ",".join(self.values(im, positions, literal)) + ")" for im in images),
@@ -278,6 +283,35 @@ class TableSQL:
             max_rows,
             max_bytes,
         )
+
+    def insert_columns(
+        self,
+        tables: Sequence[TableRows],
+        positions: Sequence[int],
+        replace: bool,
+        literal: Literal,
+        max_rows: int = 1000,
+        max_bytes: int = 1 << 21,
+    ) -> Iterator[tuple[str, int]]:
+        """`insert` over block rows, rendered from their Arrow columns: the same statements, byte
+        for byte, as `insert` over the rows' images (``TableRows.images``) in order.
+
+        Every row must be an INSERT carrying ``positions`` (`columns.inserts_full`). A value
+        without a literal (NaN, a type with no rule) raises what `insert` raises, at the statement
+        where `insert` raises it: the rows are then rendered from their images.
+        """
+        prefix = self._insert_prefix(positions, replace)
+        try:
+            statements = list(
+                render_inserts(
+                    self.table.columns, tables, positions, self.renderers(literal), literal, prefix, max_rows, max_bytes
+                )
+            )
+        except (ValueError, TypeError, ArithmeticError):
+            images = [new for t in tables for new, _ in t.images()]
+            yield from self.insert(images, positions, replace, literal, max_rows, max_bytes)
+            return
+        yield from statements
 
     def delete_keys(
         self, keys: Sequence[Sequence[Any]], literal: Literal, max_rows: int = 1000, max_bytes: int = 1 << 21

@@ -169,11 +169,29 @@ class _PartitionDecoder:
 
     def __init__(self, servers: str, topic: str, partition: int, codec: CodecOptions) -> None:
         from ...codec import make_decoder  # noqa: PLC0415
+        from ...codec.open_protocol import OpenProtocolBlockDecoder, OpenProtocolDecoder  # noqa: PLC0415
 
         self.topic = topic
         self.partition = partition
         self.decoder = make_decoder(codec)
         self.lookback = _SchemaLookback(servers, topic, partition) if codec.protocol == "simple" else None
+        decoder = self.decoder
+        self.blocks = OpenProtocolBlockDecoder(decoder) if isinstance(decoder, OpenProtocolDecoder) else None
+
+    def decode_run(
+        self, offsets: Sequence[int], keys: Sequence[bytes | None], values: Sequence[bytes | None]
+    ) -> list[list[Event]]:
+        """The events of consecutive messages of this partition (rows as `RowBlock`s where the
+        protocol has a columnar decoder), positioned at their message."""
+        if self.blocks is None:
+            return [self.decode(*message) for message in zip(offsets, keys, values, strict=True)]
+        messages = [
+            Message(key=k, value=v, partition=self.partition, topic=self.topic)
+            for k, v in zip(keys, values, strict=True)
+        ]
+        wheres = [f"{self.topic}[{self.partition}]@{offset}" for offset in offsets]
+        positions = [{"topic": self.topic, "partition": self.partition, "offset": offset} for offset in offsets]
+        return self.blocks.decode(messages, wheres, positions)
 
     def decode(self, offset: int, key: bytes | None, value: bytes | None) -> list[Event]:
         where = f"{self.topic}[{self.partition}]@{offset}"
@@ -211,6 +229,7 @@ class MessageDecoder:
         self.changelog = changelog
         self._keep = EventFilter(changelog)
         self._decoders: dict[int, _PartitionDecoder] = {}
+        self.columnar = True  # rows as RowBlocks where the protocol has a columnar decoder
 
     def decode(self, messages: pa.Table) -> list[tuple[int, int, list[Event]]]:
         """``(partition, offset, events)`` per message of a `MESSAGE_SCHEMA` table, in (partition, offset) order."""
@@ -221,25 +240,28 @@ class MessageDecoder:
         offsets = messages.column("offset").to_pylist()
         keys = messages.column("key").to_pylist()
         values = messages.column("value").to_pylist()
-        keep = self._keep if self.changelog.filter is not None or self.changelog.table is not None else None
+        filtered = self.changelog.filter is not None or self.changelog.table is not None
         out: list[tuple[int, int, list[Event]]] = []
-        current: _PartitionDecoder | None = None
         try:
-            for partition, offset, key, value in zip(partitions, offsets, keys, values, strict=True):
-                if current is None or current.partition != partition:
-                    if current is not None:
-                        current.finish(out[-1][1] + 1)
-                    current = self._decoders.get(partition)
-                    if current is None:
-                        current = self._decoders[partition] = _PartitionDecoder(
-                            self.servers, self.topic, partition, self.codec
-                        )
-                events = current.decode(offset, key, value)
-                if keep is not None:
-                    events = [e for e in events if keep(e)]
-                out.append((partition, offset, events))
-            if current is not None:
-                current.finish(out[-1][1] + 1)
+            start = 0
+            while start < len(partitions):
+                partition = partitions[start]
+                end = start
+                while end < len(partitions) and partitions[end] == partition:
+                    end += 1
+                current = self._decoders.get(partition)
+                if current is None:
+                    current = self._decoders[partition] = _PartitionDecoder(
+                        self.servers, self.topic, partition, self.codec
+                    )
+                    if not self.columnar:
+                        current.blocks = None
+                run = offsets[start:end]
+                decoded = current.decode_run(run, keys[start:end], values[start:end])
+                for offset, events in zip(run, decoded, strict=True):
+                    out.append((partition, offset, self._keep.events(events) if filtered else events))
+                current.finish(run[-1] + 1)
+                start = end
         except BaseException:
             self.close()
             raise

@@ -1,0 +1,291 @@
+"""Row blocks in the MySQL sink: buffered segments, and SQL literals rendered a column at a time.
+
+A `RowBlock` segment waits in the sink's buffer as a `BlockRows` (no per-row objects). At flush,
+a table whose rows are all whole-image block inserts is rendered from its Arrow columns
+(`render_inserts`, behind `TableSQL.insert_columns`); every other table's block rows become
+`RowChange`s again (`expand`) and take the row path, so both give the same statements.
+
+Every literal here is the text `Literal.column_renderer` gives the value `TableRows.images`
+holds: integers as Arrow's decimal text, DECIMAL as plain digits, text quoted and escaped by
+PyMySQL's rules (or with doubled quotes under NO_BACKSLASH_ESCAPES), bytes as ``X'hex'``, ENUM
+indexes as member names. Types without a rule here (and floats, whose shortest-repr text needs
+Python) go value by value through the row path's own renderer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ...codec.columns import decimal_texts
+from ...model import Column, Position, RowChange, TypeCode
+from ...model.rowblock import Segment, TableRows
+
+if TYPE_CHECKING:
+    from .sql import Literal
+
+__all__ = ["BlockRows", "expand", "inserts_full", "render_inserts"]
+
+_TEXT = pa.large_string()
+
+
+@cache
+def _s(text: str) -> pa.Scalar:
+    """A large_string scalar (made on first use: building one imports pandas)."""
+    return pa.scalar(text, _TEXT)
+
+
+# PyMySQL's escape table (converters._escape_table), backslash first so no escape is escaped again.
+_BACKSLASH_ESCAPES = (("\\", "\\\\"), ("\0", "\\0"), ("\n", "\\n"), ("\r", "\\r"), ("\x1a", "\\Z"), ("'", "\\'"),
+                      ('"', '\\"'))  # fmt: skip
+_QUOTE_ESCAPES = (("'", "''"),)
+# A DECIMAL text that `format(Decimal(text), "f")` gives back unchanged.
+_PLAIN_DECIMAL = r"^-?(0|[1-9][0-9]*)(\.[0-9]+)?$"
+_HEX_DIGITS = np.frombuffer(b"".join(b"%02x" % i for i in range(256)), np.uint8).reshape(256, 2)
+
+
+@dataclass(slots=True)
+class BlockRows:
+    """One segment of a `RowBlock` in the sink's buffer: rows [start, start + seg.rows) of ``table``."""
+
+    table: TableRows  # the block's table, its schema shaped by the sink (DownstreamKeys)
+    start: int
+    seg: Segment
+
+    @property
+    def commit_ts(self) -> int:
+        return self.seg.commit_ts
+
+    @property
+    def last_position(self) -> Position | None:
+        """The position of the segment's last row (what the row path's last `RowChange` carries)."""
+        return self.seg.row_position(self.seg.rows - 1)
+
+
+Entry = RowChange | BlockRows
+
+
+def expand(entries: Sequence[Entry]) -> list[RowChange]:
+    """``entries`` as `RowChange`s in order, block rows with the positions `RowBlock.rows` gives them.
+
+    Each block table is sliced once to the rows buffered from it, so its images are built once.
+    """
+    spans: dict[int, tuple[TableRows, int, int]] = {}
+    for e in entries:
+        if isinstance(e, BlockRows):
+            lo, hi = e.start, e.start + e.seg.rows
+            hit = spans.get(id(e.table))
+            if hit is not None:
+                lo, hi = min(lo, hit[1]), max(hi, hit[2])
+            spans[id(e.table)] = (e.table, lo, hi)
+    slices = {k: (t.slice(lo, hi - lo), lo) for k, (t, lo, hi) in spans.items()}
+    out: list[RowChange] = []
+    for e in entries:
+        if not isinstance(e, BlockRows):
+            out.append(e)
+            continue
+        rows, base = slices[id(e.table)]
+        seg, at = e.seg, e.start - base
+        for j in range(seg.rows):
+            row = rows.row(at + j, seg.commit_ts)
+            row.position = seg.row_position(j)
+            out.append(row)
+    return out
+
+
+def pieces(entries: Sequence[BlockRows]) -> list[TableRows]:
+    """The buffered rows as few `TableRows` as possible: consecutive segments of one table joined."""
+    spans: list[list[Any]] = []  # [TableRows, start, rows]
+    for e in entries:
+        last = spans[-1] if spans else None
+        if last is not None and last[0] is e.table and last[1] + last[2] == e.start:
+            last[2] += e.seg.rows
+        else:
+            spans.append([e.table, e.start, e.seg.rows])
+    return [t if start == 0 and n == t.num_rows else t.slice(start, n) for t, start, n in spans]
+
+
+def inserts_full(rows: TableRows, writable: Sequence[int]) -> bool:
+    """Whether every row is an INSERT whose image carries every writable column (`TableSQL.full`)."""
+    if rows.num_rows and not bool((rows.ops == 0).all()):
+        return False
+    mask = sum(1 << i for i in writable)
+    return all(present == -1 or present & mask == mask for present, _ in rows.main_runs or ())
+
+
+# --- literals ------------------------------------------------------------------------------------
+
+
+def _spans(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """(int64 offsets from 0, the bytes they span) of a (large) string/binary array, honouring its slice."""
+    n = len(values)
+    wide = pa.types.is_large_string(values.type) or pa.types.is_large_binary(values.type)
+    dtype = np.int64 if wide else np.int32
+    _, offsets_buf, data_buf = values.buffers()[:3]
+    offsets = np.frombuffer(offsets_buf, dtype, n + 1, dtype().itemsize * values.offset).astype(np.int64)
+    start, end = int(offsets[0]), int(offsets[-1])
+    if end == start or data_buf is None:
+        return offsets - start, np.zeros(0, np.uint8)
+    return offsets - start, np.frombuffer(data_buf, np.uint8, end - start, start)
+
+
+def _join(*parts: Any) -> pa.Array:
+    return pc.binary_join_element_wise(*parts, _s(""))
+
+
+def _text_literals(values: pa.Array, literal: Literal) -> pa.Array:
+    """Quoted text: escapes only for the characters the column holds (one count over its bytes)."""
+    values = values.cast(_TEXT)
+    data = _spans(values)[1]
+    if data.size:
+        counts = np.bincount(data, minlength=256)
+        for char, escaped in _QUOTE_ESCAPES if literal.no_backslash_escapes else _BACKSLASH_ESCAPES:
+            if counts[ord(char)]:
+                values = pc.replace_substring(values, char, escaped)
+    return _join(_s("'"), values, _s("'"))
+
+
+def _hex_literals(values: pa.Array) -> pa.Array:
+    """``X'..'`` of binary values: two hex digits per byte by table lookup."""
+    offsets, data = _spans(values)
+    digits = _HEX_DIGITS[data].reshape(-1)
+    hexed = pa.LargeStringArray.from_buffers(len(values), pa.py_buffer(offsets * 2), pa.py_buffer(digits))
+    out = _join(_s("X'"), hexed, _s("'"))
+    return pc.if_else(values.is_valid(), out, _s("NULL")) if values.null_count else out
+
+
+def _float_literals(values: pa.Array) -> pa.Array:
+    """Shortest round-trip digits (``repr``) with ``e0`` where there is no exponent; NaN/inf raise."""
+    out = []
+    for v in values.to_pylist():
+        if v is None:
+            out.append("NULL")
+            continue
+        text = repr(v)
+        if "e" in text:
+            out.append(text)
+        elif "n" in text:  # nan, inf, -inf
+            raise ValueError(f"{text} has no MySQL literal")
+        else:
+            out.append(text + "e0")
+    return pa.array(out, _TEXT)
+
+
+def _enum_literals(column: Column, values: pa.Array, literal: Literal) -> pa.Array:
+    """ENUM indexes as member names (0: ''), an index past the members as the number (`_enum_param`)."""
+    n = len(column.elements)
+    names = pa.array([literal.text(""), *(literal.text(e) for e in column.elements)], _TEXT)
+    known = pc.less_equal(values, n)
+    named = pc.take(names, pc.if_else(known, values, pa.scalar(0, values.type)))
+    return pc.if_else(known, named, values.cast(_TEXT))
+
+
+def _decimal_text_literals(values: pa.Array) -> pa.Array | None:
+    """DECIMAL text as `format(Decimal(text), "f")` gives it: the text itself when it is plain digits."""
+    plain = pc.match_substring_regex(values, _PLAIN_DECIMAL)
+    if not pc.all(plain.fill_null(True)).as_py():
+        return None
+    return values.cast(_TEXT)
+
+
+def column_literals(column: Column, values: pa.Array, literal: Literal, render: Callable[[Any], str]) -> pa.Array:
+    """The SQL literal of each value (large_string, no nulls): ``render`` over `TableRows.images`' values.
+
+    ``render`` is the row path's renderer of the column, used value by value where no
+    vectorised rule applies. Raises what ``render`` raises for a value without a literal.
+    """
+    t = values.type
+    tc = column.type_code
+    out: pa.Array | None = None
+    if pa.types.is_integer(t):
+        if tc is TypeCode.ENUM and column.elements:
+            if not pa.types.is_signed_integer(t) or not pc.any(pc.less(values, 0)).as_py():
+                out = _enum_literals(column, values, literal)
+        else:
+            out = values.cast(_TEXT)
+    elif pa.types.is_boolean(t):
+        if tc is not TypeCode.ENUM:
+            out = pc.if_else(values, _s("1"), _s("0"))
+    elif pa.types.is_floating(t):
+        return _float_literals(values)
+    elif pa.types.is_decimal(t):
+        out = decimal_texts(values).cast(_TEXT)
+    elif pa.types.is_string(t) and tc is TypeCode.DECIMAL:  # exact text; the model holds a Decimal
+        out = _decimal_text_literals(values)
+    elif pa.types.is_string(t) or pa.types.is_large_string(t):
+        out = _text_literals(values, literal)
+    elif pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        out = _hex_literals(values)
+    if out is None:
+        return _python_literals(column, values, render)
+    return out.fill_null(_s("NULL")) if out.null_count else out
+
+
+def _python_literals(column: Column, values: pa.Array, render: Callable[[Any], str]) -> pa.Array:
+    pylist = values.to_pylist()
+    if column.type_code is TypeCode.DECIMAL and pa.types.is_string(values.type):  # as TableRows.images
+        pylist = [None if v is None else Decimal(v) for v in pylist]
+    return pa.array([render(v) for v in pylist], _TEXT)
+
+
+def _concat_column(column: Column, arrays: list[pa.Array], literal: Literal, render: Callable[[Any], str]) -> pa.Array:
+    if len(arrays) == 1:
+        return column_literals(column, arrays[0], literal, render)
+    if all(a.type == arrays[0].type for a in arrays):
+        return column_literals(column, pa.concat_arrays(arrays), literal, render)
+    return pa.concat_arrays([column_literals(column, a, literal, render) for a in arrays])
+
+
+def render_inserts(
+    columns: Sequence[Column],
+    tables: Sequence[TableRows],
+    positions: Sequence[int],
+    renderers: Sequence[Callable[[Any], str]],
+    literal: Literal,
+    prefix: str,
+    max_rows: int,
+    max_bytes: int,
+) -> Iterator[tuple[str, int]]:
+    """``prefix`` + ``(v,..),(v,..)`` statements over the rows of ``tables``, cut where `_chunked` cuts.
+
+    Everything is rendered before the first statement is yielded, so a value without a literal
+    raises before any statement.
+    """
+    n = sum(t.num_rows for t in tables)
+    if not n:
+        return
+    if positions:
+        parts: list[Any] = [_s("(")]
+        for k, i in enumerate(positions):
+            if k:
+                parts.append(_s(","))
+            arrays = [t.column(i) for t in tables]
+            parts.append(_concat_column(columns[i], arrays, literal, renderers[i]))
+        parts.append(_s("),"))
+        items = _join(*parts)
+    else:
+        items = pa.array(["(),"] * n, _TEXT)
+    offsets, data = _spans(items)
+    # `_chunked` counts characters: bytes unless some text is not ASCII. Lengths include the comma.
+    ascii_only = not data.size or int(data.max()) < 0x80
+    lengths = np.diff(offsets) if ascii_only else pc.utf8_length(items).to_numpy().astype(np.int64)
+    ends = np.cumsum(lengths)  # ends[i]: chars of items 0..i, commas included
+    text = memoryview(data)
+    base = len(prefix)
+    start = 0
+    while start < n:
+        before = int(ends[start - 1]) if start else 0
+        # `_chunked` cuts before item i > start when base + ends[i] - 1 - before > max_bytes.
+        limit = max_bytes - base + 1 + before
+        end = max(int(np.searchsorted(ends, limit, side="right")), start + 1)
+        end = min(end, start + max_rows, n)
+        body = str(text[int(offsets[start]) : int(offsets[end]) - 1], "utf-8")
+        yield prefix + body, end - start
+        start = end
