@@ -100,6 +100,7 @@ def main() -> int:
     p.add_argument("--resolved", type=int, default=10_000, help="rows between resolved events")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--no-sink", action="store_true")
+    p.add_argument("--variants", default="rows,blocks", help="which paths to run, in this order")
     args = p.parse_args()
     print("$ " + shlex.join(sys.orig_argv), flush=True)
     table = messages(args.rows, args.txn, args.resolved)
@@ -113,7 +114,7 @@ def main() -> int:
         extra = {"innodb_buffer_pool_size": "512M", "innodb_log_file_size": "256M"}
         server = MariaDBServer(server_id=3, name="bench-apply-stage", extra_config=extra).__enter__()
     try:
-        for variant in ("rows", "blocks"):
+        for variant in args.variants.split(","):
             best: dict[str, float] = {}
             checksum = None
             for _ in range(args.repeat):
