@@ -101,6 +101,7 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--no-sink", action="store_true")
     p.add_argument("--variants", default="rows,blocks", help="which paths to run, in this order")
+    p.add_argument("--freeze", action="store_true", help="gc.freeze() before each variant")
     args = p.parse_args()
     print("$ " + shlex.join(sys.orig_argv), flush=True)
     table = messages(args.rows, args.txn, args.resolved)
@@ -115,6 +116,9 @@ def main() -> int:
         server = MariaDBServer(server_id=3, name="bench-apply-stage", extra_config=extra).__enter__()
     try:
         for variant in args.variants.split(","):
+            if args.freeze:
+                gc.collect()
+                gc.freeze()
             best: dict[str, float] = {}
             checksum = None
             for _ in range(args.repeat):
