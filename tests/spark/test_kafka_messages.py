@@ -15,7 +15,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from changefeed.codec import CodecOptions
-from changefeed.errors import ConfigError, UnknownSchemaError
+from changefeed.errors import CaptureError, ConfigError, UnknownSchemaError
 from changefeed.model import Event, RowChange
 from changefeed.model.jsonl import EventReader, dumps_event
 from changefeed.model.rowblock import expand_blocks
@@ -23,7 +23,14 @@ from changefeed.sink.kafka import KafkaSink, KafkaSinkConfig
 from changefeed.spark.changelog import ChangelogRows
 from changefeed.spark.datasource import KafkaInput, SourceOptions, register
 from changefeed.spark.datasource import kafka as kafka_input
-from changefeed.spark.datasource.kafka import MESSAGE_SCHEMA, MESSAGES, KafkaRange, MessageDecoder
+from changefeed.spark.datasource.kafka import (
+    ENVELOPE_SCHEMA,
+    MESSAGE_SCHEMA,
+    MESSAGES,
+    KafkaRange,
+    MessageDecoder,
+    unwrap_messages,
+)
 from changefeed.testing import Broker
 
 from .helpers import captured
@@ -51,8 +58,8 @@ def _ends(broker: Broker, topic: str) -> dict[int, int]:
 def _raw(broker: Broker, topic: str, partition: int, start: int, end: int, codec: CodecOptions) -> pa.Table:
     rng = KafkaRange(broker.bootstrap_servers, topic, partition, start, end, codec, ChangelogRows(), MESSAGES)
     batches = list(rng.rows())
-    assert all(b.schema == MESSAGE_SCHEMA for b in batches)
-    return pa.Table.from_batches(batches, MESSAGE_SCHEMA)
+    assert all(b.schema == ENVELOPE_SCHEMA for b in batches)
+    return unwrap_messages(pa.Table.from_batches(batches, ENVELOPE_SCHEMA))
 
 
 def _produce(broker: Broker, topic: str) -> dict[int, list[tuple[bytes | None, bytes]]]:
@@ -84,16 +91,18 @@ def test_messages_output_yields_exactly_the_ranges_messages(
     monkeypatch.setattr(kafka_input, "_MESSAGES_PER_BATCH", 7)
     rng = KafkaRange(broker.bootstrap_servers, topic, 1, 3, 26, PROTOCOLS["open-protocol"], ChangelogRows(), MESSAGES)
     batches = list(rng.rows())
-    assert [b.num_rows for b in batches] == [7, 7, 7, 2]
-    assert all(b.schema == MESSAGE_SCHEMA for b in batches)
-    got = pa.Table.from_batches(batches).to_pylist()
+    assert [b.column("count").to_pylist() for b in batches] == [[7], [7], [7], [2]]
+    assert all(b.schema == ENVELOPE_SCHEMA for b in batches)
+    unwrapped = [unwrap_messages(pa.Table.from_batches([b])) for b in batches]
+    assert [t.num_rows for t in unwrapped] == [7, 7, 7, 2] and all(t.schema == MESSAGE_SCHEMA for t in unwrapped)
+    got = pa.concat_tables(unwrapped).to_pylist()
     assert got == [{"partition": 1, "offset": o, "key": sent[1][o][0], "value": sent[1][o][1]} for o in range(3, 26)]
 
-    # Through Spark: PySpark checks the batches against the declared schema and passes them through.
+    # Through Spark: PySpark checks the envelopes against the declared schema and passes them through.
     register(spark)
     df = spark.read.format("changefeed").options(**_source(broker, topic, output="messages")).load()
-    assert df.schema.simpleString() == "struct<partition:int,offset:bigint,key:binary,value:binary>"
-    table = df.toArrow().sort_by([("partition", "ascending"), ("offset", "ascending")])
+    assert df.schema.simpleString() == "struct<partition:int,count:int,ipc:binary>"
+    table = unwrap_messages(df.toArrow()).sort_by([("partition", "ascending"), ("offset", "ascending")])
     expected = [
         {"partition": p, "offset": o, "key": key, "value": value}
         for p in (0, 1)
@@ -175,3 +184,19 @@ def test_driver_side_decode_error_names_the_message_and_resets(broker: Broker) -
         decoder.decode(raw.slice(2))
     assert caught.value.where == f"{topic}[0]@2"
     assert decoder._decoders == {}  # dropped: a replay starts from fresh decoders
+
+
+def test_a_damaged_envelope_is_an_error_naming_the_partition() -> None:
+    good = KafkaRange("unused:1", "t", 4, 0, 0, PROTOCOLS["open-protocol"], ChangelogRows(), MESSAGES)._batch(
+        [0, 1], [b"k0", None], [b"v0", b"v1"]
+    )
+    assert unwrap_messages(pa.Table.from_batches([good])).column("value").to_pylist() == [b"v0", b"v1"]
+    blob = good.column("ipc")[0].as_py()
+    for damaged, count in ((blob[: len(blob) // 2], 2), (b"not arrow", 2), (blob, 3)):
+        batch = pa.RecordBatch.from_arrays(
+            [pa.array([4], pa.int32()), pa.array([count], pa.int32()), pa.array([damaged], pa.binary())],
+            schema=ENVELOPE_SCHEMA,
+        )
+        with pytest.raises(CaptureError, match="kafka messages hand-over") as err:
+            unwrap_messages(pa.Table.from_batches([batch]))
+        assert err.value.where == "partition 4"
