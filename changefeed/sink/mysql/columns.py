@@ -261,12 +261,18 @@ def render_inserts(
     n = sum(t.num_rows for t in tables)
     if not n:
         return
+    whole: pa.Table | None = None
+    if len(tables) > 1:
+        try:  # one zero-copy table over every piece: a column is then one call, not one per piece
+            whole = pa.Table.from_batches([t.batch for t in tables])
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            whole = None  # pieces of different Arrow types: column by column, piece by piece
     if positions:
         parts: list[Any] = [_s("(")]
         for k, i in enumerate(positions):
             if k:
                 parts.append(_s(","))
-            arrays = [t.column(i) for t in tables]
+            arrays = [whole.column(i).combine_chunks()] if whole is not None else [t.column(i) for t in tables]
             parts.append(_concat_column(columns[i], arrays, literal, renderers[i]))
         parts.append(_s("),"))
         items = _join(*parts)
