@@ -251,7 +251,16 @@ class MySQLSink:
         self._pending_pos: Mapping[str, Any] | None = None
         self._failed: BaseException | None = None
         self._keys = DownstreamKeys()
-        self.stats = {"rows": 0, "skipped": 0, "transactions": 0, "ddl": 0, "ddl_skipped": 0, "retries": 0}
+        # columnar_rows: rows whose statements were rendered from Arrow columns (`insert_columns`).
+        self.stats = {
+            "rows": 0,
+            "skipped": 0,
+            "transactions": 0,
+            "ddl": 0,
+            "ddl_skipped": 0,
+            "retries": 0,
+            "columnar_rows": 0,
+        }
         self._stats_lock = threading.Lock()
 
     # --- lifecycle ---------------------------------------------------------------------------------
@@ -540,6 +549,9 @@ class MySQLSink:
                 conn.commit()
                 with self._stats_lock:
                     self.stats["transactions"] += 1
+                    self.stats["columnar_rows"] += sum(
+                        t.num_rows for op in ops if op.kind.endswith("_columns") for t in op.items
+                    )
                 self._fault("committed", {"session": session.name, "rows": count})
                 return
             except (pymysql.err.MySQLError, OSError) as exc:
