@@ -533,6 +533,11 @@ def _all_types_blocks(rng: random.Random, db: str, nblocks: int, ts: int = 100) 
     return blocks
 
 
+def _stats(sink: MySQLSink) -> dict[str, int]:
+    """The sink's counters but ``columnar_rows`` (which path rendered the rows is what differs)."""
+    return {k: v for k, v in sink.stats.items() if k != "columnar_rows"}
+
+
 def _setup(servers: tuple[MariaDBServer, ...], db: str) -> None:
     for server in servers:
         create_all_types(server, db)
@@ -581,7 +586,8 @@ def test_insert_blocks_apply_like_their_rows(
     assert {t for t, _ in seen} == ({"all_types", "kv"} if safe else {"all_types"})
     with make_sink(mariadb, **options) as as_rows:
         as_rows.write(expand_blocks(events))
-    assert as_blocks.stats == as_rows.stats
+    assert _stats(as_blocks) == _stats(as_rows)
+    assert as_blocks.stats["columnar_rows"] > 0 and as_rows.stats["columnar_rows"] == 0
     assert as_blocks.checkpoint == as_rows.checkpoint
     last = blocks[-1].segments[-1].position
     assert as_blocks.checkpoint is not None and as_blocks.checkpoint.position == last
@@ -617,7 +623,7 @@ def test_mixed_blocks_take_the_row_path(
         as_blocks.write(events)
     with make_sink(mariadb, **options) as as_rows:
         as_rows.write(expand_blocks(events))
-    assert as_blocks.stats == as_rows.stats and as_blocks.checkpoint == as_rows.checkpoint
+    assert _stats(as_blocks) == _stats(as_rows) and as_blocks.checkpoint == as_rows.checkpoint
     assert sum(n for _, n in seen) < as_blocks.stats["rows"]
     for table in tables:
         got = read_model(mariadb_downstream, table, order_by="id, v, n, d")
@@ -633,7 +639,7 @@ def test_workers_take_block_rows_as_rows(
         as_blocks.write(blocks)
     with make_sink(mariadb, workers=3, batch_rows=10) as as_rows:
         as_rows.write(expand_blocks(blocks))
-    assert as_blocks.stats == as_rows.stats and as_blocks.checkpoint == as_rows.checkpoint
+    assert _stats(as_blocks) == _stats(as_rows) and as_blocks.checkpoint == as_rows.checkpoint
     _same_tables(mariadb, mariadb_downstream, db, all_types_table(db), kv_table(db))
 
 
@@ -679,7 +685,7 @@ def test_block_straddling_the_checkpoint_is_cut_like_its_rows(
         with make_sink(server, safe_mode_duration=0) as sink:
             sink.write(events)
         sinks.append(sink)
-    assert sinks[0].stats == sinks[1].stats and sinks[0].stats["skipped"] > 0
+    assert _stats(sinks[0]) == _stats(sinks[1]) and sinks[0].stats["skipped"] > 0
     _same_tables(mariadb, mariadb_downstream, db, all_types_table(db), kv_table(db))
 
 
