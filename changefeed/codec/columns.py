@@ -15,10 +15,12 @@ _EXPONENT = r"^(?P<sign>-?)(?P<head>[0-9])\.?(?P<tail>[0-9]*)E"
 
 
 def value_bytes(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(offsets from 0 as int64, the bytes they span) of a string or binary array, honouring its slice."""
+    """(offsets from 0 as int64, the bytes they span) of a (large) string or binary array, honouring its slice."""
     n = len(values)
-    _, offsets_buf, data_buf = values.buffers()
-    offsets = np.frombuffer(offsets_buf, np.int32, n + 1, 4 * values.offset).astype(np.int64)
+    wide = pa.types.is_large_string(values.type) or pa.types.is_large_binary(values.type)
+    dtype = np.int64 if wide else np.int32
+    _, offsets_buf, data_buf = values.buffers()[:3]
+    offsets = np.frombuffer(offsets_buf, dtype, n + 1, dtype().itemsize * values.offset).astype(np.int64)
     start, end = (int(offsets[0]), int(offsets[-1])) if n else (0, 0)
     if end == start or data_buf is None:
         return offsets - start, np.zeros(0, np.uint8)

@@ -131,7 +131,7 @@ class TableRows:
     def images(self) -> list[tuple[tuple[Any, ...] | None, tuple[Any, ...] | None]]:
         """(new, old) of every row as the `RowChange` path holds them."""
         w, n = self.width, self.num_rows
-        columns = [_model_values(c, self.column(i)) for i, c in enumerate(self.table_schema.columns)]
+        columns = [model_values(c, self.column(i)) for i, c in enumerate(self.table_schema.columns)]
         main = list(zip(*columns, strict=True)) if w else [()] * n
         ops = self.ops
         out: list[tuple[tuple[Any, ...] | None, tuple[Any, ...] | None]] = []
@@ -139,7 +139,7 @@ class TableRows:
         before: dict[int, tuple[Any, ...]] = {}
         if len(updates):
             picked = self.batch.take(pa.array(updates))
-            cols = [_model_values(c, picked.column(w + 2 + i)) for i, c in enumerate(self.table_schema.columns)]
+            cols = [model_values(c, picked.column(w + 2 + i)) for i, c in enumerate(self.table_schema.columns)]
             before = dict(zip(updates.tolist(), zip(*cols, strict=True), strict=True))
         main = _with_absent(main, self.main_runs, w)
         if self.before_runs is not None and before:
@@ -155,7 +155,7 @@ class TableRows:
         return out
 
 
-def _model_values(column: Column, values: pa.Array) -> list[Any]:
+def model_values(column: Column, values: pa.Array) -> list[Any]:
     """A column's values as the model holds them (DECIMAL of unknown precision travels as text)."""
     out = values.to_pylist()
     if column.type_code is TypeCode.DECIMAL and pa.types.is_string(values.type):
@@ -282,4 +282,4 @@ def expand_blocks(events: Iterator[Any] | Sequence[Any]) -> Iterator[Any]:
             yield event
 
 
-__all__ = ["OP_CODES", "OP_NAMES", "RowBlock", "Segment", "TableRows", "expand_blocks"]
+__all__ = ["OP_CODES", "OP_NAMES", "RowBlock", "Segment", "TableRows", "expand_blocks", "model_values"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from binascii import a2b_base64
 from codecs import escape_decode  # type: ignore[attr-defined]
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby, repeat
 from operator import attrgetter, is_not
@@ -37,14 +37,12 @@ from ...model.schema import Column
 from ...model.types import BLOB_TYPES, CHAR_TYPES
 from ..base import Message
 from ..textvalues import INT_BITS, int_range
-from .decoder import _NEG_ZERO_MARKS, _TEXT_TYPES, OpenProtocolDecoder
+from .decoder import _DECIMAL_TEXT, _NEG_ZERO_MARKS, _TEXT_TYPES, OpenProtocolDecoder
 from .framing import split_frames
 from .goquote import _BYTE_ESCAPES_ONLY, go_unquote
 
-Keep = Callable[[str, str], bool]
-
 _I64_MAX = (1 << 63) - 1
-_DECIMAL = r"^-?[0-9]+(\.[0-9]+)?$"  # TiDB MyDecimal.String(), as the row decoder's _DECIMAL_TEXT
+_DECIMAL = f"^{_DECIMAL_TEXT.pattern}$"  # TiDB MyDecimal.String(), the row decoder's rule
 _OP_NAMES = pa.array(["insert", "update", "delete"])
 _BYTE_ESCAPES = f"^{_BYTE_ESCAPES_ONLY.pattern}$"
 _KEY_CACHE = 65536
@@ -90,7 +88,7 @@ class OpenProtocolBlockDecoder:
 
     def __init__(self, decoder: OpenProtocolDecoder) -> None:
         self.decoder = decoder
-        self._keys: dict[bytes, tuple[int, int, str, str] | None] = {}
+        self._keys: dict[bytes, _Head | None] = {}
         self._shapes: dict[tuple[tuple[Any, ...], ...], _Shape] = {}
 
     def decode(
@@ -297,7 +295,7 @@ class _Shape:
         ]
 
 
-def _key(k: bytes) -> tuple[int, int, str, str] | None:
+def _key(k: bytes) -> _Head | None:
     """(t, ts, scm, tbl) of an ordinary row (no claim check, no partition) or resolved event key."""
     try:
         key = orjson.loads(k)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from decimal import Decimal
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -24,9 +23,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...codec.columns import decimal_texts
+from ...codec.columns import decimal_texts, value_bytes
 from ...model import Column, Position, RowChange, TypeCode
-from ...model.rowblock import Segment, TableRows
+from ...model.rowblock import Segment, TableRows, model_values
 
 if TYPE_CHECKING:
     from .sql import Literal
@@ -123,19 +122,6 @@ def inserts_full(rows: TableRows, writable: Sequence[int]) -> bool:
 # --- literals ------------------------------------------------------------------------------------
 
 
-def _spans(values: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(int64 offsets from 0, the bytes they span) of a (large) string/binary array, honouring its slice."""
-    n = len(values)
-    wide = pa.types.is_large_string(values.type) or pa.types.is_large_binary(values.type)
-    dtype = np.int64 if wide else np.int32
-    _, offsets_buf, data_buf = values.buffers()[:3]
-    offsets = np.frombuffer(offsets_buf, dtype, n + 1, dtype().itemsize * values.offset).astype(np.int64)
-    start, end = int(offsets[0]), int(offsets[-1])
-    if end == start or data_buf is None:
-        return offsets - start, np.zeros(0, np.uint8)
-    return offsets - start, np.frombuffer(data_buf, np.uint8, end - start, start)
-
-
 def _join(*parts: Any) -> pa.Array:
     return pc.binary_join_element_wise(*parts, _s(""))
 
@@ -143,7 +129,7 @@ def _join(*parts: Any) -> pa.Array:
 def _text_literals(values: pa.Array, literal: Literal) -> pa.Array:
     """Quoted text: escapes only for the characters the column holds (one count over its bytes)."""
     values = values.cast(_TEXT)
-    data = _spans(values)[1]
+    data = value_bytes(values)[1]
     if data.size:
         counts = np.bincount(data, minlength=256)
         for char, escaped in _QUOTE_ESCAPES if literal.no_backslash_escapes else _BACKSLASH_ESCAPES:
@@ -154,7 +140,7 @@ def _text_literals(values: pa.Array, literal: Literal) -> pa.Array:
 
 def _hex_literals(values: pa.Array) -> pa.Array:
     """``X'..'`` of binary values: two hex digits per byte by table lookup."""
-    offsets, data = _spans(values)
+    offsets, data = value_bytes(values)
     digits = _HEX_DIGITS[data].reshape(-1)
     hexed = pa.LargeStringArray.from_buffers(len(values), pa.py_buffer(offsets * 2), pa.py_buffer(digits))
     out = _join(_s("X'"), hexed, _s("'"))
@@ -229,10 +215,7 @@ def column_literals(column: Column, values: pa.Array, literal: Literal, render: 
 
 
 def _python_literals(column: Column, values: pa.Array, render: Callable[[Any], str]) -> pa.Array:
-    pylist = values.to_pylist()
-    if column.type_code is TypeCode.DECIMAL and pa.types.is_string(values.type):  # as TableRows.images
-        pylist = [None if v is None else Decimal(v) for v in pylist]
-    return pa.array([render(v) for v in pylist], _TEXT)
+    return pa.array([render(v) for v in model_values(column, values)], _TEXT)
 
 
 def _concat_column(column: Column, arrays: list[pa.Array], literal: Literal, render: Callable[[Any], str]) -> pa.Array:
@@ -278,7 +261,7 @@ def render_inserts(
         items = _join(*parts)
     else:
         items = pa.array(["(),"] * n, _TEXT)
-    offsets, data = _spans(items)
+    offsets, data = value_bytes(items)
     # `_chunked` counts characters: bytes unless some text is not ASCII. Lengths include the comma.
     ascii_only = not data.size or int(data.max()) < 0x80
     lengths = np.diff(offsets) if ascii_only else pc.utf8_length(items).to_numpy().astype(np.int64)

@@ -201,7 +201,7 @@ class _PartitionDecoder:
     before the first message this object saw is resolved by looking back (`_SchemaLookback`).
     """
 
-    def __init__(self, servers: str, topic: str, partition: int, codec: CodecOptions) -> None:
+    def __init__(self, servers: str, topic: str, partition: int, codec: CodecOptions, columnar: bool = False) -> None:
         from ...codec import make_decoder  # noqa: PLC0415
         from ...codec.open_protocol import OpenProtocolBlockDecoder, OpenProtocolDecoder  # noqa: PLC0415
 
@@ -210,7 +210,9 @@ class _PartitionDecoder:
         self.decoder = make_decoder(codec)
         self.lookback = _SchemaLookback(servers, topic, partition) if codec.protocol == "simple" else None
         decoder = self.decoder
-        self.blocks = OpenProtocolBlockDecoder(decoder) if isinstance(decoder, OpenProtocolDecoder) else None
+        self.blocks = (
+            OpenProtocolBlockDecoder(decoder) if columnar and isinstance(decoder, OpenProtocolDecoder) else None
+        )
 
     def decode_run(
         self, offsets: Sequence[int], keys: Sequence[bytes | None], values: Sequence[bytes | None]
@@ -289,10 +291,8 @@ class MessageDecoder:
                 current = self._decoders.get(partition)
                 if current is None:
                     current = self._decoders[partition] = _PartitionDecoder(
-                        self.servers, self.topic, partition, self.codec
+                        self.servers, self.topic, partition, self.codec, self.columnar
                     )
-                    if not self.columnar:
-                        current.blocks = None
                 run = offsets[start:end]
                 decoded = current.decode_run(run, keys[start:end], values[start:end])
                 for offset, events in zip(run, decoded, strict=True):
