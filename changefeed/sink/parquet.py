@@ -6,6 +6,10 @@ and then ``_checkpoint.json`` with the commit ts it covers. On restart the snaps
 checkpoint are read back and replayed events at or below the checkpoint are skipped, so a
 replayed batch changes nothing. Tables without a handle key keep every row (a multiset); a
 delete removes one identical row.
+
+A snapshot lives at ``<root>/<schema>/<table>/snapshot.parquet`` with the names encoded as the
+storage sink encodes them (changefeed/sink/paths.py: raw unless unsafe), and every path is checked
+to resolve under the root: no name, rename or drop reaches a file outside it.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from ..model.arrow import arrow_schema, batch_to_images, images_to_batch
 from ..model.ddl import ddl_tables
 from ..model.jsonl import table_schema_from_json, table_schema_to_json
 from ..model.rowblock import RowBlock, expand_blocks
+from .paths import encode_name, join_under, table_label
 from .storage.writer import write_atomically
 
 log = logging.getLogger(__name__)
@@ -32,6 +37,9 @@ CHECKPOINT_FILE = "_checkpoint.json"
 #: Parquet key-value metadata holding the table's model shape, so a snapshot can be reloaded (a
 #: rename of a table not touched since a restart) without the events that created it.
 SHAPE_KEY = b"changefeed.table_schema"
+#: Entries of the root beside the schema directories (the default Spark checkpoint of `apply` too):
+#: a schema with one of these names is escaped rather than merged into it.
+ROOT_ENTRIES = frozenset({CHECKPOINT_FILE, "_spark_checkpoint"})
 
 
 class _TableState:
@@ -103,7 +111,9 @@ class ParquetSnapshotSink:
         return ts
 
     def _path(self, schema: str, table: str) -> Path:
-        return self.root / schema / table / "snapshot.parquet"
+        """The table's snapshot file, which always resolves under the root (PathEscapeError otherwise)."""
+        elements = (encode_name(schema, ROOT_ENTRIES), encode_name(table), "snapshot.parquet")
+        return join_under(self.root, *elements, what=table_label(schema, table))
 
     def _state(self, ts: TableSchema) -> _TableState:
         key = (ts.schema, ts.table)

@@ -5,6 +5,10 @@
 <root>/<schema>/<table>/meta/schema_<tableVersion>_<checksum10>.json
 <root>/<schema>/<table>/<tableVersion>/[<partitionID>/][<date>/]CDC<index>.<ext>
 <root>/<schema>/<table>/<tableVersion>/[<partitionID>/][<date>/]meta/CDC.index
+
+<schema> and <table> are the names as `changefeed.sink.paths.encode_name` writes them: TiCDC's raw
+names unless a name is unsafe as a path element (``..``, ``/``, ...), or the schema is named like
+an entry of the root (`ROOT_ENTRIES`).
 """
 
 from __future__ import annotations
@@ -14,17 +18,22 @@ import json
 import re
 import zlib
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from ...errors import ChangefeedError, SinkError
 from ...model import Column, ColumnFlag, Index, TableSchema, TypeCode, parse_type_name, type_name
 from ...model.types import DEFAULT_FLEN, INTEGER_TYPES, UNSIGNED_DEFAULT_FLEN
+from ..paths import decode_name, encode_name
 
 SCHEMA_FILE_RE = re.compile(r"^schema_(\d+)_(\d{10})\.json$")
 DATA_FILE_RE = re.compile(r"^CDC(?:_(?P<dispatcher>[^_]+)_)?(?P<index>\d+)\.(?P<ext>csv|json)$")
 DATE_FORMATS = {"none": "", "year": "%Y", "month": "%Y-%m", "day": "%Y-%m-%d"}
 EXTENSIONS = {"csv": ".csv", "canal-json": ".json"}
+#: Entries of the root beside the schema directories: TiCDC's checkpoint file and the default Spark
+#: checkpoint of `changefeed run`. A schema with one of these names is escaped, not merged into it.
+ROOT_ENTRIES = frozenset({"metadata", "_spark_checkpoint"})
 
 _PRECISION_TYPES = INTEGER_TYPES | {
     TypeCode.BIT,
@@ -132,12 +141,13 @@ class SchemaFile:
         return zlib.crc32(go_marshal_indent(payload).encode())
 
     def path(self, table_id: int | None = None) -> str:
+        """The file's path under the root, ``/``-separated, names encoded (an empty table: database-level)."""
         name = f"schema_{self.table_version}_{self.checksum:010d}.json"
         if table_id is not None:
             return f"{table_id}/meta/{name}"
         if not self.table:
-            return f"{self.schema}/meta/{name}"
-        return f"{self.schema}/{self.table}/meta/{name}"
+            return f"{schema_element(self.schema)}/meta/{name}"
+        return f"{table_path(self.schema, self.table)}/meta/{name}"
 
     @classmethod
     def parse(cls, text: str | bytes, where: str = "") -> SchemaFile:
@@ -204,6 +214,22 @@ def date_dir(when: dt.datetime, separator: str) -> str:
     return when.strftime(fmt) if fmt else ""
 
 
+def schema_element(schema: str) -> str:
+    """The schema's directory name (TiCDC's raw name where safe; see changefeed/sink/paths.py)."""
+    return encode_name(schema, ROOT_ENTRIES)
+
+
+@lru_cache(maxsize=8192)
+def table_path(schema: str, table: str) -> str:
+    """``<schema>/<table>`` relative to the root, names encoded (cached: the encoder asks once per row)."""
+    return f"{schema_element(schema)}/{encode_name(table)}"
+
+
+def parse_table_path(schema: str, table: str, where: str | None = None) -> tuple[str, str]:
+    """The names two directory names (as `table_path` wrote them) stand for; UnsafeNameError if malformed."""
+    return decode_name(schema, ROOT_ENTRIES, where=where), decode_name(table, where=where)
+
+
 def data_dir(
     schema: str,
     table: str,
@@ -212,8 +238,7 @@ def data_dir(
     date: str = "",
     table_id: int | None = None,
 ) -> str:
-    parts = [str(table_id)] if table_id is not None else [schema, table]
-    parts.append(str(table_version))
+    parts = [str(table_id) if table_id is not None else table_path(schema, table), str(table_version)]
     if partition_id is not None:
         parts.append(str(partition_id))
     if date:

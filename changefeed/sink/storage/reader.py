@@ -25,6 +25,7 @@ from ...codec.canal_json import CanalJSONDecoder
 from ...codec.csv import CSVDecoder
 from ...errors import ConfigError
 from ...model import DDLEvent, Event, Resolved, RowChange, TableSchema
+from ..paths import join_under, table_label
 from .layout import (
     DATA_FILE_RE,
     EXTENSIONS,
@@ -32,6 +33,7 @@ from .layout import (
     LayoutError,
     SchemaFile,
     index_file_name,
+    parse_table_path,
     read_checkpoint,
 )
 
@@ -143,18 +145,19 @@ class StorageReader:
                 yield ddir
 
     def _parse_dir(self, parts: tuple[str, ...]) -> _DataDir | None:
-        # <schema>/<table>/<version>[/<partition>][/<date>]
+        # <schema>/<table>/<version>[/<partition>][/<date>], the names encoded (changefeed/sink/paths.py)
         if len(parts) < 3 or not parts[2].isdigit():
             log.warning("skipping a directory outside the storage layout", extra={"dir": "/".join(parts)})
             return None
-        schema, table, version = parts[0], parts[1], int(parts[2])
+        schema, table = parse_table_path(parts[0], parts[1], where="/".join(parts))
+        version = int(parts[2])
         rest = list(parts[3:])
         partition = int(rest.pop(0)) if rest and rest[0].isdigit() else -1
         date = rest.pop(0) if rest else ""
         return _DataDir(version, partition, date, schema, table, "/".join(parts))
 
     def _read_new_files(self, ddir: _DataDir, low: int, high: int) -> list[RowChange]:
-        directory = self.root / ddir.path
+        directory = join_under(self.root, *ddir.path.split("/"), what=table_label(ddir.schema, ddir.table))
         index_name = (directory / index_file_name()).read_text().strip()
         m = DATA_FILE_RE.match(index_name)
         if not m:

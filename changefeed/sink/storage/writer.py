@@ -35,6 +35,7 @@ from ...codec import CodecOptions, Encoder, make_encoder
 from ...errors import ConfigError, SinkError
 from ...model import DDLEvent, Event, Resolved, RowChange, TableSchema
 from ...model.rowblock import OP_NAMES, RowBlock
+from ..paths import join_under, table_label
 from .layout import (
     EXTENSIONS,
     SchemaFile,
@@ -371,7 +372,7 @@ class StorageWriter:
         rel = sf.path(table_id)
         if rel in self._schema_files:
             return
-        path = self.root / rel
+        path = join_under(self.root, *rel.split("/"), what=table_label(sf.schema, sf.table))
         if not path.exists():
             write_atomically(path, sf.to_json().encode())
         self._schema_files.add(rel)
@@ -406,7 +407,9 @@ class StorageWriter:
         return self.checkpoint_ts
 
     def _publish_data(self, base: str, date: str, segments: list[DataSegment]) -> None:
-        directory = self.root / base / date if date else self.root / base
+        sf = segments[0].schema_file
+        elements = [*base.split("/"), date] if date else base.split("/")
+        directory = join_under(self.root, *elements, what=table_label(sf.schema, sf.table))
         state = self._dirs.get(base)
         if state is None or state.date != date:
             # A new date directory restarts numbering at 1 (TiCDC resets the index per date).

@@ -15,7 +15,14 @@ from pyspark.sql.datasource import InputPartition
 from ...codec import CodecOptions
 from ...errors import CaptureError, ConfigError
 from ...model import DDLEvent, Event, Resolved, TableSchema
-from ...sink.storage.layout import DATA_FILE_RE, EXTENSIONS, SCHEMA_FILE_RE, SchemaFile, read_checkpoint
+from ...sink.storage.layout import (
+    DATA_FILE_RE,
+    EXTENSIONS,
+    SCHEMA_FILE_RE,
+    SchemaFile,
+    read_checkpoint,
+    table_path,
+)
 from ...sink.storage.reader import StorageReader
 from ..changelog import ChangelogRows, EventFilter
 from .options import CHANGELOG, Input, SourceOptions
@@ -184,7 +191,7 @@ class StorageInput(Input):
             return None
         schema, table = self.opts.table
         best: tuple[int, Path] | None = None
-        for path in (self.root / schema / table / "meta").glob("schema_*.json"):
+        for path in (self.root / table_path(schema, table) / "meta").glob("schema_*.json"):
             m = SCHEMA_FILE_RE.match(path.name)
             if m and (best is None or int(m.group(1)) > best[0]):
                 best = (int(m.group(1)), path)
