@@ -32,9 +32,11 @@ from ...model.events import trusted_row
 from ...model.gofloat import to_float32
 from ...model.types import STRING_TYPES, JavaSQLType
 from ..base import Decoder, Message
-from ..claimcheck import ClaimCheckStore, unwrap_value
-from ..compression import compression_codec
+from ..claimcheck import reading_store, unwrap_value
+from ..compression import inflater
 from ..ddlkind import KIND_ACTION, ddl_action
+from ..decimaltext import RULE as DECIMAL_RULE
+from ..decimaltext import is_decimal_text
 from ..options import CodecOptions
 from ..plancache import SlowPathError, compile_object_reader
 from ..textvalues import INT_BITS, TEMPORAL_PATTERNS
@@ -59,7 +61,6 @@ class _BadValueError(ValueError):
 
 # What Go's ParseFloat takes from TiCDC/Canal output; no NaN/Inf spellings, "_", spaces or "+".
 _FLOAT_RE = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII).fullmatch
-_DECIMAL_RE = re.compile(r"-?(?:\d+\.?\d*|\.\d+)", re.ASCII).fullmatch  # MyDecimal text: no exponent
 
 
 def _uint_text(text: str) -> int:
@@ -124,8 +125,8 @@ _INF = float("inf")
 
 def _decimal_parser(scale: int | None) -> Callable[[str], Decimal]:
     def parse_decimal(text: str) -> Decimal:
-        if len(text) > 100 or not _DECIMAL_RE(text):
-            raise _BadValueError(f"{text!r} is not a decimal")
+        if not is_decimal_text(text):  # MyDecimal.String() text, the rule every decoder shares
+            raise _BadValueError(f"{text[:80]!r} is not a decimal ({DECIMAL_RULE})")
         v = Decimal(text)
         if scale is not None:
             frac = text.partition(".")[2]
@@ -314,9 +315,8 @@ class CanalJSONDecoder(Decoder):
     def __init__(self, options: CodecOptions | None = None) -> None:
         super().__init__(options)
         opts = self.options
-        codec = compression_codec(opts.large_message_handle_compression)
-        self._decompress = codec[1] if codec else None
-        self._claim_store = ClaimCheckStore(opts.claim_check_storage_uri) if opts.claim_check_storage_uri else None
+        self._decompress = inflater(opts.large_message_handle_compression, opts.max_message_bytes)
+        self._claim_store = reading_store(opts.claim_check_storage_uri, opts.max_message_bytes)
         # (db, table) -> recent (sqlType, mysqlType, pkNames, plan) seen; then the normalised shape
         # -> plan, so that descriptions differing in sqlType promotion share one TableSchema.
         self._by_table: dict[tuple[str, str], list[tuple[Any, Any, Any, _RowPlan]]] = {}
@@ -329,6 +329,7 @@ class CanalJSONDecoder(Decoder):
         if value is None:
             raise CodecError("canal-json message has no value", where=where)
         if self._decompress is not None:
+            self._decompress.new_message()  # the value and its claim-check file share one budget
             value = self._decompressed(bytes(value), where)
         return self._decode_value(value, where, claim_check=True)
 
@@ -350,6 +351,8 @@ class CanalJSONDecoder(Decoder):
         events: list[Event] = []
         for n, line in enumerate(lines, 1):
             if line.strip():
+                if self._decompress is not None:
+                    self._decompress.new_message()  # a line's claim-check file is inflated on its own budget
                 events.extend(self._decode_value(line, f"{where}:line {n}" if where else f"line {n}", claim_check=True))
         return events
 
@@ -542,13 +545,9 @@ class CanalJSONDecoder(Decoder):
         # TiCDC reads the file name from the configured storage, whatever the prefix says.
         try:
             path = self._claim_store.path(location)
-            data = path.read_bytes()
+            data = self._claim_store.read(location)
         except ValueError as exc:
             raise CodecError(str(exc), where=where) from None
-        except OSError as exc:
-            raise CodecError(
-                f"cannot read claim-check file {exc.filename or location}: {exc.strerror or exc}", where=where
-            ) from None
         inner_where = f"{where} -> {path}" if where else str(path)
         if not self.options.claim_check_raw_value:
             try:

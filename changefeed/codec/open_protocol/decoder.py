@@ -10,24 +10,23 @@ with the missing columns ABSENT.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import orjson
 
-from ...errors import CodecError, ConfigError
+from ...errors import CodecError
 from ...model import ABSENT, Column, ColumnFlag, DDLEvent, Event, Op, Resolved, RowChange, TableSchema, TypeCode
 from ...model.events import trusted_row
 from ...model.gofloat import to_float32
 from ...model.types import BLOB_TYPES, CHAR_TYPES
 from ...model.values import b64decode
 from ..base import Decoder, Message
-from ..claimcheck import file_name, storage_dir, unwrap_pair
-from ..compression import compression_codec
+from ..claimcheck import reading_store, unwrap_pair
+from ..compression import inflater
+from ..decimaltext import DECIMAL_PATTERN, MAX_DECIMAL_DIGITS, is_decimal_text
 from ..options import CodecOptions
 from ..textvalues import INT_BITS, U64_MAX, int_range
 from .framing import split_frames
@@ -37,7 +36,9 @@ _TEXT_TYPES = frozenset(
     {TypeCode.DATE, TypeCode.NEWDATE, TypeCode.DATETIME, TypeCode.TIMESTAMP, TypeCode.TIME, TypeCode.JSON}
     | {TypeCode.VECTOR}
 )
-_DECIMAL_TEXT = re.compile(r"-?[0-9]+(?:\.[0-9]+)?")
+# DECIMAL text: the rule every decoder shares (blocks.py checks the same pattern and digit count).
+_DECIMAL_TEXT = DECIMAL_PATTERN
+_DECIMAL_DIGITS = MAX_DECIMAL_DIGITS
 _KNOWN_TYPES = frozenset(int(t) for t in TypeCode)
 # "v":-0 — orjson reads it as the integer 0 and loses the sign a float column needs. TiCDC
 # writes "v" last; another writer may not.
@@ -105,7 +106,7 @@ def _float_converter(name: str, float32: bool) -> Convert:
 def _decimal_converter(name: str) -> Convert:
     def convert(v: Any) -> Decimal:
         # TiDB MyDecimal.String(): a JSON string of plain digits (accept a bare integer too).
-        if type(v) is str and _DECIMAL_TEXT.fullmatch(v):
+        if type(v) is str and is_decimal_text(v):
             return Decimal(v)
         if type(v) is int:
             return Decimal(v)
@@ -295,15 +296,16 @@ class OpenProtocolDecoder(Decoder):
 
     def __init__(self, options: CodecOptions | None = None) -> None:
         super().__init__(options)
-        codec = compression_codec(self.options.large_message_handle_compression)
-        self._decompress = codec[1] if codec else None
-        uri = self.options.claim_check_storage_uri
-        self._claim_dir: Path | None = storage_dir(uri) if uri else None
+        o = self.options
+        self._decompress = inflater(o.large_message_handle_compression, o.max_message_bytes)
+        self._claim_store = reading_store(o.claim_check_storage_uri, o.max_message_bytes)
         self._tables: dict[tuple[str, str, bool], _TableState] = {}
 
     # ------------------------------------------------------------ messages
 
     def decode(self, message: Message, where: str = "") -> list[Event]:
+        if self._decompress is not None:
+            self._decompress.new_message()  # one budget for the message's values and claim-check files
         return self._decode(message.key, message.value, where, allow_claim_check=True)
 
     def _decode(self, key: bytes | None, value: bytes | None, where: str, allow_claim_check: bool) -> list[Event]:
@@ -366,21 +368,20 @@ class OpenProtocolDecoder(Decoder):
         return DDLEvent(schema=scm, table=tbl, query=doc["q"], ddl_type=doc["t"], commit_ts=ts)
 
     def _claim_check(self, ccl: str, ts: int) -> Event:
-        """Spec §1.9: read the full one-event message named by the last path element of ``ccl``."""
-        name = file_name(ccl)
-        if self._claim_dir is not None:
-            path = self._claim_dir / name
-        else:  # no configured storage: follow the location itself (file:// or a path)
-            try:
-                path = storage_dir((ccl.rsplit("/", 1)[0] or "/") if "/" in ccl else ".") / name
-            except ConfigError as e:
-                raise ValueError(
-                    f"claim-check location {ccl!r}: {e.message}; configure claim-check-storage-uri"
-                ) from None
+        """Spec §1.9: read the full one-event message named by the last path element of ``ccl``.
+
+        Only from the configured storage, as TiCDC's consumer does: a location is message text,
+        and following it would let a message open any path (a device, a FIFO, a file oracle).
+        """
+        if self._claim_store is None:
+            raise ValueError(
+                f'claim-check reference "ccl" {ccl[:200]!r} refused: no claim-check-storage-uri is configured '
+                "(configure claim-check-storage-uri to read claim-check files)"
+            )
+        path = self._claim_store.path(ccl)
+        data = self._claim_store.read(ccl)  # ValueError names the file and the directory
         try:
-            framed_key, framed_value = unwrap_pair(path.read_bytes())
-        except OSError as e:
-            raise ValueError(f"cannot read claim-check file {path}: {e}") from None
+            framed_key, framed_value = unwrap_pair(data)
         except ValueError as e:
             raise ValueError(f"claim-check file {path}: {e}") from None
         try:

@@ -14,8 +14,8 @@ from ...errors import CodecError, MessageTooLargeError, UnknownSchemaError
 from ...model import ABSENT, DDLEvent, Event, Op, Resolved, RowChange, TableSchema
 from ...model.events import trusted_row
 from ..base import Decoder, Encoder, Message
-from ..claimcheck import ClaimCheckStore, unwrap_value, wrap_value
-from ..compression import compression_codec
+from ..claimcheck import ClaimCheckStore, reading_store, unwrap_value, wrap_value
+from ..compression import compression_codec, inflater
 from ..options import CodecOptions
 from ..plancache import PlanCache, compile_object_reader
 from .avro import AvroFormat
@@ -33,6 +33,10 @@ from .message import JSONFormat
 from .schema_cache import Held, PendingQueue, SchemaCache, SchemaKey
 
 DEFAULT_MAX_PENDING_MESSAGES = 10_000
+DEFAULT_MAX_PENDING_BYTES = 128 << 20
+"""Held DMLs wait at most until TiCDC's next BOOTSTRAP (send-bootstrap-in-msg-count 10000 / 120 s):
+128 MiB of value text holds the 10000 at ~13 KiB each, or a dozen 10 MiB messages. The decoder
+uses 4 x max-message-bytes when larger, so a few of the largest messages always fit."""
 _OPS = {"INSERT": Op.INSERT, "UPDATE": Op.UPDATE, "DELETE": Op.DELETE}
 
 
@@ -132,24 +136,32 @@ class SimpleDecoder(Decoder):
     ``decode`` returns, in order: the DMLs this message released and the message's own event
     (a BOOTSTRAP has none; a DDL's DDLEvent comes after the DMLs its preTableSchema released and
     before those its tableSchema released). A DML whose (schema, table, version) is unknown is
-    held; at most ``max_pending_messages`` are held, beyond that the DML is refused with
-    UnknownSchemaError. A watermark received while DMLs are held waits behind them (it promises
-    nothing earlier is outstanding). Events already released when an error is raised are not
-    lost: they come first out of the next call.
+    held; at most ``max_pending_messages`` DMLs and ``max_pending_bytes`` of their value text
+    (`Parsed.size`) are held, beyond either the DML is refused with UnknownSchemaError. A
+    watermark received while DMLs are held waits behind them (it promises nothing earlier is
+    outstanding). Events already released when an error is raised are not lost: they come first
+    out of the next call.
     """
 
     protocol = "simple"
 
     def __init__(
-        self, options: CodecOptions | None = None, *, max_pending_messages: int = DEFAULT_MAX_PENDING_MESSAGES
+        self,
+        options: CodecOptions | None = None,
+        *,
+        max_pending_messages: int = DEFAULT_MAX_PENDING_MESSAGES,
+        max_pending_bytes: int | None = None,
     ) -> None:
         super().__init__(options)
-        self._fmt = _format(self.options)
-        codec = compression_codec(self.options.large_message_handle_compression)
-        self._decompress = codec[1] if codec else None
-        uri = self.options.claim_check_storage_uri
-        self._claim_check = ClaimCheckStore(uri) if uri else None
+        o = self.options
+        self._fmt = _format(o)
+        self._decompress = inflater(o.large_message_handle_compression, o.max_message_bytes)
+        uri = o.claim_check_storage_uri
+        self._claim_check = reading_store(uri, o.max_message_bytes)
         self.max_pending_messages = max_pending_messages
+        if max_pending_bytes is None:
+            max_pending_bytes = max(DEFAULT_MAX_PENDING_BYTES, 4 * o.max_message_bytes)
+        self.max_pending_bytes = max_pending_bytes
         self.schemas = SchemaCache()
         self._readers = PlanCache(lambda ts: _Reader(ts, self._fmt.parsers(ts)))
         self._pending = PendingQueue()
@@ -230,12 +242,14 @@ class SimpleDecoder(Decoder):
 
     def _parse(self, value: bytes, where: str, *, fetch: bool = True) -> Parsed:
         if self._decompress is not None:
+            self._decompress.new_message()  # the value and its claim-check file share one budget
             try:
                 value = self._decompress(value)
             except Exception as exc:
                 method = self.options.large_message_handle_compression
                 raise fail(where, f"cannot decompress ({method}): {exc}") from None
         p = self._fmt.parse(value, where, self.schemas)
+        p.size = len(value)
         if fetch and p.is_dml and p.claim_check_location:
             p = self._fetch_claim_check(p, where)
         return p
@@ -247,11 +261,9 @@ class SimpleDecoder(Decoder):
         location = p.claim_check_location
         scope = f"claim-check file {location!r}"
         try:
-            stored = self._claim_check.read(location)
+            stored = self._claim_check.read(location)  # a regular file inside the directory, bounded
         except ValueError as exc:
             raise fail(where, str(exc)) from None
-        except OSError as exc:
-            raise fail(where, f"{scope}: {exc.strerror or exc}") from None
         try:
             # The wrapped form, or (claim-check-raw-value) the value itself: both are recognised.
             value = unwrap_value(stored, raw_allowed=True)
@@ -270,6 +282,7 @@ class SimpleDecoder(Decoder):
             raise fail(where, f"{scope} does not hold a complete DML message")
         if (full.type, full.database, full.table, full.commit_ts) != (p.type, p.database, p.table, p.commit_ts):
             raise fail(where, f"{scope} holds a different DML than the message refers to")
+        full.size = len(value)
         return full
 
     def _dml(self, p: Parsed, message: Message, where: str, out: list[Event]) -> None:
@@ -279,14 +292,23 @@ class SimpleDecoder(Decoder):
         if ts is not None and not self._pending.is_blocked((p.database, p.table)):
             out.append(self._row(p, ts, where))
             return
-        if self._pending.dml_count >= self.max_pending_messages:
+        held = self._pending
+        if held.dml_count >= self.max_pending_messages:
             raise UnknownSchemaError(
                 f"simple protocol: no schema for {p.database}.{p.table} schemaVersion {p.schema_version} "
-                f"and {self._pending.dml_count} DMLs already held (max_pending_messages); "
+                f"and {held.dml_count} DMLs already held (max_pending_messages); "
                 f"waiting for: {self.pending_tables()[:5]}",
                 where=where or None,
             )
-        self._pending.hold(Held(p, message, where))
+        if held.dml_bytes + p.size > self.max_pending_bytes:
+            raise UnknownSchemaError(
+                f"simple protocol: no schema for {p.database}.{p.table} schemaVersion {p.schema_version}, "
+                f"and holding this {p.size}-byte DML would exceed max_pending_bytes {self.max_pending_bytes} "
+                f"({held.dml_count} DMLs, {held.dml_bytes} bytes already held); "
+                f"waiting for: {self.pending_tables()[:5]}",
+                where=where or None,
+            )
+        held.hold(Held(p, message, where))
 
     def _ddl(self, p: Parsed, out: list[Event]) -> None:
         if p.pre_table_schema is not None and self.schemas.add(p.pre_table_schema):

@@ -81,6 +81,7 @@ class Parsed:
     handle_key_only: bool = False
     data: Mapping[str, Any] | None = None
     old: Mapping[str, Any] | None = None
+    size: int = 0  # bytes of the value parsed (inflated, or its claim-check file's): held-DML accounting
 
     @property
     def is_dml(self) -> bool:

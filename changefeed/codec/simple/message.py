@@ -22,6 +22,7 @@ from ...model import ABSENT, Column, DDLEvent, Op, RowChange, TableSchema, TypeC
 from ...model.gofloat import to_float32
 from ...model.types import INTEGER_TYPES
 from ...model.values import b64decode
+from ..decimaltext import parse_decimal_text
 from ..textvalues import decimal_renderer, float32_text, float64_text, int_range
 from .common import (
     DDL_TYPES,
@@ -383,9 +384,10 @@ def value_parser(col: Column) -> Callable[[Any], Any]:
 
 
 def parse_decimal(raw: Any) -> Decimal:
-    if type(raw) is not str or not NUMBER_TEXT(raw):
+    """MyDecimal text by the rule every decoder shares: no exponent, at most 65 digits."""
+    if type(raw) is not str:
         raise ValueError("expected a decimal number string")
-    return Decimal(raw)
+    return parse_decimal_text(raw)
 
 
 def parse_timestamp(raw: Any) -> str:

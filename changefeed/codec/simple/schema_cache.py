@@ -70,6 +70,10 @@ class Held:
         assert self.parsed is not None
         return self.parsed.database, self.parsed.table, self.parsed.schema_version
 
+    @property
+    def size(self) -> int:
+        return self.parsed.size if self.parsed is not None else 0
+
 
 class PendingQueue:
     """Held DMLs in arrival order, with watermarks as barriers between them.
@@ -82,6 +86,7 @@ class PendingQueue:
     def __init__(self) -> None:
         self.entries: list[Held] = []
         self.dml_count = 0
+        self.dml_bytes = 0  # the held DMLs' `Parsed.size`, summed
         self.blocked: dict[tuple[str, str], int] = {}  # table -> held DMLs of it
 
     def __len__(self) -> int:
@@ -96,6 +101,7 @@ class PendingQueue:
             return
         self.entries.append(entry)
         self.dml_count += 1
+        self.dml_bytes += entry.size
         self.blocked[entry.table] = self.blocked.get(entry.table, 0) + 1
 
     def is_blocked(self, table: tuple[str, str]) -> bool:
@@ -133,8 +139,9 @@ class PendingQueue:
 
     def _recount(self) -> None:
         self.blocked.clear()
-        self.dml_count = 0
+        self.dml_count = self.dml_bytes = 0
         for entry in self.entries:
             if entry.resolved is None:
                 self.dml_count += 1
+                self.dml_bytes += entry.size
                 self.blocked[entry.table] = self.blocked.get(entry.table, 0) + 1
