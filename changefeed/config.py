@@ -6,7 +6,7 @@ sink-uri = "file:///data/cdc?protocol=canal-json&enable-tidb-extension=true"
 time-zone = "UTC"
 
 [source]                 # ours: where the changes come from
-type = "binlog-files"    # or type = "mysql" with url = "mysql://USER@HOST:PORT" and password-env = "NAME"
+type = "binlog-files"    # or type = "mysql" with url = "mysql://USER@HOST:PORT" and password-env or password-file
 path = "/var/lib/mysql"
 
 [filter]
@@ -27,19 +27,18 @@ leading ``/``) are resolved against the config file's directory. docs/configurat
 
 from __future__ import annotations
 
-import os
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, quote, urlsplit
+from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
 from .codec import CodecOptions
 from .dispatch.router import DispatchRule
 from .dispatch.tablefilter import TableFilter
 from .errors import ConfigError
-from .sink.mysql.url import mask_url
+from .secrets import mask_secrets, resolve_password
 from .sink.storage.writer import StorageOptions
 
 if TYPE_CHECKING:
@@ -50,7 +49,7 @@ if TYPE_CHECKING:
 SOURCE_TYPES = ("binlog-files", "mysql", "kv")
 _SOURCE_KEYS = {
     "binlog-files": {"type", "path", "start-position"},
-    "mysql": {"type", "url", "password-env", "start-position"},
+    "mysql": {"type", "url", "password-env", "password-file", "start-position"},
     "kv": {"type", "path", "catalog"},
 }
 #: sink-uri schemes of the MySQL sink (TiCDC's; TiDB speaks the MySQL protocol).
@@ -121,16 +120,18 @@ class SourceConfig:
     """``[source]``: our addition to TiCDC's vocabulary (TiCDC's source is always its TiDB cluster).
 
     ``binlog-files`` reads ``path``; ``mysql`` reads a live server at ``url`` through the replica
-    protocol, its password taken from the environment variable ``password-env`` when it is run (so
-    the file holds no secret). ``start-position`` is the binlog input's ``startPosition``. ``kv``
-    mounts TiDB KV change records (``path``: a JSONL/Parquet file or directory) with the TiDB table
-    info in ``catalog`` (docs/mounter.md).
+    protocol, its password taken when it is run from the environment variable ``password-env`` or
+    the owner-only file ``password-file`` (also as ``?password-env=`` / ``?password-file=`` on the
+    URL), else ``MYSQL_PWD``, so the config file holds no secret. ``start-position`` is the binlog
+    input's ``startPosition``. ``kv`` mounts TiDB KV change records (``path``: a JSONL/Parquet file or
+    directory) with the TiDB table info in ``catalog`` (docs/mounter.md).
     """
 
     type: str = "binlog-files"
     path: Path = Path()
     url: str = ""
     password_env: str = ""
+    password_file: str = ""
     start_position: str = ""
     catalog: Path | None = None
 
@@ -139,17 +140,13 @@ class SourceConfig:
         return self.type == "mysql"
 
     def server(self) -> ServerAddress:
-        """The live source's address with its password (from ``password-env``); never log it, log its str()."""
+        """The live source's address with its password (read now); never log it, log its str()."""
         from .capture.binlog.replica import ServerAddress  # noqa: PLC0415 - PyMySQL only for live sources
 
         address = ServerAddress.from_url(self.url)
-        if not self.password_env:
-            return address
-        password = os.environ.get(self.password_env)
-        if password is None:
-            raise ConfigError(
-                f"[source] password-env names {self.password_env!r}, but that environment variable is not set"
-            )
+        password = resolve_password(
+            address.password or None, env=self.password_env, file=self.password_file, where="[source]"
+        )
         return replace(address, password=password)
 
     def data_source_options(self) -> dict[str, str]:
@@ -213,7 +210,7 @@ class SinkURI:
     scheme: str
     location: str
     params: dict[str, str]
-    uri: str = ""  # as written (a mysql:// one may hold a password: show it through mask_url)
+    uri: str = ""  # as written (a mysql:// one may hold a password: show it through mask_secrets)
 
     @property
     def path(self) -> Path:
@@ -323,7 +320,7 @@ def parse_sink_uri(uri: str, base_dir: Path | None = None) -> SinkURI:
     if scheme in MYSQL_SCHEMES:
         if not parts.hostname:
             raise ConfigError(
-                f"a mysql sink-uri is mysql://USER[:PASS]@HOST:PORT/?worker-count=N, got {mask_url(uri)!r}"
+                f"a mysql sink-uri is mysql://USER[:PASS]@HOST:PORT/?worker-count=N, got {mask_secrets(uri)!r}"
             )
         return SinkURI(scheme, parts.netloc + parts.path, params, uri)
     if scheme in ("mysql+ssl", "tidb+ssl"):
@@ -471,16 +468,21 @@ def _source(src: dict[str, Any], base: Path) -> SourceConfig:
     if kind == "mysql":
         if "url" not in src:
             raise ConfigError('[source] url is required for type "mysql": mysql://USER@HOST:PORT')
-        source.url = _typed(src["url"], str, "[source] url")
-        source.password_env = _typed(src.get("password-env", ""), str, "[source] password-env")
+        url = _typed(src["url"], str, "[source] url")
+        source.url, options = _source_url_options(url)
+        for key in ("password-env", "password-file"):
+            value = _typed(src.get(key, ""), str, f"[source] {key}")
+            if value and options.get(key):
+                raise ConfigError(f"[source] {key} is given twice: as a key and in url {mask_secrets(url)!r}")
+            setattr(source, key.replace("-", "_"), value or options.get(key, ""))
         from .capture.binlog.replica import ServerAddress  # noqa: PLC0415
 
-        if ServerAddress.from_url(source.url).password and source.password_env:
-            raise ConfigError(f"[source] url {mask_url(source.url)!r} holds a password and password-env names another")
-        if urlsplit(source.url).query:
-            raise ConfigError(
-                f"[source] url {mask_url(source.url)!r}: the replica connection takes no parameters (no TLS yet)"
-            )
+        address = ServerAddress.from_url(source.url)  # checks the URL now
+        named = [k for k in ("password-env", "password-file") if getattr(source, k.replace("-", "_"))]
+        if named and address.password:
+            raise ConfigError(f"[source] url {mask_secrets(url)!r} holds a password and {named[0]} names another")
+        if len(named) > 1:
+            raise ConfigError("[source] password-env and password-file both name a password; give one")
         return source
     if "path" not in src:
         what = "the KV change records (file or directory)" if kind == "kv" else "the directory of binlog files"
@@ -491,6 +493,21 @@ def _source(src: dict[str, Any], base: Path) -> SourceConfig:
             raise ConfigError('[source] catalog is required for type "kv": the TiDB table info file')
         source.catalog = _config_path(src["catalog"], "[source] catalog", base)
     return source
+
+
+def _source_url_options(url: str) -> tuple[str, dict[str, str]]:
+    """The source URL without its query, and the query's password options (the only ones it takes)."""
+    parts = urlsplit(url)
+    options: dict[str, str] = {}
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        name = key.replace("_", "-").lower()
+        if name not in ("password-env", "password-file"):
+            raise ConfigError(
+                f"[source] url {mask_secrets(url)!r}: the replica connection takes no parameters but "
+                f"password-env and password-file, got {key!r} (no TLS yet)"
+            )
+        options[name] = value
+    return urlunsplit(parts._replace(query="")), options
 
 
 def _config_path(value: Any, key: str, base: Path) -> Path:

@@ -9,8 +9,17 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..errors import ConfigError
-from ..sink.mysql.url import mask_url
-from .run import add_spark_options, show_progress, spark_interval, start_spark, streaming, wall_time
+from ..secrets import mask_secrets
+from .run import (
+    add_spark_options,
+    default_checkpoint,
+    prepare_checkpoint,
+    show_progress,
+    spark_interval,
+    start_spark,
+    streaming,
+    wall_time,
+)
 
 if TYPE_CHECKING:
     from ..sink.mysql import MySQLSinkConfig
@@ -40,7 +49,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--to",
         dest="target",
         required=True,
-        help="parquet://DIR, or mysql://USER[:PASS]@HOST:PORT/?worker-count=N&safe-mode=true (MySQLSink)",
+        help="parquet://DIR, or mysql://USER@HOST:PORT/?worker-count=N&safe-mode=true&password-file=PATH (MySQLSink; "
+        "password also ?password-env=NAME or MYSQL_PWD)",
     )
     p.add_argument(
         "--changefeed-id",
@@ -129,7 +139,7 @@ def run(args: argparse.Namespace) -> int:
     if scheme in ("mysql", "tidb"):
         url, config = mysql_target(args.target, args.changefeed_id, options.get("time-zone", codec.time_zone))
         # Spark's offsets only save re-reading: the downstream checkpoint row is what makes it exactly once.
-        checkpoint = args.checkpoint or Path.cwd() / ".changefeed" / f"apply-{args.changefeed_id}"
+        checkpoint = prepare_checkpoint(args.checkpoint or default_checkpoint("apply", args.changefeed_id))
         show_progress()
         spark = start_spark(args.master, args.spark_conf)
         stats = streaming(
@@ -143,12 +153,12 @@ def run(args: argparse.Namespace) -> int:
                 available_now=args.available_now,
             )
         )
-        where = f"{mask_url(url)} (changefeed {args.changefeed_id})"
+        where = f"{mask_secrets(url)} (changefeed {args.changefeed_id})"
     else:
         target, extra = _local_path(args.target, "parquet")
         if extra:
             raise ConfigError(f"parquet:// takes no parameters, got {', '.join(sorted(extra))}")
-        checkpoint = args.checkpoint or target / "_spark_checkpoint"
+        checkpoint = prepare_checkpoint(args.checkpoint or target / "_spark_checkpoint")
         show_progress()
         spark = start_spark(args.master, args.spark_conf)
         stats = streaming(

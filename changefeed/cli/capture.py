@@ -9,10 +9,12 @@ from collections.abc import Mapping
 from datetime import UTC, tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ..errors import ConfigError
 from ..ops.progress import Progress, add_progress_option
+from ..secrets import mask_secrets
 
 if TYPE_CHECKING:
     from ..capture.binlog import BinlogPosition
@@ -28,7 +30,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "JSON event per line (rows, DDL, resolved) to stdout, flushed per transaction. Every event carries "
         "the position to resume from.",
     )
-    p.add_argument("--from", dest="source", required=True, help="mysql://USER[:PASS]@HOST:PORT or file://DIR_OR_FILE")
+    p.add_argument(
+        "--from",
+        dest="source",
+        required=True,
+        help="mysql://USER@HOST:PORT (password: ?password-file=PATH, ?password-env=NAME or MYSQL_PWD) "
+        "or file://DIR_OR_FILE",
+    )
     start = p.add_mutually_exclusive_group()
     start.add_argument("--start", metavar="FILE:POS", help="start at this binlog position (default: the oldest)")
     start.add_argument("--start-gtid", metavar="SET", help="start after this GTID state (MariaDB, live only)")
@@ -67,7 +75,6 @@ def run(args: argparse.Namespace) -> int:
     import orjson  # noqa: PLC0415 - keep `changefeed --help` light
 
     from ..capture.binlog import BinlogPosition, BlockAllowList, file_capture, live_capture  # noqa: PLC0415
-    from ..capture.binlog.replica import redact  # noqa: PLC0415
     from ..model.events import Resolved  # noqa: PLC0415
     from ..model.jsonl import dumps_event  # noqa: PLC0415
 
@@ -96,9 +103,9 @@ def run(args: argparse.Namespace) -> int:
         path = Path(source[len("file://") :])
         capture = file_capture(path, start, follow=args.stop_never, tz=tz, table_filter=table_filter, until=until)
     elif source.startswith(("mysql://", "mariadb://")):
-        log.info("capturing from %s", redact(source))
+        log.info("capturing from %s", mask_secrets(source))
         capture = live_capture(
-            source,
+            _live_url(source),
             start,
             server_id=args.server_id,
             blocking=args.stop_never,
@@ -108,7 +115,7 @@ def run(args: argparse.Namespace) -> int:
             track_schema=args.track_schema,
         )
     else:
-        raise ConfigError(f"--from must be mysql://... or file://..., got {redact(source)!r}")
+        raise ConfigError(f"--from must be mysql://... or file://..., got {mask_secrets(source)!r}")
     out = sys.stdout.buffer
     meter = _FileMeter(path, start) if source.startswith("file://") and not args.stop_never else None
     with Progress(
@@ -126,6 +133,24 @@ def run(args: argparse.Namespace) -> int:
             bar.advance_to(meter.total)
     out.flush()
     return 0
+
+
+def _live_url(source: str) -> str:
+    """``--from`` with its password resolved (password-env, password-file, MYSQL_PWD) into the URL.
+
+    The URL stays in this process: the command line holds only the option naming the password.
+    The replica connection takes no other URL option (no TLS yet).
+    """
+    from ..sink.mysql.url import parse_mysql_url  # noqa: PLC0415
+
+    params = parse_mysql_url(source)
+    if params.options or params.database:
+        raise ConfigError(
+            f"--from {mask_secrets(source)!r}: the replica connection takes no database and no URL option "
+            "but password-env and password-file (no TLS yet)"
+        )
+    auth = quote(params.user, safe="") + (":" + quote(params.password, safe="") if params.password else "")
+    return f"mysql://{auth}@{params.host}:{params.port}"
 
 
 class _FileMeter:

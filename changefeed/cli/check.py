@@ -22,7 +22,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "topic partitions and a MySQL sink's reachability (`changefeed run` runs the same checks). "
         "Exit 0 when nothing is an error, 1 otherwise.",
     )
-    p.add_argument("--from", dest="source", metavar="URL", help="mysql://user:pass@host:port of the source")
+    p.add_argument(
+        "--from",
+        dest="source",
+        metavar="URL",
+        help="mysql://user@host:port of the source (password: ?password-file=PATH, ?password-env=NAME or MYSQL_PWD)",
+    )
     p.add_argument("--start", metavar="FILE:POS", help="binlog position the changefeed will start or resume from")
     p.add_argument(
         "--no-schema-tracker",

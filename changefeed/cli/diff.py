@@ -13,11 +13,17 @@ from typing import IO
 
 from ..errors import ChangefeedError
 from ..ops.progress import Progress, add_progress_option
-from ..sink.mysql.url import mask_url, parse_mysql_url
+from ..sink.mysql.url import parse_mysql_url
 
 log = logging.getLogger(__name__)
 
 EXIT_EQUAL, EXIT_DIFFERENT, EXIT_ERROR = 0, 1, 2
+
+
+class ComparisonFailedError(ChangefeedError):
+    """The comparison itself failed; ``changefeed`` prints it (masked) and exits with `EXIT_ERROR`."""
+
+    exit_code = EXIT_ERROR
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -27,8 +33,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="Compare tables chunk by chunk with server-side checksums, drill into differing chunks, "
         "print differing rows and optionally write SQL that makes the target equal to the source.",
     )
-    p.add_argument("--source", required=True, help="mysql://user:pass@host:port of the reference side")
-    p.add_argument("--target", required=True, help="mysql://user:pass@host:port of the side to check")
+    p.add_argument(
+        "--source",
+        required=True,
+        help="mysql://user@host:port of the reference side (password: ?password-file=PATH, ?password-env=NAME "
+        "or MYSQL_PWD)",
+    )
+    p.add_argument(
+        "--target", required=True, help="mysql://user@host:port of the side to check (password: as --source)"
+    )
     p.add_argument(
         "--tables",
         action="append",
@@ -44,7 +57,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
-    from ..diff import Differ  # noqa: PLC0415 - keep `changefeed --help` light
+    from ..diff import SESSION_SQL_MODE, Differ  # noqa: PLC0415 - keep `changefeed --help` light
 
     out = out or sys.stdout
     fix_file: IO[str] | None = None
@@ -54,7 +67,11 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
         if args.fix_sql:
             fix_file = open(args.fix_sql, "w", encoding="utf-8", errors="surrogateescape")  # noqa: SIM115
             fix_file.write(f"-- changefeed diff: statements that make {target.url} equal to {source.url}\n")
-            fix_file.write("SET NAMES utf8mb4;\nSET SESSION foreign_key_checks=0, time_zone='+00:00';\n")
+            # The statements escape with backslashes: the session must not have NO_BACKSLASH_ESCAPES.
+            fix_file.write(
+                f"SET NAMES utf8mb4;\nSET SESSION sql_mode='{SESSION_SQL_MODE}', foreign_key_checks=0, "
+                "time_zone='+00:00';\n"
+            )
         fix = (lambda sql: fix_file.write(sql + "\n")) if fix_file is not None else None
         with Progress("diff", unit="tables", disabled=args.no_progress) as bar:
             differ = Differ(
@@ -62,8 +79,7 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
             )
             report = differ.run(args.tables)
     except (ChangefeedError, OSError) as exc:
-        print(f"changefeed diff: error: {mask_url(str(exc))}", file=sys.stderr)
-        return EXIT_ERROR
+        raise ComparisonFailedError(f"error: {exc}") from exc
     finally:
         if fix_file is not None:
             fix_file.close()

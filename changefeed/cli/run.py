@@ -62,8 +62,28 @@ def add_spark_options(p: argparse.ArgumentParser) -> None:
         "--metrics-port",
         type=int,
         metavar="PORT",
-        help="serve Prometheus metrics on http://0.0.0.0:PORT/metrics while the job runs (docs/operations.md)",
+        help="serve Prometheus metrics on http://ADDR:PORT/metrics while the job runs (docs/operations.md)",
     )
+    p.add_argument(
+        "--metrics-addr",
+        default="127.0.0.1",
+        metavar="ADDR",
+        help="the address the metrics endpoint listens on (default 127.0.0.1; 0.0.0.0 for every interface)",
+    )
+
+
+def default_checkpoint(kind: str, changefeed_id: str) -> Path:
+    """``./.changefeed/KIND-ID``: where a job without an output directory keeps Spark's checkpoint."""
+    from ..ops.jobfile import private_dir  # noqa: PLC0415
+
+    return private_dir(Path.cwd() / ".changefeed") / f"{kind}-{changefeed_id}"
+
+
+def prepare_checkpoint(checkpoint: Path) -> Path:
+    """Create the checkpoint directory 0700 before Spark, the merge stage or the status file write into it."""
+    from ..ops.jobfile import private_dir  # noqa: PLC0415
+
+    return private_dir(checkpoint)
 
 
 def spark_interval(text: str) -> str:
@@ -117,7 +137,7 @@ def streaming(call: Any) -> Any:
 def run(args: argparse.Namespace) -> int:
     from ..config import load_config, parse_sink_uri  # noqa: PLC0415
     from ..ops.monitor import set_job_context  # noqa: PLC0415
-    from ..sink.mysql.url import mask_url  # noqa: PLC0415
+    from ..secrets import mask_secrets  # noqa: PLC0415
     from ..spark.jobs import run_apply_mysql, run_capture, run_capture_kafka  # noqa: PLC0415
 
     config = load_config(args.config)
@@ -133,7 +153,7 @@ def run(args: argparse.Namespace) -> int:
     capture = {**job, "rules": config.filter.rules, "time_zone": config.time_zone, "max_events": args.max_events}
     if config.sink_uri.is_kafka or config.sink_uri.is_mysql:
         # No output directory to hold Spark's offsets: default to one per changefeed in the current directory.
-        checkpoint = args.checkpoint or Path.cwd() / ".changefeed" / f"run-{config.changefeed_id}"
+        checkpoint = args.checkpoint or default_checkpoint("run", config.changefeed_id)
     else:
         checkpoint = args.checkpoint or config.sink_uri.path / "_spark_checkpoint"
     if config.sink_uri.is_kafka:
@@ -159,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
             job="capture",
             **job,
         )
-        where = f"{mask_url(url)} (changefeed {config.changefeed_id})"
+        where = f"{mask_secrets(url)} (changefeed {config.changefeed_id})"
     else:
         out = config.sink_uri.path
         if not args.skip_preflight:
@@ -169,6 +189,7 @@ def run(args: argparse.Namespace) -> int:
             run_capture, source=source, storage_root=out, codec=codec, checkpoint=checkpoint, storage=storage, **capture
         )
         where = f"storage {out}"
+    prepare_checkpoint(checkpoint)
     show_progress()
     spark = start_spark(args.master, args.spark_conf)
     stats = streaming(lambda: call(spark))

@@ -25,7 +25,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--changefeed.",
     )
     p.add_argument("--storage", metavar="DIR", help="a storage-sink directory: checkpoint, lag, files per table")
-    p.add_argument("--mysql", metavar="URL", help="a MySQL sink's downstream: its checkpoint table")
+    p.add_argument(
+        "--mysql",
+        metavar="URL",
+        help="a MySQL sink's downstream: its checkpoint table (password: ?password-file=PATH, ?password-env=NAME "
+        "or MYSQL_PWD)",
+    )
     p.add_argument(
         "--changefeed",
         metavar="ID",

@@ -32,13 +32,16 @@ from pymysql.converters import escape_string
 from ..dispatch.tablefilter import TableFilter
 from ..errors import ChangefeedError
 from ..ops.progress import Progress
+from ..sink.mysql.sink import DEFAULT_SQL_MODE
 from ..sink.mysql.sql import quote_ident, quote_table
 from ..sink.mysql.url import MySQLParams
 
-__all__ = ["DiffError", "DiffReport", "Differ", "RowDiff", "TableReport"]
+__all__ = ["SESSION_SQL_MODE", "DiffError", "DiffReport", "Differ", "RowDiff", "TableReport"]
 
 log = logging.getLogger(__name__)
 
+#: Both sides' sql_mode, the MySQL sink's: backslash escapes on, no padding of CHAR values.
+SESSION_SQL_MODE = DEFAULT_SQL_MODE
 SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
 _NUMBER_TYPES = frozenset(
     {"tinyint", "smallint", "mediumint", "int", "integer", "bigint", "decimal", "numeric", "float", "double", "year"}
@@ -181,7 +184,12 @@ def _cond(op: str, cols: Sequence[str], vals: Sequence[str]) -> str:
 
 
 class _Side:
-    """One server: a raw-value connection (no type conversion) in UTC."""
+    """One server: a raw-value connection (no type conversion) in UTC, in the sink's sql_mode.
+
+    The sql_mode is set, not inherited from the server: `literal` escapes with backslashes, which a
+    server default of NO_BACKSLASH_ESCAPES would read as plain characters (and a quote in a value
+    would end its string), and PAD_CHAR_TO_FULL_LENGTH on one side only would make CHAR values differ.
+    """
 
     def __init__(self, params: MySQLParams, label: str) -> None:
         self.params = params
@@ -189,7 +197,8 @@ class _Side:
         try:
             self.conn = params.connect(autocommit=True, conv={})
             with self.conn.cursor() as cur:
-                cur.execute("SET SESSION time_zone='+00:00', group_concat_max_len=1048576")
+                mode = escape_string(SESSION_SQL_MODE)  # no %s: conv={} leaves PyMySQL no encoders
+                cur.execute(f"SET SESSION sql_mode='{mode}', time_zone='+00:00', group_concat_max_len=1048576")
         except pymysql.err.MySQLError as exc:
             raise DiffError(f"cannot connect to {label} {params.url}: {exc}") from exc
 

@@ -32,7 +32,15 @@ import orjson
 from ..errors import ChangefeedError
 from .logging import mask_secrets
 
-__all__ = ["STATUS_FILE", "WINDOW_SECONDS", "JobDocument", "JobStatusWriter", "pid_alive", "read_job_document"]
+__all__ = [
+    "STATUS_FILE",
+    "WINDOW_SECONDS",
+    "JobDocument",
+    "JobStatusWriter",
+    "pid_alive",
+    "private_dir",
+    "read_job_document",
+]
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +127,23 @@ def read_job_document(directory: str | Path) -> JobDocument | None:
         raise ChangefeedError(f"unreadable job status file: {exc}", where=str(path)) from None
 
 
+def private_dir(path: str | Path) -> Path:
+    """``path`` as a directory, created mode 0700 when missing (an existing one is left as it is).
+
+    Checkpoint and status directories hold source positions, offsets and error texts: only the
+    user running the job needs them. Missing parents are created with default permissions (a
+    checkpoint inside a storage-sink directory must not close that directory to its readers).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        return path
+    os.chmod(path, 0o700)  # exactly 0700, whatever the umask
+    return path
+
+
 class JobStatusWriter:
     """Keeps one job's document up to date; every method writes the file."""
 
@@ -195,7 +220,7 @@ class JobStatusWriter:
         self._write()
 
     def _write(self) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_dir(self.path.parent)
         tmp = self.path.with_name(f".{STATUS_FILE}.{os.getpid()}.tmp")
         try:
             tmp.write_bytes(orjson.dumps(self.doc.to_json(), default=str, option=orjson.OPT_INDENT_2))

@@ -9,7 +9,8 @@ without parsing the message.
 would miss records propagated from its children). It masks ``scheme://user:PASSWORD@`` in the
 message, its arguments, ``extra`` values and exception text, and ``password=...`` style fields,
 and replaces the value of any ``extra`` key that names a secret. Sinks already mask URLs they
-log; this is the net under code that forgets.
+log; this is the net under code that forgets. The masking is `changefeed.secrets.mask_secrets`,
+the one function every part (and the CLI's error exit) uses; it is re-exported here.
 
 `ContextFilter` (also on the handler) adds the fields bound with `log_context` (``changefeed``,
 ``job``, ``batch``, ``position``...) to every record that does not set them itself, so a record from
@@ -32,7 +33,7 @@ from typing import IO, Any, Literal
 
 import orjson
 
-from ..sink.mysql.url import mask_url
+from ..secrets import MASK, mask_secrets
 
 __all__ = [
     "ContextFilter",
@@ -55,18 +56,6 @@ _STANDARD_ATTRS = frozenset(
     vars(logging.LogRecord("", logging.INFO, "", 0, "", (), None)).keys() | {"message", "asctime", "taskName"}
 )
 _SECRET_KEY = re.compile(r"pass(word|wd)?|pwd|secret|token|credential|api[_-]?key|sasl[._]password", re.I)
-# password=xxx, "password": "xxx", passwd: xxx, sasl.password=xxx (in DSNs, config dumps, reprs).
-_SECRET_FIELD = re.compile(
-    r"""(?P<key>\b[\w.-]*(?:password|passwd|pwd|secret|token)["']?\s*[=:]\s*)(?P<q>["']?)(?P<value>[^\s"',;&}]+)""",
-    re.I,
-)
-MASK = "***"
-
-
-def mask_secrets(text: str) -> str:
-    """``text`` with URL passwords and ``password=`` style values replaced by ``***``."""
-    text = mask_url(text)
-    return _SECRET_FIELD.sub(lambda m: m.group("key") + m.group("q") + MASK, text)
 
 
 def _mask_value(value: Any, depth: int = 0) -> Any:

@@ -13,6 +13,7 @@ once per batch with its events, `observe_batch` once per batch with its duration
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter as _Tally
 from collections.abc import Iterable
@@ -38,12 +39,15 @@ __all__ = [
     "BATCH_DURATION",
     "CHECKPOINT_LAG",
     "CHECKPOINT_TS",
+    "DEFAULT_METRICS_ADDR",
     "DELIVERY_LATENCY",
     "EVENTS",
+    "OTHER_TABLES",
     "REGISTRY",
     "SINK_ERRORS",
     "SINK_RETRIES",
     "SOURCE_RECONNECTS",
+    "TABLE_LABEL_LIMIT",
     "kafka_delivered",
     "observe_batch",
     "record_events",
@@ -52,8 +56,17 @@ __all__ = [
     "set_info",
     "sink_error",
     "start_metrics_server",
+    "table_label",
     "tally_events",
 ]
+
+#: Where the endpoint listens unless told otherwise: metrics name tables and hosts, so not the network.
+DEFAULT_METRICS_ADDR = "127.0.0.1"
+#: Distinct ``table`` label values at most; later tables count under ``OTHER_TABLES``. Each label value
+#: is a time series kept for the life of the process: a source with tens of thousands of tables must
+#: not grow the process and the Prometheus server without bound.
+TABLE_LABEL_LIMIT = 500
+OTHER_TABLES = "_other"
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 ProcessCollector(registry=REGISTRY)
@@ -126,6 +139,19 @@ SOURCE_RECONNECTS = Counter(
 
 
 ROW_KINDS = frozenset({"insert", "update", "delete"})
+_TABLES: set[str] = set()
+_TABLES_LOCK = threading.Lock()
+
+
+def table_label(table: str) -> str:
+    """``table`` as a label value: itself while fewer than `TABLE_LABEL_LIMIT` tables have one, else ``_other``."""
+    if table in _TABLES or not table:
+        return table
+    with _TABLES_LOCK:
+        if len(_TABLES) < TABLE_LABEL_LIMIT:
+            _TABLES.add(table)
+            return table
+    return OTHER_TABLES
 
 
 def set_info(**labels: str) -> None:
@@ -160,7 +186,7 @@ def tally_events(events: Iterable[Any]) -> _Tally[tuple[str, str]]:
 def record_tally(tally: _Tally[tuple[str, str]]) -> int:
     """Add a `tally_events` result to the event counters; returns the number of row changes."""
     for (kind, table), n in tally.items():
-        EVENTS.labels(kind=kind, table=table).inc(n)
+        EVENTS.labels(kind=kind, table=table_label(table)).inc(n)
     return sum(n for (kind, _), n in tally.items() if kind in ROW_KINDS)
 
 
@@ -199,10 +225,11 @@ def kafka_delivered(seconds: float | None) -> None:
         _KAFKA_DELIVERY.observe(seconds)
 
 
-def start_metrics_server(port: int, addr: str = "0.0.0.0") -> Any:
+def start_metrics_server(port: int, addr: str = DEFAULT_METRICS_ADDR) -> Any:
     """Serve ``/metrics`` from a daemon thread; returns the server (``.shutdown()`` stops it).
 
-    ``port=0`` picks a free port (read it from ``server.server_port``).
+    ``port=0`` picks a free port (read it from ``server.server_port``). ``addr`` is loopback unless
+    the caller names another address (``0.0.0.0`` for every interface).
     """
     server, _thread = start_http_server(port, addr=addr, registry=REGISTRY)
     return server

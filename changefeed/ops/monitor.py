@@ -47,7 +47,7 @@ class JobContext:
     source: str = ""
     sink: str = ""
     metrics_port: int | None = None
-    metrics_addr: str = "0.0.0.0"
+    metrics_addr: str = metrics.DEFAULT_METRICS_ADDR
 
 
 _JOB: contextvars.ContextVar[JobContext | None] = contextvars.ContextVar("changefeed_job", default=None)
@@ -60,8 +60,9 @@ def current_job_context() -> JobContext:
 def set_job_context(
     args: Any = None, changefeed_id: str = "default", *, source: str = "", sink: str = ""
 ) -> JobContext:
-    """Set the context for jobs started from here on (the CLI; ``args.metrics_port`` when present)."""
-    context = JobContext(changefeed_id, source, sink, getattr(args, "metrics_port", None))
+    """Set the context for jobs started from here on (the CLI: ``args.metrics_port``, ``args.metrics_addr``)."""
+    addr = getattr(args, "metrics_addr", None) or metrics.DEFAULT_METRICS_ADDR
+    context = JobContext(changefeed_id, source, sink, getattr(args, "metrics_port", None), addr)
     _JOB.set(context)
     return context
 

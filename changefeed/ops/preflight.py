@@ -22,7 +22,8 @@ import pymysql.connections
 
 from ..capture.binlog.position import BinlogPosition, file_key
 from ..errors import ChangefeedError
-from ..sink.mysql.url import MySQLParams, mask_url, parse_mysql_url
+from ..secrets import mask_secrets
+from ..sink.mysql.url import MySQLParams, parse_mysql_url
 
 __all__ = [
     "Finding",
@@ -200,7 +201,7 @@ def _on(value: str) -> bool:
 
 def _connect_finding(exc: pymysql.err.MySQLError, params: MySQLParams, role: str = "source") -> Finding:
     code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
-    text = mask_url(str(exc.args[1] if len(exc.args) > 1 else exc))
+    text = mask_secrets(str(exc.args[1] if len(exc.args) > 1 else exc))
     if code in _ACCESS_DENIED:
         return Finding(
             f"{role}-auth",

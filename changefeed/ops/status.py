@@ -30,9 +30,10 @@ import pymysql
 
 from ..errors import ChangefeedError
 from ..model.tso import tso_physical_ms
+from ..secrets import mask_secrets
 from ..sink.mysql.checkpoint import CHECKPOINT_TABLE
 from ..sink.mysql.sql import quote_table
-from ..sink.mysql.url import MySQLParams, mask_url, parse_mysql_url
+from ..sink.mysql.url import MySQLParams, parse_mysql_url
 from ..sink.storage.layout import DATA_FILE_RE, SCHEMA_FILE_RE, read_checkpoint
 from .jobfile import WINDOW_SECONDS, JobDocument, pid_alive, read_job_document
 
@@ -155,9 +156,9 @@ def mysql_status(
                 f"{params.url} has no checkpoint table {schema}.{CHECKPOINT_TABLE}: no MySQL sink has run there "
                 "(or it uses another checkpoint schema: --checkpoint-schema)"
             ) from None
-        raise StatusError(f"reading the checkpoint table on {params.url} failed: {mask_url(str(exc))}") from None
+        raise StatusError(f"reading the checkpoint table on {params.url} failed: {mask_secrets(str(exc))}") from None
     except pymysql.err.MySQLError as exc:
-        raise StatusError(f"cannot read the checkpoint table on {params.url}: {mask_url(str(exc))}") from None
+        raise StatusError(f"cannot read the checkpoint table on {params.url}: {mask_secrets(str(exc))}") from None
     if changefeed_id is not None and not rows:
         raise StatusError(
             f"changefeed {changefeed_id!r} has no checkpoint in {schema}.{CHECKPOINT_TABLE} on {params.url}"

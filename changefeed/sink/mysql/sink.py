@@ -42,6 +42,7 @@ from ...ops import metrics
 from .causality import Causality, row_keys
 from .checkpoint import Checkpoint, CheckpointTable
 from .columns import BlockRows, Entry, expand
+from .ddlguard import UnsafeDDLError, check_ddl
 from .errors import ddl_already_done, error_code, is_transient
 from .keys import DownstreamKeys, read_unique_indexes
 from .plan import plan_rows, render_ops
@@ -97,33 +98,50 @@ def _session_time_zone(name: str) -> str:
 
 
 class _Session:
-    """One downstream connection with the sink's session settings, reconnected on demand."""
+    """One downstream connection with the sink's session settings, reconnected on demand.
 
-    def __init__(self, params: MySQLParams, config: MySQLSinkConfig, name: str, autocommit: bool) -> None:
+    ``multi_statements`` (CLIENT_MULTI_STATEMENTS) is for the workers, which send several
+    statements the sink rendered itself per round trip; the coordinator, which runs DDL texts that
+    come from the data, connects without it, so the server refuses a second statement in one.
+    """
+
+    def __init__(
+        self, params: MySQLParams, config: MySQLSinkConfig, name: str, autocommit: bool, multi_statements: bool
+    ) -> None:
         self.params = params
         self.config = config
         self.name = name
         self.autocommit = autocommit
+        self.client_flag = CLIENT.MULTI_STATEMENTS if multi_statements else 0
         self.conn: pymysql.connections.Connection | None = None
         self.literal = make_literal("NO_BACKSLASH_ESCAPES" in config.sql_mode.upper())
 
     def ensure(self) -> pymysql.connections.Connection:
         if self.conn is None or not self.conn.open:
-            conn = self.params.connect(autocommit=self.autocommit, client_flag=CLIENT.MULTI_STATEMENTS)
+            conn = self.params.connect(autocommit=self.autocommit, client_flag=self.client_flag)
             try:
-                with conn.cursor() as cur:
-                    cur.execute(
-                        "SET SESSION sql_mode=%s, time_zone=%s, foreign_key_checks=0",
-                        (self.config.sql_mode, _session_time_zone(self.config.time_zone)),
-                    )
-                    if self.config.lock_wait_timeout is not None:
-                        cur.execute("SET SESSION innodb_lock_wait_timeout=%s", (self.config.lock_wait_timeout,))
+                self._setup(conn)
             except BaseException:
                 conn.close()
                 raise
             self.conn = conn
             log.debug("connected session=%s thread_id=%s target=%s", self.name, conn.thread_id(), self.params.url)
         return self.conn
+
+    def _setup(self, conn: pymysql.connections.Connection) -> None:
+        """The session state rendering relies on: sql_mode (how literals escape), time zone, FK checks."""
+        with conn.cursor() as cur:
+            cur.execute(
+                "SET SESSION sql_mode=%s, time_zone=%s, foreign_key_checks=0",
+                (self.config.sql_mode, _session_time_zone(self.config.time_zone)),
+            )
+            if self.config.lock_wait_timeout is not None:
+                cur.execute("SET SESSION innodb_lock_wait_timeout=%s", (self.config.lock_wait_timeout,))
+
+    def restore(self, conn: pymysql.connections.Connection) -> None:
+        """Set the session up again as at connect (character set included), after a statement from the data."""
+        conn.set_character_set(conn.charset, conn.collation)
+        self._setup(conn)
 
     @property
     def thread_id(self) -> int | None:
@@ -235,8 +253,11 @@ class MySQLSink:
         self.config = config
         self.params = parse_mysql_url(target) if isinstance(target, str) else target
         self.checkpoint_table = CheckpointTable(config.checkpoint_schema)
-        self._coordinator = _Session(self.params, config, "coordinator", autocommit=True)
-        self._workers = [_Session(self.params, config, f"worker-{i}", autocommit=False) for i in range(config.workers)]
+        self._coordinator = _Session(self.params, config, "coordinator", autocommit=True, multi_statements=False)
+        self._workers = [
+            _Session(self.params, config, f"worker-{i}", autocommit=False, multi_statements=True)
+            for i in range(config.workers)
+        ]
         self._pool: ThreadPoolExecutor | None = None
         self._opened = False
         self._mysql_json = False
@@ -425,7 +446,7 @@ class MySQLSink:
                 rows = block.tables[seg.table]
                 shape = self._keys.shape(rows.table_schema, self._read_unique_indexes)
                 if shape is not rows.table_schema:  # a new TableRows: the block's may be shared
-                    rows = TableRows(shape, rows.batch, rows.main_runs, rows.before_runs, raw=rows.raw)
+                    rows = rows.with_schema(shape)
                 shaped[seg.table] = rows
             entry = BlockRows(rows, start, seg)
             self._buffer.append(entry)
@@ -549,9 +570,7 @@ class MySQLSink:
                 conn.commit()
                 with self._stats_lock:
                     self.stats["transactions"] += 1
-                    self.stats["columnar_rows"] += sum(
-                        t.num_rows for op in ops if op.kind.endswith("_columns") for t in op.items
-                    )
+                    self.stats["columnar_rows"] += sum(op.items.num_rows for op in ops if op.kind.endswith("_columns"))
                 self._fault("committed", {"session": session.name, "rows": count})
                 return
             except (pymysql.err.MySQLError, OSError) as exc:
@@ -620,6 +639,14 @@ class MySQLSink:
             return
         action = ddl.action
         use_schema = bool(ddl.schema) and action not in _SCHEMA_ACTIONS
+        try:
+            check_ddl(ddl.query, self.config.sql_mode)
+        except UnsafeDDLError as exc:
+            raise SinkError(
+                f"refusing the DDL of {_ddl_table(ddl) or '(no table)'} at commit_ts {ddl.commit_ts}: {exc}: "
+                f"{_clip(ddl.query)!r}",
+                where=where,
+            ) from None
 
         def run(conn: pymysql.connections.Connection) -> str | None:
             with conn.cursor() as cur:
@@ -627,6 +654,7 @@ class MySQLSink:
                     if use_schema:
                         cur.execute(f"USE {quote_ident(ddl.schema)}")
                     cur.execute(ddl.query)
+                    reason = None
                 except pymysql.err.MySQLError as exc:
                     if is_transient(exc):
                         raise
@@ -635,8 +663,9 @@ class MySQLSink:
                         raise SinkError(
                             f"DDL {_clip(ddl.query)!r} failed on {self.params.url}: {mask_url(str(exc))}", where=where
                         ) from exc
-                    return f"{reason} ({error_code(exc)})"
-            return None
+                    reason = f"{reason} ({error_code(exc)})"
+            self._coordinator.restore(conn)  # whatever the DDL text did to the session, undo it
+            return reason
 
         skipped = self._with_retry(self._coordinator, f"DDL {_clip(ddl.query, 80)!r}", run)
         if skipped:

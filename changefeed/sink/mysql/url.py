@@ -1,12 +1,17 @@
-"""``mysql://user:pass@host:port/db?opt=v`` URLs: parsing, connecting, and masking the password.
+"""``mysql://user:pass@host:port/db?opt=v`` URLs: parsing, connecting, and where the password comes from.
 
-The sink and the diff tool take the same URL form (TiCDC's ``--sink-uri mysql://...``). A URL or
-DSN that reaches a log line or an error message always goes through `mask_url` first.
+The sink, the diff tool, ``status`` and ``check`` take the same URL form (TiCDC's ``--sink-uri
+mysql://...``). A URL or DSN that reaches a log line or an error message always goes through
+`mask_url` (`changefeed.secrets.mask_secrets`) first.
+
+The password is the URL's, or read from ``password-env=NAME`` / ``password-file=PATH``, else from
+``MYSQL_PWD`` (`changefeed.secrets.resolve_password`): a command line then holds no secret.
+``local_infile`` is refused: with it, a ``LOAD DATA LOCAL INFILE`` the server sends (or a DDL text
+from the data smuggles in) makes the client upload any file it can read.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -15,21 +20,21 @@ import pymysql
 import pymysql.connections
 
 from ...errors import ConfigError
+from ...mysqlclient import connect
+from ...secrets import mask_secrets, resolve_password
 
 __all__ = ["MySQLParams", "mask_url", "parse_mysql_url"]
 
 _SCHEMES = ("mysql", "mariadb", "tidb")
 _INT_OPTIONS = ("connect_timeout", "read_timeout", "write_timeout")
-_BOOL_OPTIONS = ("local_infile",)
 _STR_OPTIONS = ("charset", "ssl_ca", "ssl_cert", "ssl_key", "unix_socket")
-_TRUE = ("1", "true", "yes", "on")
-# user:password@ in any scheme://; the password ends at the last '@' before the host.
-_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^:/@\s]*:)(?P<pw>[^\s]*)(?P<tail>@[^@\s]*)", re.I)
+_PASSWORD_OPTIONS = ("password_env", "password_file")
+_REFUSED = {
+    "local_infile": "LOAD DATA LOCAL INFILE would let the server read any file this process can read",
+}
 
-
-def mask_url(text: str) -> str:
-    """Replace every ``scheme://user:PASSWORD@`` password in ``text`` by ``***``."""
-    return _PASSWORD.sub(lambda m: m.group("head") + "***" + m.group("tail"), text)
+#: The one masking function (`changefeed.secrets.mask_secrets`), under the name this module always had.
+mask_url = mask_secrets
 
 
 @dataclass(frozen=True)
@@ -67,21 +72,25 @@ class MySQLParams:
             "charset": "utf8mb4",
             "autocommit": False,
             "connect_timeout": 10,
+            "local_infile": False,  # never from a URL: see the module doc
         }
         ssl = {k[4:]: self.options[k] for k in ("ssl_ca", "ssl_cert", "ssl_key") if k in self.options}
         kwargs.update({k: v for k, v in self.options.items() if not k.startswith("ssl_")})
         if ssl:
             kwargs["ssl"] = ssl
         kwargs.update(overrides)
-        return pymysql.connect(**kwargs)
+        return connect(**kwargs)
 
 
 def parse_mysql_url(url: str) -> MySQLParams:
     """Read ``mysql://[user[:password]@]host[:port][/database][?option=value&...]``.
 
     Options: ``connect_timeout``, ``read_timeout``, ``write_timeout`` (seconds), ``charset``,
-    ``local_infile``, ``ssl_ca``/``ssl_cert``/``ssl_key``, ``unix_socket``; dashes are accepted
-    for underscores (``ssl-ca``). User and password are percent-decoded.
+    ``ssl_ca``/``ssl_cert``/``ssl_key``, ``unix_socket``, and where the password comes from when
+    the URL has none: ``password_env`` (a variable's name) or ``password_file`` (a path; owner-only);
+    without either, ``MYSQL_PWD``. Dashes are accepted for underscores (``ssl-ca``). User and
+    password are percent-decoded. The password is read now: a missing variable or an unsafe file
+    fails here, not at the first connection.
     """
     try:
         parts = urlsplit(url)
@@ -93,6 +102,7 @@ def parse_mysql_url(url: str) -> MySQLParams:
     if not parts.hostname:
         raise ConfigError(f"MySQL URL {mask_url(url)!r} has no host")
     options: dict[str, Any] = {}
+    sources: dict[str, str] = {}
     for key, value in parse_qsl(parts.query, keep_blank_values=True):
         name = key.replace("-", "_").lower()
         if name in _INT_OPTIONS:
@@ -100,18 +110,25 @@ def parse_mysql_url(url: str) -> MySQLParams:
                 options[name] = int(float(value))
             except ValueError:
                 raise ConfigError(f"MySQL URL option {key}={value!r} is not a number") from None
-        elif name in _BOOL_OPTIONS:
-            options[name] = value.lower() in _TRUE
         elif name in _STR_OPTIONS:
             options[name] = value
+        elif name in _PASSWORD_OPTIONS:
+            sources[name] = value
+        elif name in _REFUSED:
+            raise ConfigError(f"MySQL URL option {key!r} is not accepted: {_REFUSED[name]}")
         else:
             raise ConfigError(f"unknown MySQL URL option {key!r} in {mask_url(url)!r}")
-    database = unquote(parts.path.lstrip("/")) or None
+    password = resolve_password(
+        unquote(parts.password) if parts.password else None,
+        env=sources.get("password_env"),
+        file=sources.get("password_file"),
+        where=f"MySQL URL {mask_url(url)!r}",
+    )
     return MySQLParams(
         host=parts.hostname,
         port=port or 3306,
         user=unquote(parts.username) if parts.username else "root",
-        password=unquote(parts.password) if parts.password else "",
-        database=database,
+        password=password,
+        database=unquote(parts.path.lstrip("/")) or None,
         options=options,
     )

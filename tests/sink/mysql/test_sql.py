@@ -245,9 +245,9 @@ def test_causality_keys_and_routing() -> None:
 
 
 def test_url_parsing_and_masking() -> None:
-    p = parse_mysql_url("mysql://us%40er:p%40ss:w@db.example:3307/app?connect_timeout=5&local-infile=1")
+    p = parse_mysql_url("mysql://us%40er:p%40ss:w@db.example:3307/app?connect_timeout=5")
     assert (p.host, p.port, p.user, p.password, p.database) == ("db.example", 3307, "us@er", "p@ss:w", "app")
-    assert p.options == {"connect_timeout": 5, "local_infile": True}
+    assert p.options == {"connect_timeout": 5}
     assert "p@ss" not in repr(p) and "p@ss" not in str(p) and "p%40ss" not in p.url
     assert p.url == "mysql://us@er:***@db.example:3307/app"
     assert parse_mysql_url("mysql://127.0.0.1").port == 3306

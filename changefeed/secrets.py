@@ -1,0 +1,131 @@
+"""Secrets: the one function that masks them in text, and where a password may come from.
+
+A leaf module (only `errors` below it), so every layer can mask text without an import cycle:
+the capture, the sinks, ``ops`` (the log filter, the status file) and the CLI's error exit.
+
+Passwords for MySQL connections come from exactly one of: the URL (``mysql://u:PW@h``), the
+environment variable a ``password-env=NAME`` option names, the file a ``password-file=PATH``
+option names, or, when none is given, ``MYSQL_PWD`` (the MySQL client's convention). A password
+file must not be readable by group or others (ssh refuses private keys the same way).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import stat
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+from .errors import ConfigError
+
+__all__ = [
+    "MASK",
+    "MYSQL_PWD",
+    "mask_secrets",
+    "password_from_env",
+    "password_from_file",
+    "resolve_password",
+    "url_passwords",
+]
+
+MASK = "***"
+#: The MySQL client's environment variable for a password the command line does not give.
+MYSQL_PWD = "MYSQL_PWD"
+# user:password@ in any scheme://; the password ends at the last '@' before the host.
+_URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^:/@\s]*:)(?P<pw>[^\s]*)(?P<tail>@[^@\s]*)", re.I)
+# password=xxx, "password": "xxx", passwd: xxx, sasl.password=xxx, MYSQL_PWD=xxx (DSNs, config dumps, reprs).
+_SECRET_FIELD = re.compile(
+    r"""(?P<key>\b[\w.-]*(?:password|passwd|pwd|secret|token)["']?\s*[=:]\s*)(?P<q>["']?)(?P<value>[^\s"',;&}]+)""",
+    re.I,
+)
+# Known secrets shorter than this are not replaced literally: masking every "ab" would garble the
+# text, and such a password is no secret anyway.
+_MIN_LITERAL = 3
+
+
+def mask_secrets(text: str, known: Iterable[str] = ()) -> str:
+    """``text`` with URL passwords, ``password=`` style values and each ``known`` secret replaced by ``***``."""
+    for secret in sorted(known, key=len, reverse=True):
+        if len(secret) >= _MIN_LITERAL:
+            text = text.replace(secret, MASK)
+    text = _URL_PASSWORD.sub(lambda m: m.group("head") + MASK + m.group("tail"), text)
+    return _SECRET_FIELD.sub(lambda m: m.group("key") + m.group("q") + MASK, text)
+
+
+def url_passwords(texts: Iterable[str]) -> set[str]:
+    """The passwords of the URLs in ``texts`` (as written and percent-decoded): what an error exit masks.
+
+    ``texts`` are command-line arguments: a URL may be the whole argument or follow ``--opt=``, and
+    its password may hold characters (a space) that the pattern `mask_secrets` uses stops at.
+    """
+    found: set[str] = set()
+    for text in texts:
+        raw = [m.group("pw") for m in _URL_PASSWORD.finditer(text)]
+        for candidate in (text, text.partition("=")[2]):
+            with contextlib.suppress(ValueError):  # not a URL at all
+                parts = urlsplit(candidate.strip())
+                if parts.scheme and "@" in parts.netloc:
+                    raw.append(parts.netloc.rpartition("@")[0].partition(":")[2])
+        found.update(p for pw in raw for p in (pw, unquote(pw)))
+    found.discard("")
+    return found
+
+
+def password_from_env(name: str, where: str, environ: Mapping[str, str] | None = None) -> str:
+    """The value of environment variable ``name``; a variable that is not set is an error."""
+    value = (os.environ if environ is None else environ).get(name)
+    if value is None:
+        raise ConfigError(f"{where}: password-env names {name!r}, but that environment variable is not set")
+    return value
+
+
+def password_from_file(path: str | Path, where: str) -> str:
+    """The first line of a file only its owner may read (one trailing newline stripped)."""
+    path = Path(path)
+    try:
+        with path.open("rb") as f:
+            mode = os.fstat(f.fileno()).st_mode
+            if mode & (stat.S_IRGRP | stat.S_IROTH):
+                raise ConfigError(
+                    f"{where}: password file {path} is readable by group or others "
+                    f"(mode {stat.S_IMODE(mode):04o}); run: chmod 600 {path}"
+                )
+            raw = f.read()
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read password file {path}: {exc.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"{where}: password file {path} is not UTF-8 text") from None
+    password = text.removesuffix("\n").removesuffix("\r")
+    if not password or "\n" in password:
+        raise ConfigError(f"{where}: password file {path} must hold the password on one line")
+    return password
+
+
+def resolve_password(
+    inline: str | None,
+    *,
+    env: str | None = None,
+    file: str | Path | None = None,
+    where: str,
+    environ: Mapping[str, str] | None = None,
+) -> str:
+    """The password from the one place that gives it: inline (the URL), ``env``, ``file``, else ``MYSQL_PWD``.
+
+    Two places at once is an error rather than a precedence rule: a stale password in one of
+    them would otherwise be used silently. Without any, the result may be ``''`` (no password).
+    """
+    given = [n for n, v in (("the URL", inline), ("password-env", env), ("password-file", file)) if v]
+    if len(given) > 1:
+        raise ConfigError(f"{where}: the password is given by {' and '.join(given)}; give it in one place")
+    if inline:
+        return inline
+    if env:
+        return password_from_env(env, where, environ)
+    if file:
+        return password_from_file(file, where)
+    return (os.environ if environ is None else environ).get(MYSQL_PWD, "")
