@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shlex
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -107,6 +109,55 @@ def cpu_by_part(me: int, services: dict[str, int | None]) -> dict[str, float]:
     return out
 
 
+def thread_cpu(pid: int | str = "self") -> dict[str, float]:
+    """CPU seconds of a process's threads by name: Python's thread names for this process, the
+    kernel's (a JVM's thread names, cut to 15 characters, digits dropped) for another."""
+    names = {t.native_id: t.name for t in threading.enumerate()} if pid == "self" else {}
+    out: dict[str, float] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        name = names.get(int(tid)) or re.sub(r"[0-9]+", "#", stat[stat.index("(") + 1 : stat.rindex(")")])
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / TICK
+    return out
+
+
+def jvm_pid(me: int) -> int | None:
+    """The Spark JVM this driver started (its child running java)."""
+    children, _ = _stats()
+    for pid in children.get(me, []):
+        try:
+            if Path(f"/proc/{pid}/comm").read_text().strip() == "java":
+                return pid
+        except OSError:
+            continue
+    return None
+
+
+def workers(jvm: int) -> str:
+    """Each live process under the JVM: its command's tail and CPU seconds with what it reaped."""
+    children, cpu = _stats()
+    out, todo = [], list(children.get(jvm, []))
+    while todo:
+        pid = todo.pop()
+        todo.extend(children.get(pid, []))
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()[-60:]
+        except OSError:
+            continue
+        out.append(f"{pid} [{cmd.strip()}] {cpu[pid][1]:.2f}")
+    return "; ".join(out)
+
+
+def show_threads(label: str, before: dict[str, float], after: dict[str, float], rows: int, top: int = 12) -> None:
+    spent = sorted(((v - before.get(k, 0.0), k) for k, v in after.items()), reverse=True)
+    shown = ", ".join(f"{k} {v * 1e6 / rows:.1f}" for v, k in spent[:top] if v > 0)
+    print(f"  {label} threads, µs/row: {shown}", flush=True)
+
+
 def fill(broker: Broker, codec: CodecOptions, rows: int) -> str:
     topic = f"bench-apply-{codec.protocol}-{os.getpid()}"
     rules = [DispatchRule(matcher=["*.*"], partition="index-value")]
@@ -176,6 +227,7 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=2)
     p.add_argument("--protocols", default="open-protocol,canal-json")
     p.add_argument("--variants", default="messages,jsonl")
+    p.add_argument("--threads", action="store_true", help="also show the driver's CPU per thread")
     p.add_argument("--max-events", type=int, default=None, help="maxEventsPerTrigger (messages per micro-batch)")
     args = p.parse_args()
     print("$ " + shlex.join(sys.orig_argv), flush=True)
@@ -203,6 +255,8 @@ def main() -> int:
                     reset(server)
                     ck = Path(tmp) / f"ck-{protocol}-{variant}-{rep}"
                     asked = statements(server)
+                    jvm = jvm_pid(me)
+                    threads_before, jvm_before = thread_cpu(), thread_cpu(jvm) if jvm else {}
                     before, t0 = cpu_by_part(me, services), time.perf_counter()
                     if variant == "messages":
                         stats = run_apply_mysql(spark, source, server.url, ck, available_now=True)
@@ -211,6 +265,11 @@ def main() -> int:
                         rows, batches = jsonl_apply(spark, source, server, ck), -1
                     wall = time.perf_counter() - t0
                     after = cpu_by_part(me, services)
+                    if args.threads:
+                        show_threads("driver", threads_before, thread_cpu(), args.rows)
+                        if jvm:
+                            show_threads("JVM", jvm_before, thread_cpu(jvm), args.rows)
+                            print(f"  JVM children (CPU s, own + reaped): {workers(jvm)}", flush=True)
                     used = {k: after[k] - before[k] for k in after}
                     asked = statements(server) - asked
                     applied = count(server)

@@ -273,6 +273,36 @@ def _proc_table() -> dict[int, tuple[int, str, int, int]]:
     return table
 
 
+def _threads(pid: int) -> list[tuple[int, str, int]]:
+    """(tid, name with digits as #, utime+stime ticks) of each thread of ``pid``."""
+    out = []
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                text = f.read()
+        except OSError:
+            continue
+        head, _, tail = text.rpartition(")")
+        v = tail.split()
+        out.append((int(tid), re.sub(r"[0-9]+", "#", head.partition("(")[2]), int(v[11]) + int(v[12])))
+    return out
+
+
+def _module(pid: int) -> str:
+    """The module a Python worker runs (its command's last word, last dotted part)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            words = f.read().split(b"\0")
+    except OSError:
+        return "?"
+    words = [w for w in words if w]
+    return words[-1].decode(errors="replace").rsplit(".", 1)[-1] if words else "?"
+
+
 class CpuMeter:
     """CPU seconds of the roots' processes by part (a job's driver, JVM, Python workers), sampled every 0.25 s.
 
@@ -282,8 +312,9 @@ class CpuMeter:
     A process living less than one sampling period is missed.
     """
 
-    def __init__(self, roots: Roots, every: float = 0.25) -> None:
+    def __init__(self, roots: Roots, every: float = 0.25, detail: bool = False) -> None:
         self.roots = roots
+        self.detail = detail  # JVMs by thread name, Python workers by module
         self.seen: dict[tuple[int, int], tuple[str, int]] = {}  # (pid, start time) -> (part, ticks)
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -319,6 +350,12 @@ class CpuMeter:
                         continue
                     stack.extend(children[pid])
                     part = "driver" if pid == root else "JVM" if comm == "java" else "Python workers"
+                    if self.detail and part == "JVM":
+                        for tid, name, tticks in _threads(pid):
+                            self.seen[tid, -started] = (f"{label}: JVM [{name}]", tticks)
+                        continue
+                    if self.detail and part == "Python workers":
+                        part += f" [{_module(pid)}]"
                     self.seen[pid, started] = (f"{label}: {part}", ticks)
 
     def read(self) -> dict[str, float]:
@@ -488,7 +525,7 @@ class Bench:
         if down is not None:
             roots["MariaDB downstream"] = (service_pid(down), False)
         roots["bench"] = (os.getpid(), False)
-        return CpuMeter(roots)
+        return CpuMeter(roots, detail=self.args.detail)
 
     def write_backlog(self, statements: Sequence[str]) -> float:
         """Write the rendered backlog upstream (its table exists) and keep the writer's own rate."""
@@ -921,6 +958,7 @@ def _parser() -> argparse.ArgumentParser:
         "--plot", type=Path, default=HERE / "e2e_lag.png", help="steady lag PNG (default bench/e2e_lag.png)"
     )
     ap.add_argument("--json", type=Path, help="also write the figures here as JSON")
+    ap.add_argument("--detail", action="store_true", help="CPU of each JVM thread kind and Python worker module")
     return ap
 
 

@@ -53,6 +53,10 @@ class TableRows:
     raw: Sequence[bytes] | None = None
     _ops: np.ndarray | None = field(default=None, repr=False)
     _images: list[tuple[tuple[Any, ...] | None, tuple[Any, ...] | None]] | None = field(default=None, repr=False)
+    # The table this one is a zero-copy slice of, and where its rows start there: a consumer that
+    # meets many small slices (one per Kafka message) gathers them from their few origins at once.
+    _root: TableRows | None = field(default=None, repr=False)
+    _at: int = field(default=0, repr=False)
 
     def __post_init__(self) -> None:
         width = len(self.table_schema.columns)
@@ -106,7 +110,27 @@ class TableRows:
             _slice_runs(self.before_runs, start, length),
             raw=None if self.raw is None else self.raw[start : start + length],
             _ops=None if self._ops is None else self._ops[start : start + length],
+            _root=self if self._root is None else self._root,
+            _at=self._at + start,
         )
+
+    def with_schema(self, schema: TableSchema) -> TableRows:
+        """The same rows under another (equally wide) schema, e.g. with the keys a sink knows of."""
+        return TableRows(
+            schema,
+            self.batch,
+            self.main_runs,
+            self.before_runs,
+            raw=self.raw,
+            _ops=self._ops,
+            _root=self if self._root is None else self._root,
+            _at=self._at,
+        )
+
+    @property
+    def origin(self) -> tuple[TableRows, int]:
+        """The table these rows are a zero-copy slice of and their first row there (self, 0 if none)."""
+        return (self, 0) if self._root is None else (self._root, self._at)
 
     def full(self) -> np.ndarray:
         """Per row: does each of its images carry every column? (False: MINIMAL/NOBLOB images)."""

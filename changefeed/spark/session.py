@@ -83,6 +83,9 @@ def spark_session(
         "spark.sql.session.timeZone": "UTC",
         # Workers import PySpark from the installed package, not pyspark.zip (see pyworker.py).
         "spark.python.daemon.module": "changefeed.spark.pyworker",
+        # The JVM only moves Arrow buffers between Python processes here: C2's optimising compiles
+        # cost more CPU than they save (bench/RESULTS.md, "JIT"); C1 alone compiles fast and early.
+        "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC",
     }
     if jar_list:
         conf["spark.jars"] = ",".join(jar_list)

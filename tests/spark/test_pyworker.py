@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pyspark
 
-from changefeed.spark.pyworker import archives_to_drop
+from changefeed.spark.pyworker import PRELOAD, archives_to_drop, preload
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 ZIPS = sorted(str(p) for p in (SPARK_HOME / "python" / "lib").glob("*.zip"))
@@ -41,3 +41,18 @@ def test_workers_run_without_the_archives(spark: Any) -> None:
     assert not set(row.path) & {*ZIPS, CORE_JAR}
     assert Path(row.pyspark).resolve().is_relative_to(SPARK_HOME)  # the installed package's files
     assert ".zip" not in row.pyspark
+
+
+def test_preload_imports_what_it_can() -> None:
+    assert preload(("json", "changefeed.spark.encode", "no_such_module_here")) == ["no_such_module_here"]
+    assert "changefeed.spark.encode" in sys.modules
+
+
+def _worker_modules(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    for _ in batches:
+        yield pa.RecordBatch.from_pydict({"loaded": [sorted(set(PRELOAD) & set(sys.modules))]})
+
+
+def test_workers_start_with_the_preloaded_modules(spark: Any) -> None:
+    (row,) = spark.range(0, 1, 1, 1).mapInArrow(_worker_modules, "loaded array<string>").collect()
+    assert sorted(row.loaded) == sorted(PRELOAD)

@@ -10,6 +10,7 @@ import threading
 from datetime import UTC, tzinfo
 from pathlib import Path
 
+from ...mysqlclient import connect as mysql_connect
 from .capture import BinlogCapture, ReconnectPolicy, SourceDisconnectedError
 from .files import BinlogFileReader, RawEvent
 from .filters import BlockAllowList
@@ -97,7 +98,7 @@ def live_capture(
         from .tracker import SchemaTracker  # noqa: PLC0415
 
         def connect() -> pymysql.connections.Connection:
-            return pymysql.connect(
+            return mysql_connect(
                 host=address.host,
                 port=address.port,
                 user=address.user,

@@ -21,6 +21,7 @@ import pymysql
 import pymysql.connections
 
 from ...errors import CaptureError, ConfigError
+from ...mysqlclient import connect
 from .capture import SourceDisconnectedError
 from .constants import CHECKSUM_LEN, HEADER_LEN, EventType
 from .files import RawEvent
@@ -143,7 +144,7 @@ class ReplicaStream:
 
     def _connect(self) -> pymysql.connections.Connection:
         try:
-            return pymysql.connect(
+            return connect(
                 host=self.address.host,
                 port=self.address.port,
                 user=self.address.user,

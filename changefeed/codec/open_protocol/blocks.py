@@ -37,12 +37,12 @@ from ...model.schema import Column
 from ...model.types import BLOB_TYPES, CHAR_TYPES
 from ..base import Message
 from ..textvalues import INT_BITS, int_range
-from .decoder import _DECIMAL_TEXT, _NEG_ZERO_MARKS, _TEXT_TYPES, OpenProtocolDecoder
+from .decoder import _DECIMAL_DIGITS, _DECIMAL_TEXT, _NEG_ZERO_MARKS, _TEXT_TYPES, OpenProtocolDecoder
 from .framing import split_frames
 from .goquote import _BYTE_ESCAPES_ONLY, go_unquote
 
 _I64_MAX = (1 << 63) - 1
-_DECIMAL = f"^{_DECIMAL_TEXT.pattern}$"  # TiDB MyDecimal.String(), the row decoder's rule
+_DECIMAL = f"^{_DECIMAL_TEXT}$"  # TiDB MyDecimal.String(), the row decoder's rule (with its digit bound)
 _OP_NAMES = pa.array(["insert", "update", "delete"])
 _BYTE_ESCAPES = f"^{_BYTE_ESCAPES_ONLY.pattern}$"
 _KEY_CACHE = 65536
@@ -353,16 +353,25 @@ def _values(values: list[Any], column: Column) -> pa.Array:
             array = pa.array(values, pa.string())
             if pc.all(pc.match_substring_regex(array, _DECIMAL)).as_py() is False:
                 raise _SlowPathError
+            if (pc.max(pc.binary_length(array)).as_py() or 0) > _DECIMAL_DIGITS:
+                digits = pc.max(pc.count_substring_regex(array, "[0-9]")).as_py()
+                if digits > _DECIMAL_DIGITS:
+                    raise _SlowPathError  # too many digits: the row decoder's error
             return array
         if tc in BLOB_TYPES or tc is TypeCode.GEOMETRY:
             data = pa.array([None if v is None else a2b_base64(v, strict_mode=True) for v in values], pa.binary())
             return data if column.is_bytes else data.cast(pa.string())  # the cast checks UTF-8
         if tc in CHAR_TYPES and column.binary:
-            text = pa.array(values, pa.string())
-            if pc.all(pc.match_substring_regex(text, _BYTE_ESCAPES)).as_py() is not False:
-                # Go's escapes that Python's bytes-literal decoder reads the same (go_unquote's fast path).
-                return pa.array([None if v is None else escape_decode(v)[0] for v in values], pa.binary())
-            return pa.array([None if v is None else go_unquote(v) for v in values], pa.binary())
+            # Go's escapes that Python's bytes-literal decoder reads the same (go_unquote's fast
+            # path), told value by value in one call; the rest (\u escapes, errors) by go_unquote.
+            simple = pc.match_substring_regex(pa.array(values, pa.string()), _BYTE_ESCAPES).to_pylist()
+            return pa.array(
+                [
+                    None if v is None else escape_decode(v)[0] if plain else go_unquote(v)
+                    for v, plain in zip(values, simple, strict=True)
+                ],
+                pa.binary(),
+            )
         return pa.array(values, pa.string())
     except (ValueError, pa.ArrowInvalid, OverflowError):  # binascii.Error is a ValueError
         raise _SlowPathError from None

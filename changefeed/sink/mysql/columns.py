@@ -30,7 +30,7 @@ from ...model.rowblock import Segment, TableRows, model_values
 if TYPE_CHECKING:
     from .sql import Literal
 
-__all__ = ["BlockRows", "expand", "inserts_full", "render_inserts"]
+__all__ = ["BlockRows", "Gather", "expand", "inserts_full", "pieces", "render_inserts"]
 
 _TEXT = pa.large_string()
 
@@ -99,24 +99,85 @@ def expand(entries: Sequence[Entry]) -> list[RowChange]:
     return out
 
 
-def pieces(entries: Sequence[BlockRows]) -> list[TableRows]:
-    """The buffered rows as few `TableRows` as possible: consecutive segments of one table joined."""
-    spans: list[list[Any]] = []  # [TableRows, start, rows]
-    for e in entries:
-        last = spans[-1] if spans else None
-        if last is not None and last[0] is e.table and last[1] + last[2] == e.start:
-            last[2] += e.seg.rows
-        else:
-            spans.append([e.table, e.start, e.seg.rows])
-    return [t if start == 0 and n == t.num_rows else t.slice(start, n) for t, start, n in spans]
+class Gather:
+    """Rows of many slices, in order, as the few tables they were sliced from and one take index.
+
+    Why: the Kafka decoder gives each message its own slice of a decoded chunk, and the merge
+    interleaves partitions by commit ts, so a flush holds tens of thousands of few-row slices of
+    a handful of tables. Joining them piece by piece costs per piece and column; a column of the
+    origins joined (a few chunks) and taken by one index costs per row.
+    """
+
+    __slots__ = ("bases", "index", "num_rows", "spans")
+
+    def __init__(self, spans: Sequence[tuple[TableRows, int, int]]) -> None:
+        """``spans``: (table, first row, rows), each table possibly a slice of another (`TableRows.origin`)."""
+        where: dict[int, int] = {}
+        self.bases: list[TableRows] = []
+        which = np.empty(len(spans), np.int64)
+        starts = np.empty(len(spans), np.int64)
+        lengths = np.empty(len(spans), np.int64)
+        for j, (table, start, rows) in enumerate(spans):
+            root, at = table.origin
+            k = where.get(id(root))
+            if k is None:
+                k = where[id(root)] = len(self.bases)
+                self.bases.append(root)
+            which[j], starts[j], lengths[j] = k, at + start, rows
+        self.spans = (which, starts, lengths)
+        self.num_rows = int(lengths.sum())
+        base_at = np.cumsum([0, *(b.num_rows for b in self.bases)])[:-1]
+        firsts = base_at[which] + starts  # each span's first row in the bases laid end to end
+        run_at = np.cumsum(lengths) - lengths
+        self.index = np.repeat(firsts - run_at, lengths) + np.arange(self.num_rows)
+
+    @classmethod
+    def of(cls, tables: Sequence[TableRows]) -> Gather:
+        return cls([(t, 0, t.num_rows) for t in tables])
+
+    @property
+    def whole(self) -> bool:
+        """Whether the rows are exactly one base's, in order (no take needed)."""
+        return (
+            len(self.bases) == 1
+            and self.num_rows == self.bases[0].num_rows
+            and bool((self.index == np.arange(self.num_rows)).all())
+        )
+
+    def tables(self) -> list[TableRows]:
+        """The rows as slices of their bases, in order (the piece-by-piece form)."""
+        return [self.bases[k].slice(s, n) for k, s, n in zip(*(a.tolist() for a in self.spans), strict=True)]
+
+    def column(self, i: int) -> pa.Array | None:
+        """Column ``i`` of the rows in order; None when the bases' Arrow types differ."""
+        arrays = [b.column(i) for b in self.bases]
+        try:
+            joined = arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            return None
+        return joined if self.whole else joined.take(self.index)
+
+    def inserts_full(self, writable: Sequence[int]) -> bool:
+        """Whether every row is an INSERT whose image carries every writable column (`TableSQL.full`)."""
+        mask = sum(1 << i for i in writable)
+        ok = []
+        for b in self.bases:
+            good = b.ops == 0
+            if b.main_runs is not None:
+                per_run = [present == -1 or present & mask == mask for present, _ in b.main_runs]
+                good &= np.repeat(np.array(per_run, bool), [k for _, k in b.main_runs])
+            ok.append(good)
+        return bool(np.concatenate(ok)[self.index].all()) if ok else True
+
+
+def pieces(entries: Sequence[BlockRows]) -> Gather:
+    """The buffered rows, gathered from the tables their segments were sliced from."""
+    return Gather([(e.table, e.start, e.seg.rows) for e in entries])
 
 
 def inserts_full(rows: TableRows, writable: Sequence[int]) -> bool:
     """Whether every row is an INSERT whose image carries every writable column (`TableSQL.full`)."""
-    if rows.num_rows and not bool((rows.ops == 0).all()):
-        return False
-    mask = sum(1 << i for i in writable)
-    return all(present == -1 or present & mask == mask for present, _ in rows.main_runs or ())
+    return Gather.of([rows]).inserts_full(writable)
 
 
 # --- literals ------------------------------------------------------------------------------------
@@ -228,7 +289,7 @@ def _concat_column(column: Column, arrays: list[pa.Array], literal: Literal, ren
 
 def render_inserts(
     columns: Sequence[Column],
-    tables: Sequence[TableRows],
+    rows: Gather,
     positions: Sequence[int],
     renderers: Sequence[Callable[[Any], str]],
     literal: Literal,
@@ -236,26 +297,26 @@ def render_inserts(
     max_rows: int,
     max_bytes: int,
 ) -> Iterator[tuple[str, int]]:
-    """``prefix`` + ``(v,..),(v,..)`` statements over the rows of ``tables``, cut where `_chunked` cuts.
+    """``prefix`` + ``(v,..),(v,..)`` statements over ``rows``, cut where `_chunked` cuts.
 
     Everything is rendered before the first statement is yielded, so a value without a literal
     raises before any statement.
     """
-    n = sum(t.num_rows for t in tables)
+    n = rows.num_rows
     if not n:
         return
-    whole: pa.Table | None = None
-    if len(tables) > 1:
-        try:  # one zero-copy table over every piece: a column is then one call, not one per piece
-            whole = pa.Table.from_batches([t.batch for t in tables])
-        except (pa.ArrowInvalid, pa.ArrowTypeError):
-            whole = None  # pieces of different Arrow types: column by column, piece by piece
+    pieces: list[TableRows] | None = None
     if positions:
         parts: list[Any] = [_s("(")]
         for k, i in enumerate(positions):
             if k:
                 parts.append(_s(","))
-            arrays = [whole.column(i).combine_chunks()] if whole is not None else [t.column(i) for t in tables]
+            column = rows.column(i)
+            if column is not None:
+                arrays = [column]
+            else:  # bases of different Arrow types: literals piece by piece
+                pieces = rows.tables() if pieces is None else pieces
+                arrays = [t.column(i) for t in pieces]
             parts.append(_concat_column(columns[i], arrays, literal, renderers[i]))
         parts.append(_s("),"))
         items = _join(*parts)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...model import ABSENT, Op, RowChange
-from .columns import BlockRows, Entry, expand, inserts_full, pieces
+from .columns import BlockRows, Entry, expand, pieces
 from .sql import Literal, TableSQL, table_sql
 
 __all__ = ["PlannedOp", "plan_rows", "render_ops"]
@@ -38,7 +38,7 @@ class PlannedOp:
     kind: str
     tsql: TableSQL
     positions: tuple[int, ...] = ()
-    items: list[Any] = field(default_factory=list)
+    items: Any = field(default_factory=list)  # per kind: row images, keys, pairs; a `Gather` for *_columns
 
     def render(self, literal: Literal, max_rows: int, max_bytes: int) -> Iterator[tuple[str, int]]:
         t = self.tsql
@@ -111,10 +111,10 @@ def _block_inserts(entries: list[Entry], safe: bool, mysql_json: bool) -> Planne
     tsql = table_sql(schema, mysql_json)
     if not (safe or tsql.batch_updates) or any(e.table.table_schema is not schema for e in blocks):
         return None
-    tables = pieces(blocks)
-    if not all(inserts_full(t, tsql.writable) for t in tables):
+    rows = pieces(blocks)
+    if not rows.inserts_full(tsql.writable):
         return None
-    return PlannedOp("replace_columns" if safe else "insert_columns", tsql, tsql.writable, tables)
+    return PlannedOp("replace_columns" if safe else "insert_columns", tsql, tsql.writable, rows)
 
 
 def plan_rows(rows: Sequence[Entry], safe: bool, mysql_json: bool = False) -> list[PlannedOp]:

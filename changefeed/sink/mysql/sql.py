@@ -24,7 +24,7 @@ except ImportError:  # pragma: no cover - another PyMySQL layout
 from ...model import ABSENT, Column, TableSchema, TypeCode
 from ...model.rowblock import TableRows
 from ...model.types import INTEGER_TYPES, STRING_TYPES
-from .columns import render_inserts
+from .columns import Gather, render_inserts
 
 _INT_LIKE = INTEGER_TYPES | {TypeCode.YEAR, TypeCode.SET}
 _TEXT_LIKE = STRING_TYPES | {
@@ -286,7 +286,7 @@ class TableSQL:
 
     def insert_columns(
         self,
-        tables: Sequence[TableRows],
+        tables: Sequence[TableRows] | Gather,
         positions: Sequence[int],
         replace: bool,
         literal: Literal,
@@ -301,14 +301,15 @@ class TableSQL:
         where `insert` raises it: the rows are then rendered from their images.
         """
         prefix = self._insert_prefix(positions, replace)
+        rows = tables if isinstance(tables, Gather) else Gather.of(tables)
         try:
             statements = list(
                 render_inserts(
-                    self.table.columns, tables, positions, self.renderers(literal), literal, prefix, max_rows, max_bytes
+                    self.table.columns, rows, positions, self.renderers(literal), literal, prefix, max_rows, max_bytes
                 )
             )
         except (ValueError, TypeError, ArithmeticError):
-            images = [new for t in tables for new, _ in t.images()]
+            images = [new for t in rows.tables() for new, _ in t.images()]
             yield from self.insert(images, positions, replace, literal, max_rows, max_bytes)
             return
         yield from statements

@@ -558,7 +558,7 @@ def _spy_columns(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
     real = TableSQL.insert_columns
 
     def spy(self: TableSQL, tables: Any, *args: Any, **kw: Any) -> Any:
-        seen.append((self.table.table, sum(t.num_rows for t in tables)))
+        seen.append((self.table.table, tables.num_rows))
         return real(self, tables, *args, **kw)
 
     monkeypatch.setattr(TableSQL, "insert_columns", spy)
