@@ -43,6 +43,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--max-events", type=int, help="about this many binlog rows per micro-batch (cut at a transaction boundary)"
     )
     p.add_argument(
+        "--max-bytes",
+        metavar="SIZE",
+        help="about this many bytes of binlog per micro-batch, e.g. 64m (cut at a transaction boundary)",
+    )
+    p.add_argument(
         "--skip-preflight",
         action="store_true",
         help="do not check the source, broker and MySQL sink before starting (the checks of `changefeed check`)",
@@ -146,6 +151,8 @@ def run(args: argparse.Namespace) -> int:
     sink_kind = "storage" if config.sink_uri.scheme == "file" else config.sink_uri.scheme
     set_job_context(args, config.changefeed_id, source=config.source.type, sink=sink_kind)
     source = config.source.data_source_options()
+    if args.max_bytes:
+        source = {**source, "maxBytesPerTrigger": args.max_bytes}
     job: dict[str, Any] = {
         "trigger_interval": spark_interval(args.trigger_interval or config.flush_interval or "1s"),
         "available_now": args.available_now,

@@ -20,6 +20,7 @@ from changefeed.model.rowblock import expand_blocks
 from changefeed.spark.changelog import ChangelogRows
 from changefeed.spark.datasource import BinlogInput, SourceOptions
 from changefeed.spark.datasource.binlog import RANGES_ARROW, RangeDecoder
+from changefeed.spark.datasource.options import parse_size
 from changefeed.testing import MariaDBServer
 
 ROWS_PER_STATEMENT = 500  # one INSERT: a handful of ROWS events of ~100 rows each
@@ -106,3 +107,58 @@ def test_ranges_output_decodes_in_the_next_stage_to_the_same_events(
 def test_unknown_output_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="output of input binlog must be one of changelog, ranges"):
         SourceOptions.parse({"input": "binlog", "path": str(tmp_path), "output": "tuples"})
+
+
+def _bytes_between(start: dict[str, Any], end: dict[str, Any]) -> int:
+    assert start["file"] == end["file"]  # the backlog is small: one binlog file
+    return int(end["pos"]) - int(start["pos"])
+
+
+def test_bytes_limit_ends_a_batch_at_the_first_boundary_past_it(
+    mariadb: MariaDBServer, backlog: tuple[dict[str, Any], str]
+) -> None:
+    start, schema = backlog
+    everything = _input(mariadb, schema).latest_offset(start, None, None)
+    per_txn = _bytes_between(start, everything) // STATEMENTS  # transactions of the same size
+    # 1.5 transactions of bytes: the batch holds two whole transactions.
+    source = _input(mariadb, schema, maxBytesPerTrigger=str(per_txn * 3 // 2), eventsPerPartition="100000")
+    end = source.latest_offset(start, None, None)
+    assert [len(p) for p in _rows(source, start, end)] == [2 * ROWS_PER_STATEMENT]
+    # One byte: still one whole transaction, never an empty batch.
+    one = _input(mariadb, schema, maxBytesPerTrigger="1").latest_offset(start, None, None)
+    assert sum(len(p) for p in _rows(source, start, one)) == ROWS_PER_STATEMENT
+    # With a row limit too, whichever is reached first ends the batch.
+    both = source.latest_offset(start, ROWS_PER_STATEMENT // 2, None)
+    assert sum(len(p) for p in _rows(source, start, both)) == ROWS_PER_STATEMENT
+    # Successive batches cover everything exactly once.
+    seen, at, batches = 0, start, 0
+    while (at["file"], at["pos"]) != (everything["file"], everything["pos"]) and batches < 2 * STATEMENTS:
+        nxt = source.latest_offset(at, None, None)
+        seen += sum(len(p) for p in _rows(source, at, nxt))
+        at, batches = {k: v for k, v in nxt.items() if k != "splits"}, batches + 1
+    assert (seen, batches) == (ROWS_PER_STATEMENT * STATEMENTS, STATEMENTS // 2)
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("1048576", 1 << 20), ("64m", 64 << 20), ("64MiB", 64 << 20), ("2 GB", 2 << 30), ("512k", 512 << 10)],
+)
+def test_byte_sizes(text: str, value: int) -> None:
+    assert parse_size("maxBytesPerTrigger", text) == value
+
+
+@pytest.mark.parametrize("text", ["0", "-5", "1.5m", "64 parsecs", "m"])
+def test_bad_byte_sizes(text: str) -> None:
+    with pytest.raises(ConfigError, match="maxBytesPerTrigger"):
+        parse_size("maxBytesPerTrigger", text)
+
+
+@pytest.mark.parametrize(
+    ("kind", "why"), [("kafka", "offsets before any message is read"), ("storage", "whole checkpoint advance")]
+)
+def test_bytes_limit_is_refused_where_a_batch_cannot_be_bounded_in_bytes(kind: str, why: str, tmp_path: Path) -> None:
+    options = {"input": kind, "path": str(tmp_path), "maxBytesPerTrigger": "64m"}
+    if kind == "kafka":
+        options.update({"bootstrap.servers": "127.0.0.1:9", "topic": "t", "protocol": "open-protocol"})
+    with pytest.raises(ConfigError, match=f"maxBytesPerTrigger: input {kind} .*{why}"):
+        SourceOptions.parse(options)

@@ -333,6 +333,7 @@ class BinlogInput(Input):
     # Rows per micro-batch by default (cut at the next transaction boundary): the capture job
     # collects a batch's encoded messages on the driver, ~55 MB per 100k rows of a 10-column table.
     DEFAULT_MAX_EVENTS: ClassVar[int | None] = 100_000
+    NO_BYTES_LIMIT: ClassVar[str] = ""  # the planning scan knows each transaction's binlog bytes
 
     @classmethod
     def needs_path(cls, options: Mapping[str, str]) -> bool:
@@ -374,14 +375,24 @@ class BinlogInput(Input):
         return self.source.end()
 
     def scan(
-        self, start: BinlogPosition, max_events: int | None = None, until: tuple[str, int] | None = None
+        self,
+        start: BinlogPosition,
+        max_events: int | None = None,
+        until: tuple[str, int] | None = None,
+        max_bytes: int | None = None,
     ) -> tuple[BinlogPosition | None, list[dict[str, Any]], TableSchema | None]:
-        """The last transaction boundary after ``start`` (within the limits), split points, and the table's schema."""
+        """The last transaction boundary after ``start`` (within the limits), split points, and the table's schema.
+
+        Both limits are soft, as Spark's own read limits: the batch ends at the first boundary at
+        or after ``max_events`` rows (+ DDLs) or ``max_bytes`` bytes of binlog, so it holds at
+        least one whole transaction.
+        """
         capture = _capture(_ScanCapture, self.source, start, self.tz, until=until, want=self.opts.table)
         end: BinlogPosition | None = None
         splits: list[dict[str, Any]] = []
         ddls = 0
         since_split = 0
+        consumed, at = 0, (start.file, start.pos)
         events = capture.events()
         try:
             for ev in events:
@@ -396,6 +407,11 @@ class BinlogInput(Input):
                     splits.append(end.to_dict())
                     since_split = count
                 if max_events is not None and count >= max_events:
+                    break
+                # Binlog bytes read: position deltas within a file; a new file's position counts from its start.
+                consumed += end.pos - at[1] if end.file == at[0] else end.pos
+                at = (end.file, end.pos)
+                if max_bytes is not None and consumed >= max_bytes:
                     break
         finally:
             events.close()
@@ -417,7 +433,7 @@ class BinlogInput(Input):
         until = (str(target["file"]), int(target["pos"])) if target and target.get("file") else None
         if until is not None and begin.file and reached(begin.file, begin.pos, until):
             return start
-        end, splits, _ = self.scan(begin, max_events, until)
+        end, splits, _ = self.scan(begin, max_events, until, self.opts.max_bytes)
         if end is None or (end.file, end.pos) == (begin.file, begin.pos):
             return start
         return {**end.to_dict(), "splits": splits}

@@ -421,6 +421,10 @@ class KafkaInput(Input):
     # driver whole (a 1M-row Open Protocol backlog, ~40k messages in one batch, ran a 1 GB JVM
     # out of heap); 10,000 messages are up to 160k rows of Open Protocol, 10k of the others.
     DEFAULT_MAX_EVENTS: ClassVar[int | None] = 10_000
+    NO_BYTES_LIMIT: ClassVar[str] = (
+        "plans a micro-batch from offsets before any message is read, so its bytes are unknown: bound it in"
+        " messages with maxEventsPerTrigger (each at most max-message-bytes)"
+    )
 
     def __init__(self, opts: SourceOptions) -> None:
         super().__init__(opts)

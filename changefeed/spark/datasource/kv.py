@@ -6,7 +6,7 @@ import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import orjson
 from pyspark.sql.datasource import InputPartition
@@ -103,6 +103,7 @@ class KVInput(Input):
     files are added; a file is read once, whole (add files, do not append to them).
     """
 
+    NO_BYTES_LIMIT: ClassVar[str] = "reads every new change file per micro-batch"
     OPTIONS = frozenset({"catalog", "encoding", "skip-unknown-tables", "verify-checksum", "bytesperpartition"})
 
     def __init__(self, opts: SourceOptions) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, tzinfo
@@ -22,7 +23,8 @@ log = logging.getLogger(__name__)
 NAME = "changefeed"
 #: Options every input understands (Spark hands them over lower-cased).
 _COMMON = frozenset(
-    {"input", "path", "filter", "table", "events", "maxeventspertrigger", "timezone", "time-zone", "output"}
+    {"input", "path", "filter", "table", "events", "maxeventspertrigger", "maxbytespertrigger", "timezone"}
+    | {"time-zone", "output"}
 )
 #: The public output: one changelog row per event (docs/spark.md). Other outputs are internal
 #: hand-overs between a source and a job's next stage (`Input.OUTPUTS`), never per-row JSON.
@@ -42,6 +44,21 @@ def zone(name: str) -> tzinfo:
         raise ConfigError(f"unknown time zone {name!r}") from None
 
 
+_SIZE = re.compile(r"(\d+)\s*([kmg]i?b?|b)?", re.IGNORECASE)
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
+
+
+def parse_size(name: str, text: str) -> int:
+    """A positive byte count: digits with an optional ``k``/``m``/``g`` (``KiB``, ``MB``, ... all binary)."""
+    m = _SIZE.fullmatch(text.strip())
+    if m is None:
+        raise ConfigError(f"{name} must be a byte count such as 67108864 or 64m, got {text[:40]!r}")
+    value = int(m.group(1)) * _UNITS[(m.group(2) or "")[:1].lower()]
+    if value <= 0:
+        raise ConfigError(f"{name} must be positive")
+    return value
+
+
 @dataclass
 class SourceOptions:
     """The data source options, parsed once on the driver (and pickled into partitions)."""
@@ -55,6 +72,7 @@ class SourceOptions:
     time_zone: str
     extra: dict[str, str] = field(default_factory=dict)
     output: str = CHANGELOG
+    max_bytes: int | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -74,6 +92,10 @@ class SourceOptions:
             raise ConfigError(f"maxEventsPerTrigger must be an integer, got {max_events!r}") from None
         if limit is not None and limit <= 0:
             raise ConfigError("maxEventsPerTrigger must be positive")
+        size = opts.get("maxbytespertrigger")
+        max_bytes = parse_size("maxBytesPerTrigger", size) if size else None
+        if max_bytes is not None and INPUTS[kind].NO_BYTES_LIMIT:
+            raise ConfigError(f"maxBytesPerTrigger: input {kind} {INPUTS[kind].NO_BYTES_LIMIT}")
         tz = opts.get("timezone") or opts.get("time-zone") or "UTC"
         zone(tz)
         output = (opts.get("output") or CHANGELOG).lower()
@@ -94,6 +116,7 @@ class SourceOptions:
             time_zone=tz,
             extra=extra,
             output=output,
+            max_bytes=max_bytes,
         )
 
     def changelog(self, typed: TableSchema | None) -> ChangelogRows:
@@ -110,6 +133,8 @@ class Input:
     OUTPUTS: ClassVar[Mapping[str, str]] = {}
     #: The read limit per micro-batch without ``maxEventsPerTrigger`` (None: all available).
     DEFAULT_MAX_EVENTS: ClassVar[int | None] = None
+    #: Why ``maxBytesPerTrigger`` cannot apply to this input ("": it does).
+    NO_BYTES_LIMIT: ClassVar[str] = "cannot bound a micro-batch in bytes"
 
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts

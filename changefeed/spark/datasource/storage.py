@@ -157,6 +157,7 @@ class StorageRangeDecoder:
 class StorageInput(Input):
     """A TiCDC storage-sink directory (ours or TiCDC's), csv or canal-json."""
 
+    NO_BYTES_LIMIT: ClassVar[str] = "reads a whole checkpoint advance per micro-batch (the layout cannot be cut finer)"
     OPTIONS = frozenset({"protocol"})
     ANY_CODEC_OPTION = True
     OUTPUTS: ClassVar[Mapping[str, str]] = {RANGES: "range string"}
