@@ -45,6 +45,7 @@ from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Final
 
+from ..errors import CaptureError
 from ..model import DDLEvent, Event, Resolved, RowChange
 from ..model.rowblock import RowBlock, Segment, TableRows
 
@@ -52,6 +53,10 @@ PartitionKey = Hashable
 """Names one partition, e.g. ``(topic, partition)``; only equality and hashing are used."""
 
 _ROW, _DDL = 0, 1
+
+
+class MergeBufferFullError(CaptureError):
+    """More message bytes wait for the global resolved ts than the merger may hold."""
 
 
 def row_identity(row: RowChange) -> tuple[Any, ...]:
@@ -131,6 +136,7 @@ class _Partition:
     heap: list[_Item] = field(default_factory=list)
     groups: dict[tuple[str, str], _Group] = field(default_factory=dict)  # table -> its newest transaction
     pending: dict[int, int] = field(default_factory=dict)  # offset -> rows and DDLs not yet handed out
+    sizes: dict[int, int] = field(default_factory=dict)  # offset -> bytes of that message, while it is pending
 
 
 @dataclass(slots=True)
@@ -147,7 +153,9 @@ class MergeStats:
 class PartitionMerger:
     """Per-partition resolved ts, duplicate rules and commit-ts-ordered release (see module doc)."""
 
-    def __init__(self, partitions: Iterable[PartitionKey] = ()) -> None:
+    def __init__(self, partitions: Iterable[PartitionKey] = (), max_pending_bytes: int | None = None) -> None:
+        self.max_pending_bytes = max_pending_bytes  # None: unbounded
+        self._held = 0  # bytes of the messages whose events wait here (as `feed` was told them)
         self._parts: dict[PartitionKey, _Partition] = {}
         self._ddls: list[_Item] = []  # heap
         self._ddl_keys: set[tuple[int, str]] = set()
@@ -173,7 +181,9 @@ class PartitionMerger:
     def remove_partition(self, partition: PartitionKey) -> None:
         """Forget a partition (revoked from a consumer group); its unreleased events are dropped,
         the new owner re-reads them from the committed offset."""
-        self._parts.pop(partition, None)
+        gone = self._parts.pop(partition, None)
+        if gone is not None:
+            self._held -= sum(gone.sizes.values())
         kept = [d for d in self._ddls if d[_PARTITION] != partition]
         if len(kept) != len(self._ddls):
             self._ddls = kept
@@ -182,10 +192,13 @@ class PartitionMerger:
 
     # ------------------------------------------------------------------ input
 
-    def feed(self, partition: PartitionKey, events: Sequence[Event | RowBlock], offset: int) -> None:
+    def feed(self, partition: PartitionKey, events: Sequence[Event | RowBlock], offset: int, size: int = 0) -> None:
         """Take the events decoded from the message at ``offset`` of ``partition`` (in order).
 
         Rows may come as `RowChange`s or in `RowBlock`s, both on one partition (see the module doc).
+        ``size``: the message's bytes, counted against ``max_pending_bytes`` while any of its
+        events wait (`MergeBufferFullError` past it: one partition's resolved ts holds back a
+        growing backlog of the others, and memory must not grow without bound).
         """
         part = self._parts.get(partition)
         if part is None:
@@ -206,6 +219,26 @@ class PartitionMerger:
                 part.resolved = max(part.resolved, event.commit_ts)
             else:  # pragma: no cover - the model has no other kinds
                 raise TypeError(f"unexpected event {type(event).__name__}")
+        if size and offset in part.pending and offset not in part.sizes:
+            part.sizes[offset] = size
+            self._held += size
+            if self.max_pending_bytes is not None and self._held > self.max_pending_bytes:
+                raise self._full(partition, offset)
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of the messages whose events wait for the global resolved ts."""
+        return self._held
+
+    def _full(self, partition: PartitionKey, offset: int) -> MergeBufferFullError:
+        slow_key, slow = min(self._parts.items(), key=lambda kv: kv[1].resolved)
+        held = sum(len(p.sizes) for p in self._parts.values())
+        return MergeBufferFullError(
+            f"kafka merge buffer: {self._held} bytes of {held} messages wait for the global resolved ts "
+            f"{self.global_resolved}; partition {slow_key} is at resolved ts {slow.resolved} (next offset "
+            f"{slow.next_offset}): more than max-pending-bytes {self.max_pending_bytes}",
+            where=f"partition {partition} offset {offset}",
+        )
 
     def _row(self, part: _Partition, partition: PartitionKey, row: RowChange, offset: int) -> None:
         ts = row.commit_ts
@@ -293,13 +326,13 @@ class PartitionMerger:
         part.pending[offset] = part.pending.get(offset, 0) + 1
         heapq.heappush(self._ddls, (ddl.commit_ts, _DDL, part.order, self._seq, offset, partition, ddl))
 
-    @staticmethod
-    def _unpend(part: _Partition, offset: int, n: int = 1) -> None:
+    def _unpend(self, part: _Partition, offset: int, n: int = 1) -> None:
         left = part.pending[offset] - n
         if left:
             part.pending[offset] = left
         else:
             del part.pending[offset]
+            self._held -= part.sizes.pop(offset, 0)
 
     # ------------------------------------------------------------------ output
 
@@ -423,6 +456,7 @@ class PartitionMerger:
                     "resolved": part.resolved,
                     "next_offset": part.next_offset,
                     "pending": sorted([o, n] for o, n in part.pending.items()),
+                    "sizes": sorted([o, n] for o, n in part.sizes.items()),
                     "groups": [[schema, table, group.ts] for (schema, table), group in part.groups.items()],
                 }
             )
@@ -465,7 +499,11 @@ class PartitionMerger:
                 resolved=_int(obj["resolved"], "resolved", -1),
                 next_offset=None if next_offset is None else _int(next_offset, "next_offset"),
                 pending={_int(o, "offset"): _int(n, "pending count", 1) for o, n in obj["pending"]},
+                sizes={_int(o, "offset"): _int(n, "message size", 1) for o, n in obj.get("sizes", ())},
             )
+            if not part.sizes.keys() <= part.pending.keys():
+                raise ValueError(f"partition {key!r}: sizes of messages that have nothing pending")
+            merger._held += sum(part.sizes.values())
             for schema, table, ts in obj["groups"]:
                 if not isinstance(schema, str) or not isinstance(table, str):
                     raise TypeError("a group's schema and table must be strings")

@@ -50,8 +50,10 @@ _KEEP = 3  # state files kept (the newest is what the next batch needs; older on
 _FORMAT, _VERSION = "changefeed-merge-state", 1
 _PREFIX, _SUFFIX = "merge-", ".jsonl"
 
-Decoded = Iterable[tuple[int, int, Sequence[Event]]]
-"""Decoded messages: (partition, offset, events of that message), in offset order per partition."""
+Decoded = Iterable[tuple[int, int, Sequence[Event]] | tuple[int, int, Sequence[Event], int]]
+"""Decoded messages: (partition, offset, events of that message[, its bytes]), in offset order per partition."""
+#: What the merge may hold for partitions waiting on a slower one, in message bytes, at least.
+MIN_PENDING_BYTES = 512 << 20
 
 
 class SchemaInterner:
@@ -203,6 +205,9 @@ class MergeStage:
         self.topic = topic
         self.partitions = sorted(partitions)
         self.decoder = decoder
+        # At least 16 of the largest messages the producer may send (TiCDC's max-message-bytes).
+        largest = decoder.codec.max_message_bytes if decoder is not None else 0
+        self.max_pending_bytes = max(MIN_PENDING_BYTES, 16 * largest)
         self._merger: PartitionMerger | None = None  # batch in flight, saved by `commit`
         self._saved: tuple[int, PartitionMerger] | None = None  # the newest state saved by this process
         self.intern = SchemaInterner()
@@ -245,10 +250,12 @@ class MergeStage:
         """The events now released in commit-ts order, ending with a Resolved when the global ts advanced."""
         merger = self._restore(batch_id)
         known = set(self.partitions)
-        for partition, offset, events in messages:
+        merger.max_pending_bytes = self.max_pending_bytes
+        for message in messages:
+            partition, offset, events = message[:3]
             if partition not in known:
                 raise ChangefeedError(f"kafka topic {self.topic!r}: partition {partition} appeared mid-stream")
-            merger.feed(partition, events, offset)
+            merger.feed(partition, events, offset, message[3] if len(message) > 3 else 0)
         out = self.intern(merger.ready())
         if out and isinstance(out[-1], Resolved):
             checkpoint: dict[Any, int] = merger.checkpoint()

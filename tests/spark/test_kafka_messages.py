@@ -154,8 +154,8 @@ def test_driver_side_decode_gives_the_events_of_the_changelog_path(broker: Broke
         for chunk in (raw.slice(0, third), raw.slice(third, third), raw.slice(2 * third)):
             shuffled = chunk.take(pa.array(list(range(chunk.num_rows))[::-1]))
             decoded = decoder.decode(shuffled)
-            assert [offset for _, offset, _ in decoded] == chunk.column("offset").to_pylist()
-            new.extend(line for _, _, events in decoded for line in _lines(events))
+            assert [offset for _, offset, _, _ in decoded] == chunk.column("offset").to_pylist()
+            new.extend(line for _, _, events, _ in decoded for line in _lines(events))
         decoder.close()
         assert new == old, (protocol, partition)
 
@@ -163,7 +163,7 @@ def test_driver_side_decode_gives_the_events_of_the_changelog_path(broker: Broke
             # A decoder that starts mid-partition (a restart) looks back for its schemas.
             start = end // 2
             fresh = MessageDecoder(broker.bootstrap_servers, topic, codec, ChangelogRows(rules))
-            tail = [line for _, _, events in fresh.decode(raw.slice(start)) for line in _lines(events)]
+            tail = [line for _, _, events, _ in fresh.decode(raw.slice(start)) for line in _lines(events)]
             fresh.close()
             tail_old = [line for line in old if int(EventReader().parse(line).position["offset"]) >= start]
             assert tail == tail_old

@@ -172,3 +172,18 @@ def test_released_rows_share_one_schema_object_per_table_version(tmp_path: Path)
     released = _stage(tmp_path).merge(batch, 0)
     rows = [e for e in released if isinstance(e, RowChange)]
     assert len(rows) == 2 and rows[0].table_schema is rows[1].table_schema
+
+
+def test_message_bytes_are_bounded_across_batches(tmp_path: Path) -> None:
+    stage = _stage(tmp_path)
+    assert stage.max_pending_bytes == 512 << 20  # without a decoder: the floor
+    stage.max_pending_bytes = 1000
+    first = [(*_msg(0, 0, _row(100, 1), Resolved(100)), 400), (*_msg(0, 1, _row(200, 2)), 400)]
+    stage.merge(first, 1)  # partition 1 has no resolved ts yet: both messages' rows wait
+    stage.commit(1)
+    with pytest.raises(ChangefeedError, match=r"kafka merge buffer: 1200 bytes of 3 messages.*partition 1 is at"):
+        stage.merge([(*_msg(0, 2, _row(300, 3)), 400)], 2)  # the held bytes came back with the saved state
+    # The replayed batch with a smaller message fits (rows are released after the whole batch is fed).
+    released = stage.merge([(*_msg(1, 0, Resolved(250)), 50), (*_msg(0, 2, _row(300, 3)), 100)], 2)
+    assert [e.new[0] for e in released if isinstance(e, RowChange)] == [1]  # the global resolved ts is 100
+    assert stage._merger is not None and stage._merger.held_bytes == 500  # offsets 1 and 2 still wait

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
 from ...codec import CodecOptions, Message
@@ -267,8 +268,8 @@ class MessageDecoder:
         self._decoders: dict[int, _PartitionDecoder] = {}
         self.columnar = True  # rows as RowBlocks where the protocol has a columnar decoder
 
-    def decode(self, messages: pa.Table) -> list[tuple[int, int, list[Event]]]:
-        """``(partition, offset, events)`` per message of a `MESSAGE_SCHEMA` table (or of the
+    def decode(self, messages: pa.Table) -> list[tuple[int, int, list[Event], int]]:
+        """``(partition, offset, events, bytes)`` per message of a `MESSAGE_SCHEMA` table (or of the
         ``output=messages`` rows that carry one, `ENVELOPE_SCHEMA`), in (partition, offset) order."""
         if "ipc" in messages.schema.names:
             messages = unwrap_messages(messages)
@@ -280,7 +281,9 @@ class MessageDecoder:
         keys = messages.column("key").to_pylist()
         values = messages.column("value").to_pylist()
         filtered = self.changelog.filter is not None or self.changelog.table is not None
-        out: list[tuple[int, int, list[Event]]] = []
+        key_bytes, value_bytes = (pc.binary_length(messages.column(c)).fill_null(0) for c in ("key", "value"))
+        sizes = pc.add(key_bytes, value_bytes).to_pylist()
+        out: list[tuple[int, int, list[Event], int]] = []
         try:
             start = 0
             while start < len(partitions):
@@ -295,8 +298,8 @@ class MessageDecoder:
                     )
                 run = offsets[start:end]
                 decoded = current.decode_run(run, keys[start:end], values[start:end])
-                for offset, events in zip(run, decoded, strict=True):
-                    out.append((partition, offset, self._keep.events(events) if filtered else events))
+                for offset, events, size in zip(run, decoded, sizes[start:end], strict=True):
+                    out.append((partition, offset, self._keep.events(events) if filtered else events, size))
                 current.finish(run[-1] + 1)
                 start = end
         except BaseException:
