@@ -35,11 +35,13 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
 
 from .codec import CodecOptions
+from .codec.csv import CSVFormat
 from .dispatch.router import DispatchRule
 from .dispatch.tablefilter import TableFilter
-from .errors import ConfigError
+from .errors import ConfigError, ascii_digits
 from .secrets import mask_secrets, resolve_password
 from .sink.storage.writer import StorageOptions
+from .timezones import zone
 
 if TYPE_CHECKING:
     from .capture.binlog.replica import ServerAddress
@@ -107,7 +109,7 @@ def _typed(value: Any, kind: type, key: str) -> Any:
     if kind is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
-        if isinstance(value, str) and value.strip().isdigit():
+        if isinstance(value, str) and ascii_digits(value.strip()):
             return int(value)
         raise ConfigError(f"{key} must be an integer, got {value!r}")
     if not isinstance(value, str):
@@ -392,6 +394,7 @@ def _build(doc: dict[str, Any], base: Path) -> ChangefeedConfig:
         raise ConfigError("sink-uri is required (for example file:///data/cdc?protocol=canal-json)")
     uri = parse_sink_uri(_typed(doc["sink-uri"], str, "sink-uri"), base)
     time_zone = _typed(doc.get("time-zone", "UTC"), str, "time-zone")
+    zone(time_zone)  # the capture job's rule, checked now rather than inside a Spark task
 
     source = _source(_table(doc, "source"), base)
 
@@ -452,7 +455,9 @@ def _build(doc: dict[str, Any], base: Path) -> ChangefeedConfig:
         return config
     if config.protocol not in ("canal-json", "csv"):
         raise ConfigError(f"a file:// sink writes csv or canal-json, not {config.protocol!r}")
-    config.codec_options()  # validates csv options, time zone names stay for the capture to check
+    options = config.codec_options()
+    if options.protocol == "csv":
+        CSVFormat(options)  # delimiter, quote and terminator checked now, not inside the job
     config.storage_options()
     return config
 

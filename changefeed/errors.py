@@ -2,7 +2,8 @@
 
 A leaf module (imports nothing of ours), so every layer, the model included, may raise these.
 ``where`` names the input position a person needs to find the bad data: a file and byte offset,
-a topic/partition/offset, a binlog file:pos, a line number.
+a topic/partition/offset, a binlog file:pos, a line number. `clip` and `ascii_digits` keep bad input from breaking the
+error path itself (a flooded message, a Unicode digit ``int()`` rejects).
 """
 
 from __future__ import annotations
@@ -43,3 +44,25 @@ class CaptureError(ChangefeedError):
 
 class SinkError(ChangefeedError):
     """A sink cannot write, or found the destination in a state it must not overwrite."""
+
+
+def clip(value: object, limit: int = 200) -> str:
+    """``repr(value)`` cut to ``limit`` characters, so a 100 KB bad value cannot flood an error line.
+
+    A clipped text keeps its start and says how long the whole was: ``'1234...' ... (102400 chars)``.
+    """
+    if isinstance(value, int) and value.bit_length() > 4 * limit:  # repr of a huge int is slow or refused
+        return f"<a {value.bit_length()}-bit integer>"
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text)} chars)"
+
+
+def ascii_digits(text: str) -> bool:
+    """``text`` is one or more ASCII digits 0-9.
+
+    ``str.isdigit`` also accepts superscripts and other Unicode digits (``"²"``) that ``int()``
+    then rejects, so user input validated with it fails later with a traceback.
+    """
+    return text.isascii() and text.isdigit()

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from ..errors import ConfigError
+from ..errors import ConfigError, ascii_digits
 from ..secrets import mask_secrets
 from .run import (
     add_spark_options,
@@ -92,7 +92,7 @@ def mysql_target(uri: str, changefeed_id: str, time_zone: str = "UTC") -> tuple[
                 raise ConfigError(f"mysql sink-uri safe-mode must be true or false, got {value!r}")
             settings[name] = value.lower() == "true"
         else:
-            if not value.isdigit() or int(value) < 1:
+            if not ascii_digits(value) or int(value) < 1:
                 raise ConfigError(f"mysql sink-uri {key} must be a positive integer, got {value!r}")
             settings[name] = int(value)
     url = urlunsplit(parts._replace(query=urlencode(kept)))

@@ -161,8 +161,12 @@ def run_decode(args: argparse.Namespace) -> int:
         # CSV lines carry no types: TiCDC's consumer types them from the table's schema file.
         if not args.schema_file:
             raise ConfigError("csv lines carry no column types: pass the table's schema file with --schema-file")
-        with open(args.schema_file, "rb") as f:
-            schema_file = SchemaFile.parse(f.read(), where=args.schema_file)
+        try:
+            with open(args.schema_file, "rb") as f:
+                text = f.read()
+        except OSError as exc:
+            raise ConfigError(f"cannot read --schema-file: {exc.strerror}", where=args.schema_file) from None
+        schema_file = SchemaFile.parse(text, where=args.schema_file)
         decoder.set_table_schema(schema_file.to_table_schema())  # type: ignore[attr-defined]
     stream = args.input or sys.stdin.buffer
     out = sys.stdout.buffer

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from ..errors import CodecError, ConfigError
+from ..errors import CodecError, ConfigError, ascii_digits, clip
 from ..model import ABSENT, Column, DDLEvent, Event, Op, Resolved, RowChange, TableSchema, TypeCode
 from ..model.events import trusted_row
 from ..model.gofloat import format_g, to_float32
@@ -299,7 +299,7 @@ def _value_writer(col: Column, fmt: CSVFormat) -> Callable[[Any], str]:
     def bad(v: Any, why: str = "") -> CSVFieldError:
         if v is ABSENT:
             return CSVFieldError(f"column {col.name!r} is absent from the image; CSV lines carry every column")
-        return CSVFieldError(f"column {col.name!r} ({col.type_name}): cannot write {v!r}{why}")
+        return CSVFieldError(f"column {col.name!r} ({col.type_name}): cannot write {clip(v)}{why}")
 
     if tc in INTEGER_TYPES or tc in (TypeCode.YEAR, TypeCode.BIT):
         # Go %v of int64/uint64 (BIT is its uint64): bare digits.
@@ -489,8 +489,7 @@ def _value_reader(col: Column, fmt: CSVFormat) -> Callable[[str], Any]:
     name = col.name
 
     def bad(text: str, what: str) -> _BadField:
-        shown = text if len(text) <= 40 else text[:40] + "..."
-        return _BadField(f"column {name!r} ({col.type_name}): {shown!r} is not {what}")
+        return _BadField(f"column {name!r} ({col.type_name}): {clip(text)} is not {what}")
 
     if tc in INTEGER_TYPES or tc in (TypeCode.YEAR, TypeCode.BIT):
         if tc in INTEGER_TYPES:
@@ -803,9 +802,9 @@ class CSVDecoder(Decoder):
             idx = 3
             if with_ts:
                 raw = toks[3]
-                if not raw.isdigit():
+                if not ascii_digits(raw):
                     raw = content(raw)
-                if not (raw.isascii() and raw.isdigit()) or int(raw) >= 1 << 64:
+                if not ascii_digits(raw) or int(raw) >= 1 << 64:
                     raise fail(start, f"commit ts {raw[:30]!r} is not an unsigned 64-bit integer")
                 cts = int(raw)
                 idx = 4

@@ -16,6 +16,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..errors import clip
 from ..model import Column, TypeCode
 from ..model.gofloat import format_f, format_g
 from ..model.values import decimal_text
@@ -110,7 +111,7 @@ def decimal_renderer(scale: int | None) -> Callable[[Decimal], str]:
 
     def render(v: Decimal) -> str:
         if type(v) is not Decimal:
-            raise TypeError(f"DECIMAL needs a Decimal, got {v!r}")
+            raise TypeError(f"DECIMAL needs a Decimal, got {clip(v)}")
         text = str(v)
         if "E" not in text and not (text[0] == "-" and not v):
             if scale is None:

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import ConfigError
+from ..errors import ConfigError, clip
 from ..model import RowChange
 from ..model.rowblock import TableRows
 from .partition import PartitionDispatcher, make_partition_dispatcher
@@ -32,15 +32,31 @@ class DispatchRule:
         if unknown:
             raise ConfigError(f"unknown dispatcher keys {sorted(unknown)}")
         matcher = obj.get("matcher")
-        if not matcher:
-            raise ConfigError("a dispatcher rule needs a `matcher` list such as ['db1.*']")
-        return cls(
+        if not matcher or not _strings(matcher):
+            raise ConfigError(
+                f"a dispatcher rule needs a `matcher` list of strings such as ['db1.*'], got {clip(matcher)}"
+            )
+        TableFilter(matcher)  # a bad pattern fails with the config, not at the first routed row
+        columns = obj.get("columns") or []
+        if not _strings(columns):
+            raise ConfigError(f"dispatcher `columns` must be a list of strings, got {clip(columns)}")
+        for key in ("partition", "dispatcher", "topic", "index"):
+            if obj.get(key) is not None and not isinstance(obj[key], str):
+                raise ConfigError(f"dispatcher `{key}` must be a string, got {clip(obj[key])}")
+        rule = cls(
             matcher=list(matcher),
-            partition=str(obj.get("partition") or obj.get("dispatcher") or "default"),
-            topic=str(obj.get("topic") or ""),
+            partition=obj.get("partition") or obj.get("dispatcher") or "default",
+            topic=obj.get("topic") or "",
             index=obj.get("index"),
-            columns=tuple(obj.get("columns") or ()),
+            columns=tuple(columns),
         )
+        make_partition_dispatcher(rule.partition, index=rule.index, columns=rule.columns)  # an unknown name fails now
+        return rule
+
+
+def _strings(value: Any) -> bool:
+    """A list of strings (TOML gives lists; a bare string or number is a user's mistake)."""
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
 
 
 class EventRouter:

@@ -8,12 +8,12 @@ each column's definition beside its value, so a line stands alone; readers share
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from decimal import Decimal
+from decimal import Decimal, InvalidOperation
 from typing import IO, Any
 
 import orjson
 
-from ..errors import EventFormatError
+from ..errors import EventFormatError, clip
 from .events import DDLEvent, Event, Op, Resolved, RowChange
 from .gofloat import format_json
 from .schema import Column, Index, TableSchema
@@ -174,8 +174,8 @@ class EventReader:
             return self._event(obj)
         except EventFormatError as exc:
             raise EventFormatError(exc.message, where=where) from None
-        except (KeyError, TypeError, ValueError) as exc:
-            detail = f"missing member {exc}" if isinstance(exc, KeyError) else str(exc)
+        except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
+            detail = f"missing member {clip(exc.args[0])}" if isinstance(exc, KeyError) else str(exc)
             raise EventFormatError(f"bad {obj.get('kind', 'event')} line: {detail}", where=where) from None
 
     def _event(self, obj: dict[str, Any]) -> Event:
@@ -197,10 +197,13 @@ class EventReader:
             )
         if kind == "row":
             return self._row(obj, position)
-        raise EventFormatError(f"unknown event kind {kind!r} (expected row, ddl or resolved)")
+        raise EventFormatError(f"unknown event kind {clip(kind)} (expected row, ddl or resolved)")
 
     def _row(self, obj: dict[str, Any], position: Any) -> RowChange:
-        op = Op(obj["op"])
+        try:
+            op = Op(obj["op"])
+        except ValueError:
+            raise EventFormatError(f"unknown op {clip(obj['op'])} (expected insert, update or delete)") from None
         cols = obj["columns"]
         if not isinstance(cols, list) or not cols:
             raise EventFormatError("a row line needs a non-empty 'columns' list")
@@ -309,8 +312,19 @@ def _value_from_json(column: Column, raw: Any) -> Any:
     if column.is_bytes:
         return b64decode(_str(raw, column.name))
     if column.type_code is TypeCode.DECIMAL:
-        return Decimal(_str(raw, column.name))
+        return _decimal(raw, column.name)
     return check_value(column, raw)
+
+
+def _decimal(raw: Any, name: str) -> Decimal:
+    """A DECIMAL value: a finite number written as a string (MySQL has no NaN or infinity)."""
+    try:
+        value = Decimal(_str(raw, name))
+    except InvalidOperation:
+        value = None
+    if value is None or not value.is_finite():
+        raise EventFormatError(f"column {clip(name, 80)} (decimal) needs a decimal number string, got {clip(raw)}")
+    return value
 
 
 def _hashable(v: Any) -> Any:
@@ -323,11 +337,11 @@ def _hashable(v: Any) -> Any:
 
 def _uint(v: Any, name: str) -> int:
     if not isinstance(v, int) or isinstance(v, bool) or v < 0:
-        raise EventFormatError(f"{name} must be a non-negative integer, got {v!r}")
+        raise EventFormatError(f"{name} must be a non-negative integer, got {clip(v)}")
     return v
 
 
 def _str(v: Any, name: str) -> str:
     if not isinstance(v, str):
-        raise EventFormatError(f"{name} must be a string, got {v!r}")
+        raise EventFormatError(f"{name} must be a string, got {clip(v)}")
     return v

@@ -29,6 +29,7 @@ import base64
 from decimal import Context, Decimal, InvalidOperation
 from typing import Any
 
+from ..errors import clip
 from .gofloat import format_f, to_float32
 from .schema import Column
 from .types import FLOAT_TYPES, INTEGER_TYPES, STRING_TYPES, TypeCode
@@ -148,25 +149,25 @@ def check_value(column: Column, value: Any) -> Any:
     name = column.name
     if tc in INTEGER_TYPES:
         if not isinstance(value, int) or isinstance(value, bool):
-            raise TypeError(f"column {name!r} ({column.type_name}) needs an int, got {value!r}")
+            raise TypeError(f"column {name!r} ({column.type_name}) needs an int, got {clip(value)}")
         bits = _INT_RANGES[tc]
         lo, hi = (0, (1 << bits) - 1) if column.unsigned else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
         if not lo <= value <= hi:
-            raise ValueError(f"column {name!r} ({column.type_name}) value {value} out of range")
+            raise ValueError(f"column {name!r} ({column.type_name}) value {clip(value)} out of range")
         return value
     if tc in (TypeCode.YEAR, TypeCode.ENUM, TypeCode.SET, TypeCode.BIT):
         if not isinstance(value, int) or value < 0 or value >= 1 << 64:
-            raise ValueError(f"column {name!r} ({column.type_name}) needs a non-negative int, got {value!r}")
+            raise ValueError(f"column {name!r} ({column.type_name}) needs a non-negative int, got {clip(value)}")
         return value
     if tc in FLOAT_TYPES:
         if not isinstance(value, int | float) or isinstance(value, bool):
-            raise TypeError(f"column {name!r} ({column.type_name}) needs a float, got {value!r}")
+            raise TypeError(f"column {name!r} ({column.type_name}) needs a float, got {clip(value)}")
         return to_float32(float(value)) if tc is TypeCode.FLOAT else float(value)
     if tc is TypeCode.DECIMAL:
         try:
             return value if isinstance(value, Decimal) else Decimal(str(value))
         except InvalidOperation:
-            raise ValueError(f"column {name!r} (decimal) got {value!r}") from None
+            raise ValueError(f"column {name!r} (decimal) got {clip(value)}") from None
     if column.is_bytes:
         if isinstance(value, bytearray | memoryview):
             return bytes(value)

@@ -33,6 +33,7 @@ from typing import IO, Any, Literal
 
 import orjson
 
+from ..errors import ascii_digits
 from ..secrets import MASK, mask_secrets
 
 __all__ = [
@@ -187,7 +188,7 @@ def setup_logging(
     stderr.
     """
     if isinstance(level, str):
-        level = int(level) if level.isdigit() else getattr(logging, level.upper(), logging.WARNING)
+        level = int(level) if ascii_digits(level) else getattr(logging, level.upper(), logging.WARNING)
     root = logging.getLogger()
     for old in [h for h in root.handlers if getattr(h, "_changefeed", False)]:
         root.removeHandler(old)

@@ -28,7 +28,7 @@ from typing import Any
 
 import pymysql
 
-from ..errors import ChangefeedError
+from ..errors import ChangefeedError, ascii_digits
 from ..model.tso import tso_physical_ms
 from ..secrets import mask_secrets
 from ..sink.mysql.checkpoint import CHECKPOINT_TABLE
@@ -103,7 +103,7 @@ def storage_status(root: str | Path, now: float | None = None) -> StorageStatus:
     for schema_dir in sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith(".")):
         for table_dir in sorted(p for p in schema_dir.iterdir() if p.is_dir() and p.name != "meta"):
             # A version shows as a data directory, or only as a schema file (a DDL with no rows since).
-            versions = {int(p.name) for p in table_dir.iterdir() if p.is_dir() and p.name.isdigit()}
+            versions = {int(p.name) for p in table_dir.iterdir() if p.is_dir() and ascii_digits(p.name)}
             if (table_dir / "meta").is_dir():
                 matches = (SCHEMA_FILE_RE.match(p.name) for p in (table_dir / "meta").iterdir())
                 versions |= {int(m.group(1)) for m in matches if m}
@@ -197,7 +197,7 @@ class SparkCheckpointStatus:
 def _batch_ids(directory: Path) -> list[int]:
     if not directory.is_dir():
         return []
-    return sorted(int(p.name) for p in directory.iterdir() if p.is_file() and p.name.isdigit())
+    return sorted(int(p.name) for p in directory.iterdir() if p.is_file() and ascii_digits(p.name))
 
 
 def _read_offsets(path: Path) -> tuple[dict[str, Any], list[Any]]:

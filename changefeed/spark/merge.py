@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import orjson
 
 from ..consume import PartitionMerger
-from ..errors import ChangefeedError
+from ..errors import ChangefeedError, ascii_digits
 from ..model import Event, Resolved, RowChange, TableSchema
 from ..model.jsonl import EventReader, dumps_event
 from ..model.rowblock import RowBlock
@@ -219,7 +219,7 @@ class MergeStage:
         ids = []
         for path in self.dir.glob(f"{_PREFIX}*{_SUFFIX}"):
             number = path.name[len(_PREFIX) : -len(_SUFFIX)]
-            if number.isdigit():
+            if ascii_digits(number):
                 ids.append(int(number))
         return sorted(ids)
 

@@ -61,6 +61,10 @@ SourceFactory = Callable[[BinlogPosition], Iterable[RawEvent | None]]
 """Opens a raw-event source (files or a replication stream) at a savepoint."""
 
 
+# What parsing corrupt bytes raises (no CRC to catch them first): turned into a CaptureError at file:pos.
+_MALFORMED = (IndexError, KeyError, ValueError, OverflowError, struct.error, UnicodeDecodeError)
+
+
 class SourceDisconnectedError(CaptureError):
     """The replication connection dropped; the capture reconnects from its savepoint."""
 
@@ -446,7 +450,12 @@ class BinlogCapture:
         version = self._versions.get(key, 0)
         ts_schema: TableSchema | None = tm.cache.get(version)
         if ts_schema is None:
-            ts_schema = build_table_schema(tm, version, 0, self.collations, where)
+            try:
+                ts_schema = build_table_schema(tm, version, 0, self.collations, where)
+            except CaptureError as exc:  # a column's error: name the event it came from
+                raise CaptureError(exc.message, where=exc.where or where) from None
+            except _MALFORMED as exc:  # a corrupt TABLE_MAP: primary key or fsp out of range, names twice
+                raise CaptureError(f"bad TABLE_MAP of {tm.qualified_name}: {exc}", where=where) from None
             if self.tracker is not None:
                 ts_schema = self.tracker.enrich(ts_schema, tm.cache.get("tracker_info"))
             tm.cache[version] = ts_schema
@@ -467,9 +476,11 @@ class BinlogCapture:
                 decoder = cache["decoder"] = RowDecoder(tm, self.tz, self.collations)
             except CaptureError as exc:
                 raise CaptureError(f"{tm.qualified_name}: {exc.message}", where=where) from None
+            except _MALFORMED as exc:
+                raise CaptureError(f"bad TABLE_MAP of {tm.qualified_name}: {exc}", where=where) from None
         try:
             rows = decoder.decode(ev.data, ev.body, ev.end, ev.kind, ev.version)
-        except (IndexError, ValueError, struct.error, UnicodeDecodeError) as exc:
+        except _MALFORMED as exc:
             raise CaptureError(f"cannot decode rows of {tm.qualified_name}: {exc}", where=where) from None
         self.rows_decoded += len(rows)
         kind = ev.kind

@@ -231,7 +231,7 @@ class EventParser:
             return self._dispatch(header, data, end, where)
         except CaptureError:
             raise
-        except (IndexError, ValueError, struct.error, UnicodeDecodeError) as exc:
+        except (IndexError, KeyError, ValueError, OverflowError, struct.error, UnicodeDecodeError) as exc:
             name = _type_name(etype)
             raise CaptureError(f"malformed {name} event: {exc}", where=where) from None
 

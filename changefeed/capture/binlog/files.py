@@ -12,7 +12,7 @@ from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from ...errors import CaptureError
+from ...errors import CaptureError, ascii_digits
 from .constants import BINLOG_MAGIC, HEADER_LEN, EventType
 from .position import file_key
 
@@ -31,7 +31,7 @@ def list_binlogs(directory: Path) -> list[str]:
     if len(indexes) == 1:
         names = [Path(line.strip()).name for line in indexes[0].read_text().splitlines() if line.strip()]
         return [n for n in names if (directory / n).exists()]
-    candidates = [p.name for p in directory.iterdir() if p.is_file() and p.suffix[1:].isdigit()]
+    candidates = [p.name for p in directory.iterdir() if p.is_file() and ascii_digits(p.suffix[1:])]
     return sorted(candidates, key=file_key)
 
 
@@ -108,6 +108,8 @@ class BinlogFileReader:
                     return  # just created: nothing in it yet
                 raise CaptureError(f"not a binlog file (magic {magic!r}, expected {BINLOG_MAGIC!r})", where=where)
             fde = self._read_event(f, name, 4)
+            if fde is None and not self.follow:  # not following, nothing will be written: waiting would hang
+                raise CaptureError("no FORMAT_DESCRIPTION event: the file ends after its magic", where=f"{name}:4")
             while fde is None:  # follow mode: the file was just created
                 if self.stop.is_set():
                     return

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from ...errors import CodecError
+from ...errors import CodecError, clip
 from ...model import (
     ABSENT,
     Column,
@@ -66,7 +66,7 @@ _FLOAT_RE = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII).full
 def _uint_text(text: str) -> int:
     if text.isdigit() and text.isascii() and len(text) <= 40:
         return int(text)
-    raise _BadValueError(f"{text!r} is not an unsigned integer")
+    raise _BadValueError(f"{clip(text)} is not an unsigned integer")
 
 
 def _int_parser(lo: int, hi: int) -> Callable[[str], int]:
@@ -77,7 +77,7 @@ def _int_parser(lo: int, hi: int) -> Callable[[str], int]:
             if lo <= v <= hi:
                 return v
             raise _BadValueError(f"{text} is out of range [{lo}, {hi}]")
-        raise _BadValueError(f"{text!r} is not an integer")
+        raise _BadValueError(f"{clip(text)} is not an integer")
 
     return parse_int
 
@@ -89,7 +89,7 @@ def _bounded_uint(hi: int, what: str) -> Callable[[str], int]:
             if v <= hi:
                 return v
             raise _BadValueError(f"{what} {text} is out of range [0, {hi}]")
-        raise _BadValueError(f"{text!r} is not an unsigned integer")
+        raise _BadValueError(f"{clip(text)} is not an unsigned integer")
 
     return parse_uint
 
@@ -104,7 +104,7 @@ def _parse_year(text: str) -> int:
 def _parse_float32(text: str) -> float:
     # Go ParseFloat(text, 32): reject NaN/Inf spellings and values beyond float32.
     if not _FLOAT_RE(text):
-        raise _BadValueError(f"{text!r} is not a number")
+        raise _BadValueError(f"{clip(text)} is not a number")
     try:
         return to_float32(float(text))
     except OverflowError:
@@ -113,7 +113,7 @@ def _parse_float32(text: str) -> float:
 
 def _parse_float64(text: str) -> float:
     if not _FLOAT_RE(text):
-        raise _BadValueError(f"{text!r} is not a number")
+        raise _BadValueError(f"{clip(text)} is not a number")
     v = float(text)
     if v in (_INF, -_INF):
         raise _BadValueError(f"{text} overflows a DOUBLE")
@@ -142,7 +142,7 @@ def _decimal_parser(scale: int | None) -> Callable[[str], Decimal]:
 def _regex_parser(regex: re.Pattern[str], what: str) -> Callable[[str], str]:
     def parse_text(text: str) -> str:
         if not regex.fullmatch(text):
-            raise _BadValueError(f"{text!r} is not a {what} value")
+            raise _BadValueError(f"{clip(text)} is not a {what} value")
         return text
 
     return parse_text
@@ -177,7 +177,7 @@ def _enum_parser(elements: tuple[str, ...]) -> Callable[[str], int]:
             return names[text]
         if text == "":
             return 0
-        raise _BadValueError(f"{text!r} is neither an ENUM index nor a member name")
+        raise _BadValueError(f"{clip(text)} is neither an ENUM index nor a member name")
 
     return parse_enum
 
@@ -190,7 +190,7 @@ def _set_parser(elements: tuple[str, ...]) -> Callable[[str], int]:
         if text.isascii() and text.isdigit():
             return bitmask(text)
         if not elements:
-            raise _BadValueError(f"{text!r} is not a SET bitmask")
+            raise _BadValueError(f"{clip(text)} is not a SET bitmask")
         mask = 0
         for name in text.split(",") if text else ():
             if name not in bits:
@@ -284,7 +284,7 @@ class _RowPlan:
                     ) from None
         if found != len(row):
             unknown = next(k for k in row if k not in self.index)
-            raise CodecError(f"{label} names column {unknown!r}, which mysqlType does not describe", where=where)
+            raise CodecError(f"{label} names column {clip(unknown)}, which mysqlType does not describe", where=where)
         return tuple(out)
 
 
@@ -383,7 +383,7 @@ class CanalJSONDecoder(Decoder):
             return [Resolved(commit_ts=_tso(ts, "_tidb.watermarkTs", where))]
         op = _DML_OPS.get(kind)
         if op is None:
-            raise CodecError(f"unknown event type {kind!r} in a DML message", where=where)
+            raise CodecError(f"unknown event type {clip(kind)} in a DML message", where=where)
         if ext:
             location = ext.get("claimCheckLocation")
             if location is not None:
@@ -399,7 +399,7 @@ class CanalJSONDecoder(Decoder):
         # transactions inside one millisecond is lost (TiCDC's own consumer has the same limit).
         es = obj.get("es")
         if type(es) is not int or not 0 <= es <= _MAX_ES:
-            raise CodecError(f"es is {es!r}, expected milliseconds since the epoch", where=where)
+            raise CodecError(f"es is {clip(es)}, expected milliseconds since the epoch", where=where)
         return es << 18
 
     def _ddl(self, obj: dict[str, Any], kind: str, ext: dict[str, Any] | None, where: str) -> DDLEvent:
@@ -407,7 +407,7 @@ class CanalJSONDecoder(Decoder):
         if type(sql) is not str:
             raise CodecError(f"sql is {_json_type(sql)}, expected a string", where=where)
         if kind not in KIND_ACTION:
-            raise CodecError(f"unknown DDL event type {kind!r}", where=where)
+            raise CodecError(f"unknown DDL event type {clip(kind)}", where=where)
         return DDLEvent(
             schema=_str_member(obj, "database", where),
             table=_str_member(obj, "table", where),
@@ -589,5 +589,5 @@ def _str_member(obj: dict[str, Any], member: str, where: str) -> str:
 
 def _tso(v: Any, what: str, where: str) -> int:
     if type(v) is not int or not 0 <= v <= _MAX_TSO:
-        raise CodecError(f"{what} is {v!r}, expected an unsigned 64-bit TSO", where=where)
+        raise CodecError(f"{what} is {clip(v)}, expected an unsigned 64-bit TSO", where=where)
     return v

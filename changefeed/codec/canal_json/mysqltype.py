@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ...errors import clip
 from ...model.schema import Column
 from ...model.types import DEFAULT_FLEN, UNSIGNED_DEFAULT_FLEN, TypeCode, mysql_type_string, parse_type_name, type_name
 
@@ -116,7 +117,7 @@ def parse_mysql_type(text: str) -> ParsedType:
         params, rest = rest[1:close], rest[close + 1 :]
     words = rest.lower().split()
     if not set(words) <= _TAIL_WORDS:
-        raise ValueError(f"unknown words {' '.join(words)!r} in mysqlType {text!r}")
+        raise ValueError(f"unknown words {' '.join(words)!r} in mysqlType {clip(text)}")
     unsigned = "unsigned" in words
     zerofill = "zerofill" in words
     length: int | None = None
@@ -129,18 +130,18 @@ def parse_mysql_type(text: str) -> ParsedType:
         nums = _parse_numbers(params, text)
         if code in _FSP_TYPES:
             if len(nums) != 1 or nums[0] > 6:
-                raise ValueError(f"bad fractional-seconds precision in mysqlType {text!r}")
+                raise ValueError(f"bad fractional-seconds precision in mysqlType {clip(text)}")
             decimal = nums[0]
         elif len(nums) == 2:
             if code not in (TypeCode.DECIMAL, TypeCode.FLOAT, TypeCode.DOUBLE):
-                raise ValueError(f"mysqlType {text!r} has two parameters")
+                raise ValueError(f"mysqlType {clip(text)} has two parameters")
             length, decimal = nums
         elif len(nums) == 1:
             length = nums[0]
             if code is TypeCode.DECIMAL:
                 decimal = 0  # DECIMAL(M) is DECIMAL(M,0)
         else:
-            raise ValueError(f"too many parameters in mysqlType {text!r}")
+            raise ValueError(f"too many parameters in mysqlType {clip(text)}")
     return ParsedType(code, binary, unsigned or zerofill, zerofill, length, decimal, elements)
 
 
@@ -164,7 +165,7 @@ def _closing_paren(rest: str, quoted: bool) -> int:
                 break
             i += 1
     if close < 0:
-        raise ValueError(f"unbalanced parenthesis in mysqlType {rest!r}")
+        raise ValueError(f"unbalanced parenthesis in mysqlType {clip(rest)}")
     return close
 
 
@@ -173,7 +174,7 @@ def _parse_numbers(params: str, text: str) -> list[int]:
     for raw in params.split(","):
         part = raw.strip()
         if not (part.isascii() and part.isdigit()) or int(part) >= _MAX_PARAM:
-            raise ValueError(f"bad parameter {part!r} in mysqlType {text!r}")
+            raise ValueError(f"bad parameter {clip(part)} in mysqlType {clip(text)}")
         nums.append(int(part))
     return nums
 
@@ -189,12 +190,12 @@ def _parse_members(params: str, text: str) -> tuple[str, ...]:
         while i < n and params[i] == " ":
             i += 1
         if i >= n or params[i] != "'":
-            raise ValueError(f"bad member list in mysqlType {text!r}")
+            raise ValueError(f"bad member list in mysqlType {clip(text)}")
         i += 1
         buf: list[str] = []
         while True:
             if i >= n:
-                raise ValueError(f"unterminated member in mysqlType {text!r}")
+                raise ValueError(f"unterminated member in mysqlType {clip(text)}")
             ch = params[i]
             if ch == "'":
                 if params[i + 1 : i + 2] == "'":
@@ -215,5 +216,5 @@ def _parse_members(params: str, text: str) -> tuple[str, ...]:
         if i >= n:
             return tuple(members)
         if params[i] != ",":
-            raise ValueError(f"bad member list in mysqlType {text!r}")
+            raise ValueError(f"bad member list in mysqlType {clip(text)}")
         i += 1

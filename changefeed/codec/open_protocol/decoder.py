@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from ...errors import CodecError
+from ...errors import CodecError, clip
 from ...model import ABSENT, Column, ColumnFlag, DDLEvent, Event, Op, Resolved, RowChange, TableSchema, TypeCode
 from ...model.events import trusted_row
 from ...model.gofloat import to_float32
@@ -59,7 +59,7 @@ def _parse_int_keep_neg_zero(text: str) -> int:
 
 
 def _reject_constant(text: str) -> Any:
-    raise ValueError(f"invalid JSON number {text}")
+    raise ValueError(f"invalid JSON number {clip(text)}")
 
 
 def _loads_row(raw: bytes) -> Any:
@@ -86,8 +86,8 @@ def _int_converter(name: str, lo: int, hi: int) -> Convert:
         if v is _NEG_ZERO:
             return 0
         if type(v) is int:
-            raise ValueError(f"column {name!r}: {v} is out of range [{lo}, {hi}]")
-        raise ValueError(f"column {name!r}: expected an integer, got {_kind(v)} {v!r}")
+            raise ValueError(f"column {name!r}: {clip(v)} is out of range [{lo}, {hi}]")
+        raise ValueError(f"column {name!r}: expected an integer, got {_kind(v)} {clip(v)}")
 
     return convert
 
@@ -98,7 +98,7 @@ def _float_converter(name: str, float32: bool) -> Convert:
             return -0.0
         if type(v) is float or type(v) is int:
             return to_float32(float(v)) if float32 else float(v)
-        raise ValueError(f"column {name!r}: expected a number, got {_kind(v)} {v!r}")
+        raise ValueError(f"column {name!r}: expected a number, got {_kind(v)} {clip(v)}")
 
     return convert
 
@@ -110,7 +110,7 @@ def _decimal_converter(name: str) -> Convert:
             return Decimal(v)
         if type(v) is int:
             return Decimal(v)
-        raise ValueError(f"column {name!r}: expected DECIMAL text, got {_kind(v)} {v!r}")
+        raise ValueError(f"column {name!r}: expected DECIMAL text, got {_kind(v)} {clip(v)}")
 
     return convert
 
@@ -119,7 +119,7 @@ def _text_converter(name: str) -> Convert:
     def convert(v: Any) -> str:
         if type(v) is str:
             return v
-        raise ValueError(f"column {name!r}: expected a string, got {_kind(v)} {v!r}")
+        raise ValueError(f"column {name!r}: expected a string, got {_kind(v)} {clip(v)}")
 
     return convert
 
@@ -127,7 +127,7 @@ def _text_converter(name: str) -> Convert:
 def _b64_converter(name: str, binary: bool) -> Convert:
     def convert(v: Any) -> bytes | str:
         if type(v) is not str:
-            raise ValueError(f"column {name!r}: expected a base64 string, got {_kind(v)} {v!r}")
+            raise ValueError(f"column {name!r}: expected a base64 string, got {_kind(v)} {clip(v)}")
         try:
             data = b64decode(v)
         except ValueError:
@@ -145,7 +145,7 @@ def _b64_converter(name: str, binary: bool) -> Convert:
 def _binary_char_converter(name: str) -> Convert:
     def convert(v: Any) -> bytes:
         if type(v) is not str:
-            raise ValueError(f"column {name!r}: expected a Go-quoted string, got {_kind(v)} {v!r}")
+            raise ValueError(f"column {name!r}: expected a Go-quoted string, got {_kind(v)} {clip(v)}")
         try:
             return go_unquote(v)
         except ValueError as e:
@@ -159,7 +159,7 @@ def _legacy_char_converter(name: str) -> Convert:
 
     def convert(v: Any) -> str:
         if type(v) is not str:
-            raise ValueError(f"column {name!r}: expected a string, got {_kind(v)} {v!r}")
+            raise ValueError(f"column {name!r}: expected a string, got {_kind(v)} {clip(v)}")
         try:
             return b64decode(v).decode("utf-8")
         except ValueError:
@@ -170,7 +170,7 @@ def _legacy_char_converter(name: str) -> Convert:
 
 def _null_converter(name: str) -> Convert:
     def convert(v: Any) -> None:
-        raise ValueError(f"column {name!r} has type NULL but value {v!r}")
+        raise ValueError(f"column {name!r} has type NULL but value {clip(v)}")
 
     return convert
 
@@ -274,11 +274,11 @@ def _column(meta: Meta) -> tuple[Column, bool]:
     """A Column from one column object's type code, flags and "h"; and whether it is legacy (no "f")."""
     name, t, f, h = meta
     if type(t) is not int or t not in _KNOWN_TYPES:
-        raise ValueError(f"column {name!r}: unknown type code {t!r}")
+        raise ValueError(f"column {name!r}: unknown type code {clip(t)}")
     if f is not None and (type(f) is not int or f < 0):
-        raise ValueError(f"column {name!r}: flag must be a non-negative integer, got {f!r}")
+        raise ValueError(f"column {name!r}: flag must be a non-negative integer, got {clip(f)}")
     if h is not None and type(h) is not bool:
-        raise ValueError(f'column {name!r}: "h" must be a boolean, got {h!r}')
+        raise ValueError(f'column {name!r}: "h" must be a boolean, got {clip(h)}')
     flags = (f or 0) & 0xFF  # bits above the eight TiCDC defines are ignored
     if h:
         flags |= ColumnFlag.HANDLE_KEY  # v4.0 output has "h" but no "f"
@@ -329,12 +329,12 @@ class OpenProtocolDecoder(Decoder):
             raise ValueError(f"event key must be a JSON object, got {_kind(key)}")
         ts, t = key.get("ts"), key.get("t")
         if type(t) is not int:
-            raise ValueError(f'key "t" must be 1 (row), 2 (DDL) or 3 (resolved), got {t!r}')
+            raise ValueError(f'key "t" must be 1 (row), 2 (DDL) or 3 (resolved), got {clip(t)}')
         if type(ts) is not int or not 0 <= ts <= U64_MAX:
-            raise ValueError(f'key "ts" must be a uint64, got {ts!r}')
+            raise ValueError(f'key "ts" must be a uint64, got {clip(ts)}')
         scm, tbl = key.get("scm", ""), key.get("tbl", "")
         if type(scm) is not str or type(tbl) is not str:
-            raise ValueError(f'key "scm"/"tbl" must be strings, got {scm!r}/{tbl!r}')
+            raise ValueError(f'key "scm"/"tbl" must be strings, got {clip(scm)}/{clip(tbl)}')
         if t == 3:
             if v:
                 raise ValueError(f"resolved event (t=3) has a {len(v)}-byte value; it must be empty")
@@ -347,11 +347,11 @@ class OpenProtocolDecoder(Decoder):
         if t == 2:
             return self._ddl(key, v, ts, scm, tbl)
         if t != 1:
-            raise ValueError(f'key "t" must be 1 (row), 2 (DDL) or 3 (resolved), got {t!r}')
+            raise ValueError(f'key "t" must be 1 (row), 2 (DDL) or 3 (resolved), got {clip(t)}')
         ccl = key.get("ccl")
         if ccl is not None and ccl != "":
             if type(ccl) is not str:
-                raise ValueError(f'key "ccl" must be a string, got {ccl!r}')
+                raise ValueError(f'key "ccl" must be a string, got {clip(ccl)}')
             if not allow_claim_check:
                 raise ValueError("a claim-check file refers to another claim-check file")
             return self._claim_check(ccl, ts)
@@ -399,9 +399,9 @@ class OpenProtocolDecoder(Decoder):
     def _row(self, key: dict[str, Any], v: bytes, ts: int, scm: str, tbl: str) -> RowChange:
         rid, ptn = key.get("rid"), key.get("ptn")
         if rid is not None and type(rid) is not int:
-            raise ValueError(f'key "rid" must be an integer, got {rid!r}')
+            raise ValueError(f'key "rid" must be an integer, got {clip(rid)}')
         if ptn is not None and type(ptn) is not int:
-            raise ValueError(f'key "ptn" must be an integer, got {ptn!r}')
+            raise ValueError(f'key "ptn" must be an integer, got {clip(ptn)}')
         doc = _loads_row(v)
         state = self._tables.get((scm, tbl, ptn is not None))
         if state is not None and type(doc) is dict:

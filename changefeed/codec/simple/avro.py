@@ -20,6 +20,7 @@ from typing import Any
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
+from ...errors import clip
 from ...model import ABSENT, Column, DDLEvent, Op, RowChange, TableSchema, TypeCode
 from ...model.gofloat import to_float32
 from ...model.types import INTEGER_TYPES
@@ -227,7 +228,7 @@ class AvroFormat(FormatBase):
         if _PAYLOAD[mtype] != name:
             raise fail(where, f"message type {mtype} carries a {name.rsplit('.', 1)[-1]} payload")
         if payload["version"] != 1:
-            raise fail(where, f"unsupported protocol version {payload['version']!r} (expected 1)")
+            raise fail(where, f"unsupported protocol version {clip(payload['version'])} (expected 1)")
         if mtype == "WATERMARK":
             return Parsed(type="WATERMARK", commit_ts=to_uint64(payload["commitTs"]))
         if mtype == "BOOTSTRAP":
@@ -235,7 +236,7 @@ class AvroFormat(FormatBase):
         if mtype == "DDL":
             kind = payload["type"]
             if kind not in DDL_TYPES:  # pragma: no cover - the enum admits nothing else
-                raise fail(where, f"unknown DDL type {kind!r}")
+                raise fail(where, f"unknown DDL type {clip(kind)}")
             return Parsed(
                 type=kind,
                 commit_ts=to_uint64(payload["commitTs"]),
@@ -245,7 +246,7 @@ class AvroFormat(FormatBase):
             )
         kind = payload["type"]
         if kind not in DML_TYPES:  # pragma: no cover
-            raise fail(where, f"unknown DML type {kind!r}")
+            raise fail(where, f"unknown DML type {clip(kind)}")
         # checksum: read by fastavro and ignored (the model has no place for it)
         return Parsed(
             type=kind,

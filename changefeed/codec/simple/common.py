@@ -13,7 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ...errors import CodecError
+from ...errors import CodecError, clip
 from ...model import Column, Index, Op, RowChange, TableSchema, TypeCode, ddl_kind, parse_type_name
 from ...model.types import DEFAULT_FLEN, STRING_TYPES, UNSIGNED_DEFAULT_FLEN
 from ..ddlkind import ddl_action as _ddl_action
@@ -261,9 +261,9 @@ def build_column(
     elif isinstance(elements, list) and all(isinstance(e, str) for e in elements):
         elems = tuple(elements)
     else:
-        raise fail(where, f"{ctx} elements must be a list of strings, got {elements!r}")
+        raise fail(where, f"{ctx} elements must be a list of strings, got {clip(elements)}")
     if default is not None and not isinstance(default, str | int | float | bool):
-        raise fail(where, f"{ctx} default must be a scalar, got {default!r}")
+        raise fail(where, f"{ctx} default must be a scalar, got {clip(default)}")
     if (
         bit_default_text
         and code is TypeCode.BIT
@@ -291,7 +291,7 @@ def build_index(where: str, *, name: Any, unique: Any, primary: Any, columns: An
     name = need_str(where, "index name", name)
     primary_v = bool(need_bool(where, f"index {name!r} primary", primary))
     if not isinstance(columns, list) or not all(isinstance(c, str) for c in columns):
-        raise fail(where, f"index {name!r} columns must be a list of strings, got {columns!r}")
+        raise fail(where, f"index {name!r} columns must be a list of strings, got {clip(columns)}")
     if primary_v and name.lower() == "primary":
         name = "PRIMARY"
     return Index(
@@ -323,19 +323,19 @@ def build_table_schema(
 
 def need_str(where: str, what: str, value: Any) -> str:
     if not isinstance(value, str):
-        raise fail(where, f"{what} must be a string, got {value!r}")
+        raise fail(where, f"{what} must be a string, got {clip(value)}")
     return value
 
 
 def need_int(where: str, what: str, value: Any) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
-        raise fail(where, f"{what} must be an integer, got {value!r}")
+        raise fail(where, f"{what} must be an integer, got {clip(value)}")
     return value
 
 
 def need_bool(where: str, what: str, value: Any) -> bool:
     if not isinstance(value, bool):
-        raise fail(where, f"{what} must be a boolean, got {value!r}")
+        raise fail(where, f"{what} must be a boolean, got {clip(value)}")
     return value
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import orjson
 
+from ...errors import clip
 from ...model import ABSENT, Column, DDLEvent, Op, RowChange, TableSchema, TypeCode
 from ...model.gofloat import to_float32
 from ...model.types import INTEGER_TYPES
@@ -220,7 +221,7 @@ class JSONFormat(FormatBase):
             raise fail(where, f"message must be a JSON object, got {type(obj).__name__}")
         version = obj.get("version")
         if version != 1 or isinstance(version, bool):
-            raise fail(where, f"unsupported protocol version {version!r} (expected 1)")
+            raise fail(where, f"unsupported protocol version {clip(version)} (expected 1)")
         kind = need_str(where, "type", obj.get("type"))
         commit_ts = need_int(where, "commitTs", obj.get("commitTs"))
         if not 0 <= commit_ts <= U64:
@@ -255,7 +256,7 @@ class JSONFormat(FormatBase):
             )
             checksum = obj.get("checksum")
             if checksum is not None and not isinstance(checksum, dict):
-                raise fail(where, f"checksum must be an object, got {checksum!r}")
+                raise fail(where, f"checksum must be an object, got {clip(checksum)}")
             return p  # checksum: read and ignored (the model has no place for it)
         if kind == "WATERMARK":
             return Parsed(type=kind, commit_ts=commit_ts)
@@ -272,13 +273,13 @@ class JSONFormat(FormatBase):
                 table_schema=self.table_schema(where, obj.get("tableSchema"), cache),
                 pre_table_schema=self.table_schema(where, obj.get("preTableSchema"), cache, "preTableSchema"),
             )
-        raise fail(where, f"unknown message type {kind!r}")
+        raise fail(where, f"unknown message type {clip(kind)}")
 
     def _table_schema(self, where: str, obj: Any, cache: SchemaCache) -> TableSchema | None:
         if obj is None:
             return None
         if not isinstance(obj, dict):
-            raise fail(where, f"must be an object, got {obj!r}")
+            raise fail(where, f"must be an object, got {clip(obj)}")
         schema = need_str(where, "schema", obj.get("schema"))
         table = need_str(where, "table", obj.get("table"))
         version = need_int(where, "version", obj.get("version"))
@@ -292,7 +293,7 @@ class JSONFormat(FormatBase):
         cols = []
         for c in columns:
             if not isinstance(c, dict) or not isinstance(c.get("dataType"), dict):
-                raise fail(where, f"column must be an object with a dataType object, got {c!r}")
+                raise fail(where, f"column must be an object with a dataType object, got {clip(c)}")
             dt = c["dataType"]
             cols.append(
                 build_column(
@@ -313,7 +314,7 @@ class JSONFormat(FormatBase):
         idxs = []
         for i in indexes:
             if not isinstance(i, dict):
-                raise fail(where, f"index must be an object, got {i!r}")
+                raise fail(where, f"index must be an object, got {clip(i)}")
             idxs.append(
                 build_index(
                     where,
@@ -341,7 +342,7 @@ class JSONFormat(FormatBase):
 def _map(where: str, what: str, value: Any) -> dict[str, Any] | None:
     if value is None or isinstance(value, dict):
         return value
-    raise fail(where, f"{what} must be an object, got {value!r}")
+    raise fail(where, f"{what} must be an object, got {clip(value)}")
 
 
 # ------------------------------------------------------------------ value parsing

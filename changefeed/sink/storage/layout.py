@@ -22,7 +22,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ...errors import ChangefeedError, SinkError
+from ...errors import ChangefeedError, SinkError, ascii_digits, clip
 from ...model import Column, ColumnFlag, Index, TableSchema, TypeCode, parse_type_name, type_name
 from ...model.types import DEFAULT_FLEN, INTEGER_TYPES, UNSIGNED_DEFAULT_FLEN
 from ..paths import decode_name, encode_name
@@ -159,7 +159,7 @@ class SchemaFile:
                 table_version=int(obj["TableVersion"]),
                 query=obj.get("Query", ""),
                 ddl_type=int(obj.get("Type", 0)),
-                columns=obj.get("TableColumns"),
+                columns=_checked_columns(obj.get("TableColumns"), where),
             )
         except (ValueError, KeyError, TypeError) as exc:
             raise LayoutError(f"bad schema file: {exc}", where=where) from None
@@ -203,6 +203,54 @@ class SchemaFile:
                 pk.append(col["ColumnName"])
         indexes = (Index("PRIMARY", tuple(pk), primary=True),) if pk else ()
         return TableSchema(self.schema, self.table, tuple(columns), indexes, table_id, self.table_version)
+
+
+def _checked_columns(columns: Any, where: str) -> list[dict[str, Any]] | None:
+    """``TableColumns`` as `SchemaFile.to_table_schema` needs them, checked now so a hand-edited
+    file fails here naming the column, not later with a traceback inside the decoder."""
+    if columns is None:
+        return None
+    if not isinstance(columns, list):
+        raise LayoutError(f"bad schema file: TableColumns must be a list, got {clip(columns)}", where=where)
+    names: set[str] = set()
+    for n, col in enumerate(columns):
+        name = _checked_column(col, n, where)
+        if name in names:
+            raise LayoutError(f"bad schema file: column {name!r} appears twice", where=where)
+        names.add(name)
+    return columns
+
+
+def _checked_column(col: Any, n: int, where: str) -> str:
+    """One ``TableColumns`` entry checked; its name returned."""
+    if not isinstance(col, dict):
+        raise LayoutError(f"bad schema file: TableColumns[{n}] must be an object, got {clip(col)}", where=where)
+    name = col.get("ColumnName")
+    if not isinstance(name, str):
+        raise LayoutError(f"bad schema file: TableColumns[{n}] ColumnName must be a string", where=where)
+    ctx = f"bad schema file: column {clip(name, 80)}"
+    ctype = col.get("ColumnType")
+    if not isinstance(ctype, str):
+        raise LayoutError(f"{ctx}: ColumnType must be a string, got {clip(ctype)}", where=where)
+    try:
+        parse_type_name(ctype)
+    except ValueError:
+        raise LayoutError(f"{ctx}: unknown ColumnType {clip(ctype)}", where=where) from None
+    for key in ("ColumnPrecision", "ColumnScale"):
+        value = col.get(key)
+        if value is not None and not _non_negative_int(value):
+            raise LayoutError(f"{ctx}: {key} must be a non-negative integer, got {clip(value)}", where=where)
+    elems = col.get("ColumnElems")
+    if elems is not None and not (isinstance(elems, list) and all(isinstance(e, str) for e in elems)):
+        raise LayoutError(f"{ctx}: ColumnElems must be a list of strings, got {clip(elems)}", where=where)
+    return name
+
+
+def _non_negative_int(value: Any) -> bool:
+    """TiCDC writes precision and scale as digit strings; a JSON number is read as well."""
+    if isinstance(value, str):
+        return ascii_digits(value)
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def date_dir(when: dt.datetime, separator: str) -> str:

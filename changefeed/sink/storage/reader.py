@@ -23,7 +23,7 @@ from typing import Any
 from ...codec import CodecOptions
 from ...codec.canal_json import CanalJSONDecoder
 from ...codec.csv import CSVDecoder
-from ...errors import ConfigError
+from ...errors import ConfigError, ascii_digits
 from ...model import DDLEvent, Event, Resolved, RowChange, TableSchema
 from ..paths import join_under, table_label
 from .layout import (
@@ -146,13 +146,13 @@ class StorageReader:
 
     def _parse_dir(self, parts: tuple[str, ...]) -> _DataDir | None:
         # <schema>/<table>/<version>[/<partition>][/<date>], the names encoded (changefeed/sink/paths.py)
-        if len(parts) < 3 or not parts[2].isdigit():
+        if len(parts) < 3 or not ascii_digits(parts[2]):
             log.warning("skipping a directory outside the storage layout", extra={"dir": "/".join(parts)})
             return None
         schema, table = parse_table_path(parts[0], parts[1], where="/".join(parts))
         version = int(parts[2])
         rest = list(parts[3:])
-        partition = int(rest.pop(0)) if rest and rest[0].isdigit() else -1
+        partition = int(rest.pop(0)) if rest and ascii_digits(rest[0]) else -1
         date = rest.pop(0) if rest else ""
         return _DataDir(version, partition, date, schema, table, "/".join(parts))
 

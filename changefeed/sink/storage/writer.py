@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ...codec import CodecOptions, Encoder, make_encoder
-from ...errors import ConfigError, SinkError
+from ...errors import ConfigError, SinkError, ascii_digits
 from ...model import DDLEvent, Event, Resolved, RowChange, TableSchema
 from ...model.rowblock import OP_NAMES, RowBlock
 from ..paths import join_under, table_label
@@ -457,7 +457,7 @@ class StorageWriter:
             name = (directory / index_file_name()).read_text().strip()
         except FileNotFoundError:
             return 0
-        digits = "".join(ch for ch in name.split(".")[0] if ch.isdigit())
+        digits = "".join(ch for ch in name.split(".")[0] if ascii_digits(ch))
         if not digits:
             raise SinkError(f"index file names no data file: {name!r}", where=str(directory / index_file_name()))
         return int(digits)

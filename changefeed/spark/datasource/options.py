@@ -6,15 +6,14 @@ import logging
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, tzinfo
 from pathlib import Path
 from typing import Any, ClassVar
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pyspark.sql.datasource import InputPartition
 
 from ...errors import ConfigError
 from ...model import TableSchema
+from ...timezones import zone
 from ..changelog import ChangelogRows, parse_rules, parse_table
 
 log = logging.getLogger(__name__)
@@ -33,15 +32,6 @@ CHANGELOG = "changelog"
 
 def _truthy(value: str | None) -> bool:
     return str(value or "").lower() in ("1", "true", "yes", "on")
-
-
-def zone(name: str) -> tzinfo:
-    if name.upper() in ("UTC", "Z", "+00:00", ""):
-        return UTC
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ConfigError(f"unknown time zone {name!r}") from None
 
 
 _SIZE = re.compile(r"(\d+)\s*([kmg]i?b?|b)?", re.IGNORECASE)

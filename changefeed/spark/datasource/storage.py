@@ -13,7 +13,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from ...codec import CodecOptions
-from ...errors import CaptureError, ConfigError
+from ...errors import CaptureError, ConfigError, ascii_digits
 from ...model import DDLEvent, Event, Resolved, TableSchema
 from ...sink.storage.layout import (
     DATA_FILE_RE,
@@ -36,7 +36,7 @@ RANGE_SCHEMA = pa.schema([("range", pa.string())])
 
 def _data_dir_version(rel: str) -> int | None:
     parts = rel.split("/")
-    return int(parts[2]) if len(parts) >= 3 and parts[2].isdigit() else None
+    return int(parts[2]) if len(parts) >= 3 and ascii_digits(parts[2]) else None
 
 
 @dataclass

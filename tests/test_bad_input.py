@@ -1,0 +1,253 @@
+"""Bad input ends in a `ChangefeedError` with a clear, bounded message, never a traceback (issue 14.7)."""
+
+from __future__ import annotations
+
+import io
+import json
+import random
+import sys
+import time
+from pathlib import Path
+
+import orjson
+import pytest
+
+from changefeed.capture.binlog import file_capture
+from changefeed.cli import main
+from changefeed.codec import CodecOptions, Message, make_decoder, make_encoder
+from changefeed.errors import CaptureError, ChangefeedError, ascii_digits, clip
+from changefeed.model import Column, Index, Op, RowChange, TableSchema, TypeCode
+from changefeed.model.jsonl import EventReader
+
+BINLOGS = Path(__file__).parent / "fixtures" / "binlog"
+HUGE = "9" * 100_000 + "x"
+
+
+def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str], stdin: bytes = b"") -> tuple[int, str]:
+    """Run ``changefeed ARGV`` in-process; the exit code and stderr."""
+    old = sys.stdin
+    sys.stdin = io.TextIOWrapper(io.BytesIO(stdin))
+    try:
+        code = main(argv)
+    finally:
+        sys.stdin = old
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return code, err
+
+
+# -- shared helpers ----------------------------------------------------------------------------
+
+
+def test_clip_keeps_the_start_and_says_how_long() -> None:
+    assert clip("abc") == "'abc'"
+    clipped = clip(HUGE)
+    assert clipped.startswith("'999") and clipped.endswith(f"... ({len(HUGE) + 2} chars)")
+    assert len(clipped) < 250
+    assert len(clip(10**100_000)) < 100  # repr would be refused (int max str digits)
+
+
+@pytest.mark.parametrize(("text", "ok"), [("12", True), ("²", False), ("١٢", False), ("", False), ("1a", False)])
+def test_ascii_digits_refuses_unicode_digits(text: str, ok: bool) -> None:
+    assert ascii_digits(text) is ok
+
+
+# -- 1. CSV --schema-file ----------------------------------------------------------------------
+
+GOOD_COLUMNS = [
+    {"ColumnName": "id", "ColumnType": "INT", "ColumnPrecision": "11", "ColumnIsPk": "true"},
+    {"ColumnName": "d", "ColumnType": "DECIMAL", "ColumnPrecision": "10", "ColumnScale": "2"},
+]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"ColumnType": "NOTATYPE"}, "column 'd': unknown ColumnType 'NOTATYPE'"),
+        ({"ColumnType": 7}, "column 'd': ColumnType must be a string"),
+        ({"ColumnPrecision": "abc"}, "column 'd': ColumnPrecision must be a non-negative integer, got 'abc'"),
+        ({"ColumnPrecision": -5}, "ColumnPrecision must be a non-negative integer, got -5"),
+        ({"ColumnScale": "²"}, "ColumnScale must be a non-negative integer"),
+        ({"ColumnName": "id"}, "column 'id' appears twice"),
+        ({"ColumnElems": "a,b"}, "ColumnElems must be a list of strings"),
+        ("not a list", "TableColumns must be a list, got 'not a list'"),
+        ([5], "TableColumns[0] must be an object, got 5"),
+    ],
+)
+def test_csv_schema_file_errors(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], change: object, message: str
+) -> None:
+    columns: object = change if not isinstance(change, dict) else [GOOD_COLUMNS[0], {**GOOD_COLUMNS[1], **change}]
+    path = tmp_path / "schema_1_0.json"
+    path.write_text(json.dumps({"Schema": "s", "Table": "t", "TableVersion": 1, "TableColumns": columns}))
+    code, err = run_cli(["decode", "--protocol", "csv", "--schema-file", str(path)], capsys)
+    assert code == 1
+    assert message in err and str(path) in err
+    assert err.count("\n") == 1
+
+
+def test_csv_schema_file_missing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, err = run_cli(["decode", "--protocol", "csv", "--schema-file", str(tmp_path / "nope.json")], capsys)
+    assert code == 1 and "cannot read --schema-file" in err
+
+
+# -- 2. and 7. JSONL values --------------------------------------------------------------------
+
+
+def row_line(value: object, type_name: str = "decimal") -> bytes:
+    column = {"name": "d", "type": type_name, "flags": 0, "length": 10, "decimal": 2, "value": value}
+    event = {"kind": "row", "op": "insert", "schema": "s", "table": "t", "commit_ts": 1, "columns": [column]}
+    return orjson.dumps(event) + b"\n"
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("abc", "column 'd' (decimal) needs a decimal number string, got 'abc'"),
+        ("NaN", "got 'NaN'"),
+        ("Infinity", "got 'Infinity'"),
+        (5, "d must be a string, got 5"),
+    ],
+)
+def test_jsonl_bad_decimal_is_an_event_format_error(
+    capsys: pytest.CaptureFixture[str], value: object, message: str
+) -> None:
+    code, err = run_cli(["encode", "--protocol", "canal-json"], capsys, stdin=row_line(value))
+    assert code == 1
+    assert message in err and "<stdin>:1" in err
+
+
+@pytest.mark.parametrize(("value", "type_name"), [(HUGE, "decimal"), (HUGE, "int"), (HUGE, "varbinary")])
+def test_jsonl_error_clips_huge_values(capsys: pytest.CaptureFixture[str], value: object, type_name: str) -> None:
+    code, err = run_cli(["encode", "--protocol", "canal-json"], capsys, stdin=row_line(value, type_name))
+    assert code == 1 and "<stdin>:1" in err
+    assert len(err) < 600
+
+
+def test_jsonl_unknown_op_is_clipped() -> None:
+    line = row_line("1.00").replace(b'"insert"', orjson.dumps(HUGE))
+    with pytest.raises(ChangefeedError, match="unknown op") as info:
+        EventReader().parse(line, where="x:1")
+    assert len(str(info.value)) < 400
+
+
+T = TableSchema(
+    "s",
+    "t",
+    (Column("id", TypeCode.INT, nullable=False, length=11), Column("v", TypeCode.VARCHAR, length=16)),
+    (Index("PRIMARY", ("id",), primary=True),),
+)
+
+
+def canal_message() -> Message:
+    options = CodecOptions(protocol="canal-json", enable_tidb_extension=True)
+    encoder = make_encoder(options)
+    encoder.append_row(RowChange(Op.INSERT, T, 415508878783938562, new=(1, b"a")))
+    (msg,) = encoder.build()
+    return msg
+
+
+def test_codec_value_error_clips_huge_values() -> None:
+    msg = canal_message()
+    assert msg.value is not None
+    doc = orjson.loads(msg.value)
+    doc["data"][0]["id"] = HUGE
+    decoder = make_decoder(CodecOptions(protocol="canal-json", enable_tidb_extension=True))
+    with pytest.raises(ChangefeedError) as info:
+        list(decoder.decode(Message(key=msg.key, value=orjson.dumps(doc)), "in:1"))
+    assert "chars)" in str(info.value) and len(str(info.value)) < 600
+
+
+# -- 3. corrupted binlogs without CRC ----------------------------------------------------------
+
+
+def mutate(data: bytes, rng: random.Random) -> bytes:
+    """One bit flipped, a few bytes overwritten, or the file cut short (the magic kept)."""
+    out = bytearray(data)
+    mode = rng.randrange(3)
+    if mode == 0:
+        out[rng.randrange(4, len(out))] ^= 1 << rng.randrange(8)
+    elif mode == 1:
+        for _ in range(5):
+            out[rng.randrange(4, len(out))] = rng.randrange(256)
+    else:
+        del out[rng.randrange(4, len(out)) :]
+    return bytes(out)
+
+
+@pytest.mark.parametrize(("fixture", "rounds"), [("nocrc", 900), ("full", 150)])
+def test_mutated_binlogs_give_capture_errors(tmp_path: Path, fixture: str, rounds: int) -> None:
+    rng = random.Random(20240514)
+    originals = {p.name: p.read_bytes() for p in sorted((BINLOGS / fixture).glob("binlog.0*"))}
+    target = tmp_path / "binlog.000001"
+    deadline = time.monotonic() + 8
+    failures = 0
+    for _ in range(rounds):
+        if time.monotonic() > deadline:
+            break
+        name = rng.choice(sorted(originals))
+        target.write_bytes(mutate(originals[name], rng))
+        try:
+            for _event in file_capture(target).events():
+                pass
+        except CaptureError as exc:
+            failures += 1
+            assert exc.where and exc.where.startswith("binlog.000001:"), exc
+    assert failures > 0  # the mutations do reach the error path
+
+
+def test_truncated_binlog_via_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = (BINLOGS / "nocrc" / "binlog.000001").read_bytes()
+    (tmp_path / "binlog.000001").write_bytes(data[: len(data) // 2])
+    code, err = run_cli(["capture", "--no-progress", "--from", f"file://{tmp_path}"], capsys)
+    assert code == 1 and "binlog.000001:" in err
+
+
+# -- 4, 5, 6. config checks --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ('sink-uri = "mysql://u@127.0.0.1:3306/?worker-count=²"', "worker-count must be a positive integer"),
+        ('sink-uri = "file:///tmp/cf-out"\n[sink]\nfile-index-width = "²"', "file-index-width must be an integer"),
+        (
+            'sink-uri = "kafka://127.0.0.1:9092/t"\n[[sink.dispatchers]]\nmatcher = 5',
+            "`matcher` list of strings",
+        ),
+        (
+            'sink-uri = "kafka://127.0.0.1:9092/t"\n[[sink.dispatchers]]\nmatcher = "db.*"',
+            "`matcher` list of strings",
+        ),
+        (
+            'sink-uri = "kafka://127.0.0.1:9092/t"\n[[sink.dispatchers]]\nmatcher = ["db.*", 5]',
+            "`matcher` list of strings",
+        ),
+        (
+            'sink-uri = "kafka://127.0.0.1:9092/t"\n[[sink.dispatchers]]\nmatcher = ["db.*"]\npartition = "nope"',
+            "unknown partition dispatcher",
+        ),
+        ('sink-uri = "file:///tmp/cf-out?protocol=csv"\n[sink.csv]\ndelimiter = ""', "delimiter must not be empty"),
+        ('sink-uri = "file:///tmp/cf-out?protocol=csv"\n[sink.csv]\nquote = "ab"', "quote must be one character"),
+        (
+            'sink-uri = "file:///tmp/cf-out?protocol=csv"\n[sink.csv]\ndelimiter = \'"\'',
+            "must not occur in the delimiter",
+        ),
+        ('sink-uri = "file:///tmp/cf-out"\ntime-zone = "Mars/Base"', "unknown time zone 'Mars/Base'"),
+    ],
+)
+def test_bad_config_is_a_config_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], config: str, message: str
+) -> None:
+    path = tmp_path / "cf.toml"
+    path.write_text(f'changefeed-id = "t"\n{config}\n[source]\npath = "{BINLOGS / "nocrc"}"\n')
+    code, err = run_cli(["run", "--skip-preflight", str(path)], capsys)
+    assert code == 1
+    assert message in err and str(path) in err
+
+
+def test_apply_worker_count_unicode_digit(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    code, err = run_cli(
+        ["apply", "--from", f"file://{tmp_path}", "--to", "mysql://u@127.0.0.1:3306/?worker-count=²"], capsys
+    )
+    assert code == 1 and "worker-count must be a positive integer, got '²'" in err
