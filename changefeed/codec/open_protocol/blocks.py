@@ -36,13 +36,14 @@ from ...model.rowblock import RowBlock, Segment, TableRows
 from ...model.schema import Column
 from ...model.types import BLOB_TYPES, CHAR_TYPES
 from ..base import Message
+from ..decimaltext import DECIMAL_PATTERN, MAX_DECIMAL_DIGITS
 from ..textvalues import INT_BITS, int_range
-from .decoder import _DECIMAL_DIGITS, _DECIMAL_TEXT, _NEG_ZERO_MARKS, _TEXT_TYPES, OpenProtocolDecoder
+from .decoder import _NEG_ZERO_MARKS, _TEXT_TYPES, OpenProtocolDecoder
 from .framing import split_frames
 from .goquote import _BYTE_ESCAPES_ONLY, go_unquote
 
 _I64_MAX = (1 << 63) - 1
-_DECIMAL = f"^{_DECIMAL_TEXT}$"  # TiDB MyDecimal.String(), the row decoder's rule (with its digit bound)
+_DECIMAL = f"^{DECIMAL_PATTERN}$"  # TiDB MyDecimal.String(): the decoders' shared rule (codec/decimaltext.py)
 _OP_NAMES = pa.array(["insert", "update", "delete"])
 _BYTE_ESCAPES = f"^{_BYTE_ESCAPES_ONLY.pattern}$"
 _KEY_CACHE = 65536
@@ -353,9 +354,9 @@ def _values(values: list[Any], column: Column) -> pa.Array:
             array = pa.array(values, pa.string())
             if pc.all(pc.match_substring_regex(array, _DECIMAL)).as_py() is False:
                 raise _SlowPathError
-            if (pc.max(pc.binary_length(array)).as_py() or 0) > _DECIMAL_DIGITS:
+            if (pc.max(pc.binary_length(array)).as_py() or 0) > MAX_DECIMAL_DIGITS:
                 digits = pc.max(pc.count_substring_regex(array, "[0-9]")).as_py()
-                if digits > _DECIMAL_DIGITS:
+                if digits > MAX_DECIMAL_DIGITS:
                     raise _SlowPathError  # too many digits: the row decoder's error
             return array
         if tc in BLOB_TYPES or tc is TypeCode.GEOMETRY:

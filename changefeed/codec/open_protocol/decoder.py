@@ -26,7 +26,7 @@ from ...model.values import b64decode
 from ..base import Decoder, Message
 from ..claimcheck import reading_store, unwrap_pair
 from ..compression import inflater
-from ..decimaltext import DECIMAL_PATTERN, MAX_DECIMAL_DIGITS, is_decimal_text
+from ..decimaltext import is_decimal_text
 from ..options import CodecOptions
 from ..textvalues import INT_BITS, U64_MAX, int_range
 from .framing import split_frames
@@ -36,9 +36,6 @@ _TEXT_TYPES = frozenset(
     {TypeCode.DATE, TypeCode.NEWDATE, TypeCode.DATETIME, TypeCode.TIMESTAMP, TypeCode.TIME, TypeCode.JSON}
     | {TypeCode.VECTOR}
 )
-# DECIMAL text: the rule every decoder shares (blocks.py checks the same pattern and digit count).
-_DECIMAL_TEXT = DECIMAL_PATTERN
-_DECIMAL_DIGITS = MAX_DECIMAL_DIGITS
 _KNOWN_TYPES = frozenset(int(t) for t in TypeCode)
 # "v":-0 — orjson reads it as the integer 0 and loses the sign a float column needs. TiCDC
 # writes "v" last; another writer may not.

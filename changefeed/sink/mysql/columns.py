@@ -30,7 +30,7 @@ from ...model.rowblock import Segment, TableRows, model_values
 if TYPE_CHECKING:
     from .sql import Literal
 
-__all__ = ["BlockRows", "Gather", "expand", "inserts_full", "pieces", "render_inserts"]
+__all__ = ["BlockRows", "Gather", "expand", "pieces", "render_inserts"]
 
 _TEXT = pa.large_string()
 
@@ -108,7 +108,7 @@ class Gather:
     origins joined (a few chunks) and taken by one index costs per row.
     """
 
-    __slots__ = ("bases", "index", "num_rows", "spans")
+    __slots__ = ("bases", "index", "num_rows", "spans", "whole")
 
     def __init__(self, spans: Sequence[tuple[TableRows, int, int]]) -> None:
         """``spans``: (table, first row, rows), each table possibly a slice of another (`TableRows.origin`)."""
@@ -130,19 +130,16 @@ class Gather:
         firsts = base_at[which] + starts  # each span's first row in the bases laid end to end
         run_at = np.cumsum(lengths) - lengths
         self.index = np.repeat(firsts - run_at, lengths) + np.arange(self.num_rows)
-
-    @classmethod
-    def of(cls, tables: Sequence[TableRows]) -> Gather:
-        return cls([(t, 0, t.num_rows) for t in tables])
-
-    @property
-    def whole(self) -> bool:
-        """Whether the rows are exactly one base's, in order (no take needed)."""
-        return (
+        # Exactly one base's rows in order: columns need no take.
+        self.whole = (
             len(self.bases) == 1
             and self.num_rows == self.bases[0].num_rows
             and bool((self.index == np.arange(self.num_rows)).all())
         )
+
+    @classmethod
+    def of(cls, tables: Sequence[TableRows]) -> Gather:
+        return cls([(t, 0, t.num_rows) for t in tables])
 
     def tables(self) -> list[TableRows]:
         """The rows as slices of their bases, in order (the piece-by-piece form)."""
@@ -173,11 +170,6 @@ class Gather:
 def pieces(entries: Sequence[BlockRows]) -> Gather:
     """The buffered rows, gathered from the tables their segments were sliced from."""
     return Gather([(e.table, e.start, e.seg.rows) for e in entries])
-
-
-def inserts_full(rows: TableRows, writable: Sequence[int]) -> bool:
-    """Whether every row is an INSERT whose image carries every writable column (`TableSQL.full`)."""
-    return Gather.of([rows]).inserts_full(writable)
 
 
 # --- literals ------------------------------------------------------------------------------------

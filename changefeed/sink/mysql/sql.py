@@ -296,7 +296,7 @@ class TableSQL:
         """`insert` over block rows, rendered from their Arrow columns: the same statements, byte
         for byte, as `insert` over the rows' images (``TableRows.images``) in order.
 
-        Every row must be an INSERT carrying ``positions`` (`columns.inserts_full`). A value
+        Every row must be an INSERT carrying ``positions`` (`Gather.inserts_full`). A value
         without a literal (NaN, a type with no rule) raises what `insert` raises, at the statement
         where `insert` raises it: the rows are then rendered from their images.
         """
