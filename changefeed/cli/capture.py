@@ -6,15 +6,14 @@ import argparse
 import logging
 import sys
 from collections.abc import Mapping
-from datetime import UTC, tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ..errors import ConfigError
 from ..ops.progress import Progress, add_progress_option
 from ..secrets import mask_secrets
+from ..timezones import zone
 
 if TYPE_CHECKING:
     from ..capture.binlog import BinlogPosition
@@ -62,15 +61,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _zone(name: str) -> tzinfo:
-    if name.upper() in ("UTC", "Z", "+00:00"):
-        return UTC
-    try:
-        return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise ConfigError(f"unknown time zone {name!r}") from None
-
-
 def run(args: argparse.Namespace) -> int:
     import orjson  # noqa: PLC0415 - keep `changefeed --help` light
 
@@ -78,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     from ..model.events import Resolved  # noqa: PLC0415
     from ..model.jsonl import dumps_event  # noqa: PLC0415
 
-    tz = _zone(args.time_zone)
+    tz = zone(args.time_zone)
     table_filter = BlockAllowList.build(
         args.do_db, args.ignore_db, args.do_table, args.ignore_table, args.ignore_op, args.ignore_ddl
     )

@@ -686,7 +686,7 @@ def _token_reader(col: Column, fmt: CSVFormat) -> Callable[[str], Any]:
         hi = int_range(col)[1]
 
         def int_field(tok: str) -> Any:
-            if tok.isdigit() and tok.isascii():
+            if ascii_digits(tok):
                 v = int(tok)
                 if v <= hi:
                     return v

@@ -22,6 +22,7 @@ import pymysql.connections
 
 from ...errors import CaptureError, ConfigError
 from ...mysqlclient import connect
+from ...secrets import mask_secrets
 from .capture import SourceDisconnectedError
 from .constants import CHECKSUM_LEN, HEADER_LEN, EventType
 from .files import RawEvent
@@ -61,7 +62,7 @@ class ServerAddress:
         """``mysql://USER[:PASS]@HOST[:PORT]`` (percent-escapes allowed in user and password)."""
         parts = urlsplit(url)
         if parts.scheme not in ("mysql", "mariadb") or not parts.hostname:
-            raise ConfigError(f"expected mysql://USER[:PASS]@HOST:PORT, got {redact(url)!r}")
+            raise ConfigError(f"expected mysql://USER[:PASS]@HOST:PORT, got {mask_secrets(url)!r}")
         return cls(
             host=parts.hostname,
             port=parts.port or 3306,
@@ -71,15 +72,6 @@ class ServerAddress:
 
     def __str__(self) -> str:  # never shows the password
         return f"{self.user}@{self.host}:{self.port}"
-
-
-def redact(url: str) -> str:
-    """The URL with any password replaced by ``***`` (for messages and logs)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()
 
 
 def random_server_id() -> int:

@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from ...errors import CodecError, clip
+from ...errors import CodecError, ascii_digits, clip
 from ...model import (
     ABSENT,
     Column,
@@ -64,7 +64,7 @@ _FLOAT_RE = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII).full
 
 
 def _uint_text(text: str) -> int:
-    if text.isdigit() and text.isascii() and len(text) <= 40:
+    if ascii_digits(text) and len(text) <= 40:
         return int(text)
     raise _BadValueError(f"{clip(text)} is not an unsigned integer")
 
@@ -84,7 +84,7 @@ def _int_parser(lo: int, hi: int) -> Callable[[str], int]:
 
 def _bounded_uint(hi: int, what: str) -> Callable[[str], int]:
     def parse_uint(text: str) -> int:
-        if text.isdigit() and text.isascii() and len(text) <= 40:
+        if ascii_digits(text) and len(text) <= 40:
             v = int(text)
             if v <= hi:
                 return v

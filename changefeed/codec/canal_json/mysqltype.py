@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ...errors import clip
+from ...errors import ascii_digits, clip
 from ...model.schema import Column
 from ...model.types import DEFAULT_FLEN, UNSIGNED_DEFAULT_FLEN, TypeCode, mysql_type_string, parse_type_name, type_name
 
@@ -173,7 +173,7 @@ def _parse_numbers(params: str, text: str) -> list[int]:
     nums = []
     for raw in params.split(","):
         part = raw.strip()
-        if not (part.isascii() and part.isdigit()) or int(part) >= _MAX_PARAM:
+        if not ascii_digits(part) or int(part) >= _MAX_PARAM:
             raise ValueError(f"bad parameter {clip(part)} in mysqlType {clip(text)}")
         nums.append(int(part))
     return nums

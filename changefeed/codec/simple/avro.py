@@ -20,7 +20,7 @@ from typing import Any
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
-from ...errors import clip
+from ...errors import ascii_digits, clip
 from ...model import ABSENT, Column, DDLEvent, Op, RowChange, TableSchema, TypeCode
 from ...model.gofloat import to_float32
 from ...model.types import INTEGER_TYPES
@@ -340,7 +340,7 @@ def value_parser(col: Column) -> Callable[[Any], Any]:
                 return to_uint64(raw[1]["value"])
             if type(raw) is int and raw >= 0:
                 return raw
-            if type(raw) is str and raw.isascii() and raw.isdigit() and int(raw) <= U64:
+            if type(raw) is str and ascii_digits(raw) and int(raw) <= U64:
                 return int(raw)
             raise bad(raw, "UnsignedBigint")
 
