@@ -503,6 +503,10 @@ class Bench:
     def uri(self, topic: str) -> str:
         return f"kafka://{self.broker.bootstrap_servers}/{topic}?protocol={self.args.protocol}"
 
+    def trigger(self) -> list[str]:
+        """Both jobs' ``--trigger-interval`` when one is asked for (else their default, 1 s)."""
+        return ["--trigger-interval", self.args.trigger_interval] if self.args.trigger_interval else []
+
     def capture(self, name: str, cid: str, topic: str, db: str) -> Job:
         self.broker.create_topic(topic, PARTITIONS)
         config = self.work / f"{cid}.toml"
@@ -510,10 +514,11 @@ class Bench:
             f'changefeed-id = "{cid}"\nsink-uri = "{self.uri(topic)}"\n\n'
             f'[source]\ntype = "mysql"\nurl = "{self.up.url}"\n\n[filter]\nrules = ["{db}.*"]\n'
         )
-        return Job(name, ["run", str(config)], self.work, self.work / ".changefeed" / f"run-{cid}")
+        argv = ["run", str(config), *self.trigger()]
+        return Job(name, argv, self.work, self.work / ".changefeed" / f"run-{cid}")
 
     def apply(self, name: str, cid: str, topic: str, down: MariaDBServer) -> Job:
-        argv = ["apply", "--from", self.uri(topic), "--to", f"{down.url}/", "--changefeed-id", cid]
+        argv = ["apply", "--from", self.uri(topic), "--to", f"{down.url}/", "--changefeed-id", cid, *self.trigger()]
         return Job(name, argv, self.work, self.work / ".changefeed" / f"apply-{cid}")
 
     def meter(self, *jobs: Job, down: MariaDBServer | None = None, up: bool = True) -> CpuMeter:
@@ -957,6 +962,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--plot", type=Path, default=HERE / "e2e_lag.png", help="steady lag PNG (default bench/e2e_lag.png)"
     )
+    ap.add_argument("--trigger-interval", help="both jobs' micro-batch interval, e.g. 300ms (default: theirs, 1s)")
     ap.add_argument("--json", type=Path, help="also write the figures here as JSON")
     ap.add_argument("--detail", action="store_true", help="CPU of each JVM thread kind and Python worker module")
     return ap
@@ -990,6 +996,7 @@ def main() -> int:
         "rows": args.rows,
         "columns": args.columns,
         "protocol": args.protocol,
+        "trigger_interval": args.trigger_interval or "1s",
         "git": git_state(),
     }
     print(f"command: {report['command']}")

@@ -7,6 +7,7 @@ time-zone = "UTC"
 
 [source]                 # ours: where the changes come from
 type = "binlog-files"    # or type = "mysql" with url = "mysql://USER@HOST:PORT" and password-env or password-file
+                         # (TLS: url = "mysql://USER@HOST:PORT?ssl-mode=verify-ca&ssl-ca=/etc/cdc/ca.pem")
 path = "/var/lib/mysql"
 
 [filter]
@@ -32,13 +33,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, quote, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from .codec import CodecOptions
 from .codec.csv import CSVFormat
 from .dispatch.router import DispatchRule
 from .dispatch.tablefilter import TableFilter
 from .errors import ConfigError, ascii_digits
+from .kafkasecurity import KAFKA_SECURITY_PARAMS, KafkaSecurity
 from .secrets import mask_secrets, resolve_password
 from .sink.storage.writer import StorageOptions
 from .timezones import zone
@@ -68,18 +70,21 @@ FILE_URI_PARAMS = frozenset(
         "enable-tidb-extension",
     }
 )
-#: sink-uri query parameters of a ``kafka://`` sink (TiCDC's names).
-KAFKA_URI_PARAMS = frozenset(
-    {
-        "protocol",
-        "partition-num",
-        "replication-factor",
-        "max-message-bytes",
-        "max-batch-size",
-        "enable-tidb-extension",
-        "auto-create-topic",
-        "flush-interval",
-    }
+#: sink-uri query parameters of a ``kafka://`` sink (TiCDC's names; TLS and SASL: `changefeed.kafkasecurity`).
+KAFKA_URI_PARAMS = (
+    frozenset(
+        {
+            "protocol",
+            "partition-num",
+            "replication-factor",
+            "max-message-bytes",
+            "max-batch-size",
+            "enable-tidb-extension",
+            "auto-create-topic",
+            "flush-interval",
+        }
+    )
+    | KAFKA_SECURITY_PARAMS
 )
 KAFKA_PROTOCOLS = ("canal-json", "open-protocol", "simple")
 _CSV_KEYS = {
@@ -162,7 +167,7 @@ class SourceConfig:
         options = {"input": "binlog"}
         if self.is_live:
             a = self.server()
-            options["url"] = f"mysql://{quote(a.user, safe='')}@{a.host}:{a.port}"
+            options["url"] = a.url()  # with the TLS options, without the password
             if a.password:
                 options["password"] = a.password
         else:
@@ -251,6 +256,7 @@ class ChangefeedConfig:
         if "max-batch-size" in p:
             codec.max_batch_size = _typed(p["max-batch-size"], int, "max-batch-size")
         servers, _, topic = self.sink_uri.location.partition("/")
+        security = KafkaSecurity.from_params(p, where="kafka sink-uri")
         return KafkaSinkConfig(
             bootstrap_servers=servers,
             topic=topic,
@@ -259,6 +265,7 @@ class ChangefeedConfig:
             auto_create_topic=_typed(p.get("auto-create-topic", "true"), bool, "auto-create-topic"),
             partition_num=_typed(p["partition-num"], int, "partition-num") if "partition-num" in p else None,
             replication_factor=_typed(p.get("replication-factor", "1"), int, "replication-factor"),
+            client_config=security.client_config(),
         )
 
     def mysql_sink(self) -> tuple[str, MySQLSinkConfig]:
@@ -353,7 +360,9 @@ def parse_sink_uri(uri: str, base_dir: Path | None = None) -> SinkURI:
 def _kafka_uri(uri: str, netloc: str, path: str, params: dict[str, str]) -> SinkURI:
     topic = path.strip("/")
     if not netloc or not topic or "/" in topic:
-        raise ConfigError(f"a kafka sink-uri is kafka://HOST:PORT[,HOST:PORT]/TOPIC?protocol=..., got {uri!r}")
+        raise ConfigError(
+            f"a kafka sink-uri is kafka://HOST:PORT[,HOST:PORT]/TOPIC?protocol=..., got {mask_secrets(uri)!r}"
+        )
     unknown = set(params) - KAFKA_URI_PARAMS
     if unknown:
         raise ConfigError(
@@ -500,19 +509,26 @@ def _source(src: dict[str, Any], base: Path) -> SourceConfig:
     return source
 
 
+_SOURCE_TLS_PARAMS = ("ssl-mode", "ssl-ca", "ssl-cert", "ssl-key")
+
+
 def _source_url_options(url: str) -> tuple[str, dict[str, str]]:
-    """The source URL without its query, and the query's password options (the only ones it takes)."""
+    """The source URL with only its TLS options left in the query, and the query's password options."""
     parts = urlsplit(url)
     options: dict[str, str] = {}
+    kept: list[tuple[str, str]] = []
     for key, value in parse_qsl(parts.query, keep_blank_values=True):
         name = key.replace("_", "-").lower()
-        if name not in ("password-env", "password-file"):
+        if name in _SOURCE_TLS_PARAMS:
+            kept.append((name, value))
+        elif name in ("password-env", "password-file"):
+            options[name] = value
+        else:
             raise ConfigError(
                 f"[source] url {mask_secrets(url)!r}: the replica connection takes no parameters but "
-                f"password-env and password-file, got {key!r} (no TLS yet)"
+                f"password-env, password-file, {', '.join(_SOURCE_TLS_PARAMS)}, got {key!r}"
             )
-        options[name] = value
-    return urlunsplit(parts._replace(query="")), options
+    return urlunsplit(parts._replace(query=urlencode(kept))), options
 
 
 def _config_path(value: Any, key: str, base: Path) -> Path:

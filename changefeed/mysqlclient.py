@@ -1,38 +1,212 @@
-"""Opening PyMySQL connections: one place, with PyMySQL's TLS "preferred" context built once.
+"""Opening PyMySQL connections: one place, with TLS modes and PyMySQL's TLS "preferred" context built once.
 
-Why: with no TLS options PyMySQL (>= 1.1) negotiates TLS when the server offers it, without
-verifying the server, and builds a new `ssl.SSLContext` for every connection, loading every
-system CA certificate into it although it never verifies with them: ~20-40 ms of CPU each. The
-capture job opens a replica connection per binlog range and micro-batch, so that was half of
-its Python workers' CPU at 2,000 rows/s (bench/RESULTS.md). The context of that mode holds no
-per-connection state, so one per process serves every connection alike; connections given TLS
-options still get PyMySQL's own context, built from them.
+TLS modes (`TLSOptions`, the URL options ``ssl-mode``, ``ssl-ca``, ``ssl-cert``, ``ssl-key``) have
+the MySQL client's meaning (``mysql --ssl-mode``): DISABLED (no TLS even when the server offers
+it), PREFERRED (TLS when the server offers it, the server not verified), REQUIRED (TLS or no
+connection, not verified), VERIFY_CA (TLS, the server's chain checked against ``ssl-ca``),
+VERIFY_IDENTITY (that and the server's name: the host connected to must be in its certificate).
+Without ``ssl-mode`` the mode is what the files say, as before there was one: ``ssl-ca`` gives
+VERIFY_IDENTITY (PyMySQL's rule for a CA; MySQL's client would stop at VERIFY_CA), ``ssl-cert``/
+``ssl-key`` alone give REQUIRED, nothing gives PREFERRED. For the three modes that need TLS, a
+connection is checked after the handshake: one that is not encrypted (an older PyMySQL carrying
+on in plain text) is closed and refused; a server without TLS, or a certificate that fails the
+check, ends in a `ConfigError` that says which, not in an OperationalError a caller would retry.
+A Unix-socket connection counts as secure (it never leaves the machine), as for the MySQL client.
+
+Why the shared context: with no TLS options PyMySQL (>= 1.1) negotiates TLS when the server
+offers it, without verifying the server, and builds a new `ssl.SSLContext` for every
+connection, loading every system CA certificate into it although it never verifies with them:
+~20-40 ms of CPU each. The capture job opens a replica connection per binlog range and
+micro-batch, so that was half of its Python workers' CPU at 2,000 rows/s (bench/RESULTS.md). The
+context of that mode holds no per-connection state, so one per process serves every PREFERRED
+connection alike; connections of the other modes get PyMySQL's own context, built from their options.
 """
 
 from __future__ import annotations
 
 import ssl
 import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
+import pymysql.err
 from pymysql.connections import Connection
 
-__all__ = ["connect"]
+from .errors import ConfigError
+
+__all__ = ["SSL_MODES", "TLS_OPTIONS", "TLSOptions", "connect", "ssl_mode"]
+
+#: The MySQL client's ``--ssl-mode`` values, weakest first.
+SSL_MODES = ("DISABLED", "PREFERRED", "REQUIRED", "VERIFY_CA", "VERIFY_IDENTITY")
+#: URL options (underscore form) that `TLSOptions.from_options` reads.
+TLS_OPTIONS = ("ssl_mode", "ssl_ca", "ssl_cert", "ssl_key")
+_NEEDS_TLS = frozenset({"REQUIRED", "VERIFY_CA", "VERIFY_IDENTITY"})
+_CR_SSL_CONNECTION_ERROR = 2026  # PyMySQL: "SSL is required but the server doesn't support it"
 
 _lock = threading.Lock()
 _preferred: list[ssl.SSLContext] = []  # the one TLS-preferred context, once built
 
 
+def ssl_mode(value: str) -> str:
+    """``verify-ca``, ``VERIFY_CA``, ``Verify_Ca`` -> ``VERIFY_CA``; anything else is a ConfigError."""
+    mode = value.strip().upper().replace("-", "_")
+    if mode not in SSL_MODES:
+        names = ", ".join(m.lower().replace("_", "-") for m in SSL_MODES)
+        raise ConfigError(f"ssl-mode must be one of {names}, got {value!r}")
+    return mode
+
+
+@dataclass(frozen=True)
+class TLSOptions:
+    """How one connection uses TLS: a mode (None: what the files imply) and PEM file paths."""
+
+    mode: str | None = None
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode is not None:
+            object.__setattr__(self, "mode", ssl_mode(self.mode))
+        mode = self.mode
+        if mode in ("DISABLED", "PREFERRED", "REQUIRED") and self.ca:
+            raise ConfigError(
+                f"ssl-ca is given with ssl-mode={mode.lower()}, which does not verify the server: "
+                "use ssl-mode=verify-ca or verify-identity, or drop ssl-ca"
+            )
+        if mode == "DISABLED" and (self.cert or self.key):
+            raise ConfigError("ssl-cert/ssl-key are given with ssl-mode=disabled: drop one or the other")
+        if mode in ("VERIFY_CA", "VERIFY_IDENTITY") and not self.ca:
+            raise ConfigError(
+                f"ssl-mode={mode.lower().replace('_', '-')} needs ssl-ca=FILE, the CA certificate(s) to verify "
+                "the server against (the system's: ssl-ca=/etc/ssl/certs/ca-certificates.crt)"
+            )
+        if self.key and not self.cert:
+            raise ConfigError("ssl-key is given without ssl-cert (the client certificate it belongs to)")
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> TLSOptions:
+        """From URL options in underscore form (``ssl_mode``, ``ssl_ca``, ``ssl_cert``, ``ssl_key``)."""
+        return cls(*(str(options[k]) if options.get(k) else None for k in TLS_OPTIONS))
+
+    @property
+    def effective_mode(self) -> str:
+        """The mode in force: as given, else VERIFY_IDENTITY with a CA, REQUIRED with a client cert, or PREFERRED."""
+        if self.mode is not None:
+            return self.mode
+        if self.ca:
+            return "VERIFY_IDENTITY"
+        return "REQUIRED" if self.cert else "PREFERRED"
+
+    @property
+    def required(self) -> bool:
+        """Whether a connection without TLS must be refused."""
+        return self.effective_mode in _NEEDS_TLS
+
+    def options(self) -> dict[str, str]:
+        """The URL options (underscore form) that give these settings back; empty for the default."""
+        return {k: v for k, v in zip(TLS_OPTIONS, (self.mode, self.ca, self.cert, self.key), strict=True) if v}
+
+    def query(self) -> str:
+        """These settings as a URL query (``ssl-mode=VERIFY_CA&ssl-ca=...``), '' for the default."""
+        from urllib.parse import urlencode  # noqa: PLC0415
+
+        return urlencode({k.replace("_", "-"): v for k, v in self.options().items()})
+
+    def pymysql_kwargs(self) -> dict[str, Any]:
+        """PyMySQL's ``Connection`` arguments for this mode (nothing for PREFERRED without a client certificate)."""
+        mode = self.effective_mode
+        if mode == "DISABLED":
+            return {"ssl_disabled": True}
+        if mode == "PREFERRED":
+            return {}  # PyMySQL's own preferred mode; a client certificate is added by _Connection
+        if mode == "REQUIRED":
+            # A truthy ssl dict makes PyMySQL require TLS; no CA and verify_mode False: not verified.
+            sslp: dict[str, Any] = {"verify_mode": False, "check_hostname": False}
+            if self.cert:
+                sslp["cert"] = self.cert
+            if self.key:
+                sslp["key"] = self.key
+            return {"ssl": sslp}
+        kwargs: dict[str, Any] = {
+            "ssl_ca": self.ca,
+            "ssl_verify_cert": True,
+            "ssl_verify_identity": mode == "VERIFY_IDENTITY",
+        }
+        if self.cert:
+            kwargs["ssl_cert"] = self.cert
+        if self.key:
+            kwargs["ssl_key"] = self.key
+        return kwargs
+
+
 class _Connection(Connection):  # type: ignore[misc]
+    _cf_tls: TLSOptions | None = None
+
+    def __init__(self, *, tls: TLSOptions | None = None, **kwargs: Any) -> None:
+        self._cf_tls = tls  # before Connection.__init__: it builds the context and connects
+        super().__init__(**kwargs)
+
     def _create_ssl_ctx(self, sslp: Any) -> ssl.SSLContext:
         if sslp:  # the caller's own TLS settings
             return super()._create_ssl_ctx(sslp)  # type: ignore[no-any-return]
+        tls = self._cf_tls
+        if tls is not None and tls.cert:  # PREFERRED with a client certificate: its own context
+            ctx = super()._create_ssl_ctx({"cert": tls.cert, "key": tls.key} if tls.key else {"cert": tls.cert})
+            return ctx  # type: ignore[no-any-return]
         with _lock:
             if not _preferred:
                 _preferred.append(super()._create_ssl_ctx(sslp))
             return _preferred[0]
 
+    def connect(self, sock: Any = None) -> None:
+        tls = self._cf_tls
+        if tls is None or not tls.required:
+            super().connect(sock)
+            return
+        where = f"{self.host}:{self.port}"
+        mode = tls.effective_mode.lower().replace("_", "-")
+        try:
+            super().connect(sock)
+        except pymysql.err.OperationalError as exc:
+            reason = _tls_failure(exc, self.host)
+            if reason is None:
+                raise
+            raise ConfigError(f"TLS connection (ssl-mode={mode}) refused: {reason}", where=where) from None
+        if not (isinstance(self._sock, ssl.SSLSocket) or self.unix_socket):
+            self._force_close()
+            raise ConfigError(
+                f"TLS connection (ssl-mode={mode}) refused: the session is not encrypted "
+                "(the server does not offer TLS)",
+                where=where,
+            )
 
-def connect(**kwargs: Any) -> Connection:
-    """``pymysql.connect(**kwargs)``, sharing the TLS-preferred context (see the module docstring)."""
-    return _Connection(**kwargs)
+
+def _tls_failure(exc: pymysql.err.OperationalError, host: str) -> str | None:
+    """Why a connection failed, if it is TLS's fault that no retry can fix; None otherwise."""
+    code = exc.args[0] if exc.args else None
+    if code == _CR_SSL_CONNECTION_ERROR:
+        return "the server does not offer TLS (start it with ssl-ca/ssl-cert/ssl-key, or use ssl-mode=preferred)"
+    cause = getattr(exc, "original_exception", None)
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        detail = cause.verify_message or str(cause)
+        if "hostname" in detail.lower() or "ip address mismatch" in detail.lower():
+            return (
+                f"the server's certificate does not name {host!r} ({detail}); ssl-mode=verify-identity checks "
+                "the name, verify-ca only the chain"
+            )
+        return f"the server's certificate does not verify against ssl-ca ({detail})"
+    if isinstance(cause, ssl.SSLError) and not isinstance(cause, ssl.SSLEOFError | ssl.SSLZeroReturnError):
+        return f"TLS handshake failed ({cause.reason or cause})"
+    return None
+
+
+def connect(*, tls: TLSOptions | None = None, **kwargs: Any) -> Connection:
+    """``pymysql.connect(**kwargs)`` with ``tls``'s mode (see the module docstring).
+
+    Without ``tls`` (or in PREFERRED mode) connections share the TLS-preferred context.
+    """
+    if tls is not None:
+        kwargs.update(tls.pymysql_kwargs())
+    return _Connection(tls=tls, **kwargs)

@@ -7,6 +7,7 @@ import json
 import random
 import sys
 import time
+import tracemalloc
 from pathlib import Path
 
 import orjson
@@ -201,6 +202,82 @@ def test_truncated_binlog_via_cli(tmp_path: Path, capsys: pytest.CaptureFixture[
     (tmp_path / "binlog.000001").write_bytes(data[: len(data) // 2])
     code, err = run_cli(["capture", "--no-progress", "--from", f"file://{tmp_path}"], capsys)
     assert code == 1 and "binlog.000001:" in err
+
+
+@pytest.mark.parametrize("size", [0xFFFFFFFF, 2741699202, 10_000_000])
+def test_a_huge_event_size_is_refused_before_reading(tmp_path: Path, size: int) -> None:
+    """Found by bench/fuzz.py: a mutated size field made the file reader allocate the header's size
+    (up to 4 GiB) before finding the file shorter. It is checked against the bytes left first."""
+    data = bytearray((BINLOGS / "nocrc" / "binlog.000001").read_bytes())
+    fde_size = int.from_bytes(data[4 + 9 : 4 + 13], "little")
+    second = 4 + fde_size  # the event after the FORMAT_DESCRIPTION
+    data[second + 9 : second + 13] = size.to_bytes(4, "little")
+    (tmp_path / "binlog.000001").write_bytes(bytes(data))
+    tracemalloc.start()
+    try:
+        with pytest.raises(CaptureError, match=f"header says {size} bytes, the file has") as info:
+            list(file_capture(tmp_path / "binlog.000001").events())
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert info.value.where == f"binlog.000001:{second}"
+    assert peak < 8 << 20, peak  # nothing near the claimed size was allocated
+
+
+def test_a_rows_event_without_columns_is_refused(tmp_path: Path) -> None:
+    """Found by bench/fuzz.py: a ROWS event whose columns-present bitmap is all zero has rows of zero
+    bytes, and the row decoder looped forever appending empty rows. Refused as the columnar reader does."""
+    data = bytearray((BINLOGS / "nocrc" / "binlog.000001").read_bytes())
+    pos, patched = 4, None
+    while pos + 19 <= len(data):
+        kind, size = data[pos + 4], int.from_bytes(data[pos + 9 : pos + 13], "little")
+        if kind in (23, 24, 25, 30, 31, 32):  # WRITE/UPDATE/DELETE_ROWS v1, v2
+            body = pos + 19 + 8  # table id, flags
+            if kind >= 30:
+                body += int.from_bytes(data[body : body + 2], "little")  # v2 extra data (its length counts itself)
+            count = data[body]
+            assert count < 251  # one-byte length-encoded column count
+            mlen = (count + 7) // 8
+            data[body + 1 : body + 1 + mlen] = bytes(mlen)
+            patched = pos
+            break
+        pos += size
+    assert patched is not None
+    (tmp_path / "binlog.000001").write_bytes(bytes(data))
+    started = time.monotonic()
+    with pytest.raises(CaptureError, match="a row image without columns") as info:
+        list(file_capture(tmp_path / "binlog.000001").events())
+    assert info.value.where == f"binlog.000001:{patched}" and time.monotonic() - started < 10
+
+
+def test_a_bit_column_wider_than_64_bits_is_refused(tmp_path: Path) -> None:
+    """Found by bench/fuzz.py: a TABLE_MAP whose BIT metadata claimed 242 bits decoded a 242-bit integer,
+    which then failed to serialise (orjson: "Integer exceeds 64-bit range"). MySQL's BIT holds 1 to 64."""
+    from changefeed.capture.binlog.tablemap import _ONE_BYTE_META, _TWO_BYTE_META, ColumnType  # noqa: PLC0415
+
+    data = bytearray((BINLOGS / "nocrc" / "binlog.000001").read_bytes())
+    pos, patched = 4, None
+    while pos + 19 <= len(data) and patched is None:
+        kind, size = data[pos + 4], int.from_bytes(data[pos + 9 : pos + 13], "little")
+        if kind == 19:  # TABLE_MAP: table id (6), flags (2), schema, table, column count, types, metadata
+            at = pos + 19 + 8
+            at += data[at] + 2
+            at += data[at] + 2
+            count = data[at]
+            types = data[at + 1 : at + 1 + count]
+            at += 1 + count + 1  # the types, then a one-byte metadata length
+            for tp in types:
+                if tp == ColumnType.BIT:
+                    data[at], data[at + 1] = 242, 0  # "242 bits, 0 bytes": the fuzzer's input
+                    patched = pos
+                    break
+                at += 1 if tp in _ONE_BYTE_META else 2 if tp in _TWO_BYTE_META else 0
+        pos += size
+    assert patched is not None, "the fixture has a BIT column"
+    (tmp_path / "binlog.000001").write_bytes(bytes(data))
+    with pytest.raises(CaptureError, match="BIT column of 242 bits") as info:
+        list(file_capture(tmp_path / "binlog.000001").events())
+    assert info.value.where == f"binlog.000001:{patched}"
 
 
 # -- 4, 5, 6. config checks --------------------------------------------------------------------

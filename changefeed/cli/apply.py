@@ -31,6 +31,34 @@ _LAYOUT_PARAMS = frozenset(
 )
 
 
+#: What a reader of the downstream sees, per setting (docs/mysql-sink.md, "What readers see").
+VISIBILITY = """\
+what a downstream reader sees:
+  --to mysql://...?worker-count=1 (the default; any safe-mode, any max-txn-row)
+      mid-batch:     only whole upstream transactions: a batch of whole transactions commits
+                     with the checkpoint row in ONE downstream transaction (atomic per transaction)
+      after a crash: nothing past the checkpoint; the restart resumes there (exactly once)
+  --to mysql://...?worker-count=N, N > 1
+      mid-batch:     PARTS of an upstream transaction: each worker commits its share separately
+                     and the checkpoint is written after all of them, in a separate transaction
+      after a crash: rows past the checkpoint may be there; the restart replays them in safe mode:
+                     only EVENTUAL equality (the same final state once the replay passed them)
+  --to parquet://DIR
+      mid-batch:     each table's snapshot file is replaced whole, one table after another
+      after a crash: snapshots may be ahead of the checkpoint; the replay converges (eventual)
+Use worker-count=1 when readers must never see a partial upstream transaction.
+"""
+
+
+class _KeepLayout(argparse.HelpFormatter):
+    """Wraps the description as usual; keeps a text laid out on several lines (the epilog) as it is."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if "\n" in text:
+            return text
+        return super()._fill_text(text, width, indent)
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
         "apply",
@@ -38,6 +66,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Follow a TiCDC storage-sink directory (written by `changefeed run` or by TiCDC) and keep "
         "one Parquet snapshot per table (latest row per key as of the published checkpoint), or apply it to "
         "MySQL/MariaDB exactly once (checkpoint row in the same transaction).",
+        epilog=VISIBILITY,
+        formatter_class=_KeepLayout,
     )
     p.add_argument(
         "--from",
@@ -105,16 +135,23 @@ _KAFKA_WRITE_PARAMS = frozenset({"partition-num", "replication-factor", "auto-cr
 
 
 def kafka_source(uri: str) -> dict[str, str]:
-    """``kafka://HOST:PORT/TOPIC?protocol=...`` (the capture's sink-uri as is) -> data source options."""
+    """``kafka://HOST:PORT/TOPIC?protocol=...`` (the capture's sink-uri as is) -> data source options.
+
+    TLS and SASL parameters (`changefeed.kafkasecurity`) are checked and the SASL password read
+    here; it travels as the ``sasl-password`` option, which Spark redacts wherever it shows options.
+    """
     from ..codec import CodecOptions  # noqa: PLC0415
+    from ..kafkasecurity import KAFKA_SECURITY_PARAMS, KafkaSecurity  # noqa: PLC0415
 
     parts = urlsplit(uri)
     topic = parts.path.strip("/")
     if not parts.netloc or not topic:
-        raise ConfigError(f"expected kafka://HOST:PORT/TOPIC?protocol=..., got {uri!r}")
+        raise ConfigError(f"expected kafka://HOST:PORT/TOPIC?protocol=..., got {mask_secrets(uri)!r}")
     params = {k: v for k, v in parse_qsl(parts.query, keep_blank_values=True) if k not in _KAFKA_WRITE_PARAMS}
+    security = KafkaSecurity.from_params(params, where="--from kafka://")
+    params = {k: v for k, v in params.items() if k not in KAFKA_SECURITY_PARAMS}
     CodecOptions.from_mapping(params)  # unknown codec parameters fail here, naming the key
-    return {"input": "kafka", "bootstrap.servers": parts.netloc, "topic": topic, **params}
+    return {"input": "kafka", "bootstrap.servers": parts.netloc, "topic": topic, **params, **security.params()}
 
 
 def run(args: argparse.Namespace) -> int:

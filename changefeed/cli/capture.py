@@ -8,7 +8,6 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
 from ..errors import ConfigError
 from ..ops.progress import Progress, add_progress_option
@@ -129,18 +128,21 @@ def _live_url(source: str) -> str:
     """``--from`` with its password resolved (password-env, password-file, MYSQL_PWD) into the URL.
 
     The URL stays in this process: the command line holds only the option naming the password.
-    The replica connection takes no other URL option (no TLS yet).
+    The replica connection takes no other URL option but the TLS ones (ssl-mode, ssl-ca, ssl-cert, ssl-key).
     """
+    from ..capture.binlog.replica import ServerAddress  # noqa: PLC0415
+    from ..mysqlclient import TLS_OPTIONS  # noqa: PLC0415
     from ..sink.mysql.url import parse_mysql_url  # noqa: PLC0415
 
     params = parse_mysql_url(source)
-    if params.options or params.database:
+    other = sorted(set(params.options) - set(TLS_OPTIONS))
+    if other or params.database:
         raise ConfigError(
             f"--from {mask_secrets(source)!r}: the replica connection takes no database and no URL option "
-            "but password-env and password-file (no TLS yet)"
+            "but password-env, password-file, ssl-mode, ssl-ca, ssl-cert and ssl-key"
         )
-    auth = quote(params.user, safe="") + (":" + quote(params.password, safe="") if params.password else "")
-    return f"mysql://{auth}@{params.host}:{params.port}"
+    address = ServerAddress(params.host, params.port, params.user, params.password, params.tls)
+    return address.url(password=True)
 
 
 class _FileMeter:

@@ -11,6 +11,7 @@ import argparse
 import logging
 import re
 import sys
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -166,7 +167,12 @@ def run(args: argparse.Namespace) -> int:
     if config.sink_uri.is_kafka:
         kafka = config.kafka_sink_config()
         if not args.skip_preflight:
-            preflight(config, checkpoint, broker=(kafka.bootstrap_servers, kafka.topic, kafka.partition_num))
+            preflight(
+                config,
+                checkpoint,
+                broker=(kafka.bootstrap_servers, kafka.topic, kafka.partition_num),
+                broker_config=kafka.client_config,
+            )
         call = partial(run_capture_kafka, source=source, sink_config=kafka, checkpoint=checkpoint, **capture)
         where = f"kafka {kafka.bootstrap_servers} topic {kafka.topic}"
     elif config.sink_uri.is_mysql:
@@ -209,6 +215,7 @@ def preflight(
     checkpoint: Path,
     *,
     broker: tuple[str, str, int | None] | None = None,
+    broker_config: Mapping[str, Any] | None = None,
     sink: str | None = None,
 ) -> None:
     """The checks of `changefeed check` that apply to this changefeed; raise `PreflightError` on any error.
@@ -224,7 +231,7 @@ def preflight(
     start: Any = None
     if config.source.is_live:
         a = config.source.server()
-        source = MySQLParams(host=a.host, port=a.port, user=a.user, password=a.password)
+        source = MySQLParams(host=a.host, port=a.port, user=a.user, password=a.password, options=a.tls.options())
         start = resume_position(checkpoint) or _configured_start(config.source.start_position)
     bootstrap, topic, partitions = broker if broker is not None else (None, None, None)
     findings = check_all(
@@ -235,6 +242,7 @@ def preflight(
         topic=topic,
         partitions=partitions,
         sink=sink,
+        broker_config=broker_config,
     )
     raise_for_errors(findings)
 

@@ -84,7 +84,9 @@ def batch_to_images(table: TableSchema, batch: pa.RecordBatch | pa.Table) -> lis
     for col in table.columns:
         if col.name in batch.schema.names:
             values = batch.column(col.name).to_pylist()
-            if _decimal_text(col):
+            # DECIMAL text (precision unknown when it was written) comes back exact, whatever the
+            # precision known now; decimal128/256 columns read back as Decimal already.
+            if col.type_code is TypeCode.DECIMAL and pa.types.is_string(batch.schema.field(col.name).type):
                 values = [None if v is None else Decimal(v) for v in values]
             columns.append(values)
         else:

@@ -175,13 +175,17 @@ def check_all(
     partitions: int | None = None,
     sink: str | MySQLParams | None = None,
     timeout: float = 5.0,
+    broker_config: Mapping[str, Any] | None = None,
 ) -> list[Finding]:
-    """Every check that applies to the parts given: what `changefeed check` and `changefeed run` both run."""
+    """Every check that applies to the parts given: what `changefeed check` and `changefeed run` both run.
+
+    ``broker_config`` adds librdkafka settings (TLS, SASL: `changefeed.kafkasecurity`) to the broker check's client.
+    """
     findings: list[Finding] = []
     if source is not None:
         findings += check_source(source, start, timeout=timeout, schema_tracker=schema_tracker)
     if broker is not None:
-        findings += check_broker(broker, topic, partitions, timeout=timeout)
+        findings += check_broker(broker, topic, partitions, timeout=timeout, client_config=broker_config)
     if sink is not None:
         findings += check_mysql_sink(sink, timeout=timeout)
     return findings
@@ -409,16 +413,20 @@ def check_broker(
     partitions: int | None = None,
     *,
     timeout: float = 5.0,
+    client_config: Mapping[str, Any] | None = None,
 ) -> list[Finding]:
     """Whether the bootstrap servers answer and ``topic`` has at least ``partitions`` partitions.
 
     A TCP connect to each bootstrap address comes first (``timeout`` seconds each), so an
     unreachable broker is reported at once instead of after librdkafka's retries.
+    ``client_config`` adds librdkafka settings (TLS, SASL) to the metadata client.
     """
-    return _logged(_check_broker(bootstrap, topic, partitions, timeout))
+    return _logged(_check_broker(bootstrap, topic, partitions, timeout, client_config or {}))
 
 
-def _check_broker(bootstrap: str, topic: str | None, partitions: int | None, timeout: float) -> list[Finding]:
+def _check_broker(
+    bootstrap: str, topic: str | None, partitions: int | None, timeout: float, client_config: Mapping[str, Any]
+) -> list[Finding]:
     reachable: list[str] = []
     errors: list[str] = []
     for host, port in _bootstrap_addresses(bootstrap):
@@ -442,7 +450,12 @@ def _check_broker(bootstrap: str, topic: str | None, partitions: int | None, tim
     from confluent_kafka.admin import AdminClient  # noqa: PLC0415
 
     admin = AdminClient(
-        {"bootstrap.servers": ",".join(reachable), "logger": log, "socket.connection.setup.timeout.ms": 1000}
+        {
+            "bootstrap.servers": ",".join(reachable),
+            "logger": log,
+            "socket.connection.setup.timeout.ms": 1000,
+            **client_config,
+        }
     )
     try:
         metadata = admin.list_topics(timeout=timeout)

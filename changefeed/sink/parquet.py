@@ -4,7 +4,8 @@ The columnar destination of the apply path (and the embedded default's output). 
 current row per handle key; `flush` rewrites each changed table's ``snapshot.parquet`` atomically
 and then ``_checkpoint.json`` with the commit ts it covers. On restart the snapshots and the
 checkpoint are read back and replayed events at or below the checkpoint are skipped, so a
-replayed batch changes nothing. Tables without a handle key keep every row (a multiset); a
+replayed batch changes nothing; a row at or below a Resolved received earlier in the same run is a
+broken stream and raises (changefeed/sink/replay.py). Tables without a handle key keep every row (a multiset); a
 delete removes one identical row.
 
 A snapshot lives at ``<root>/<schema>/<table>/snapshot.parquet`` with the names encoded as the
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,12 +26,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import SinkError
-from ..model import ABSENT, ActionType, DDLEvent, Event, Op, Resolved, TableSchema
+from ..model import ABSENT, ActionType, DDLEvent, Event, Op, Resolved, TableSchema, TypeCode
 from ..model.arrow import arrow_schema, batch_to_images, images_to_batch
 from ..model.ddl import ddl_tables
+from ..model.ddlschema import ColumnDef, DDLCatalog, TableDef, decimals_for
 from ..model.jsonl import table_schema_from_json, table_schema_to_json
 from ..model.rowblock import RowBlock, expand_blocks
 from .paths import encode_name, join_under, table_label
+from .replay import ResolvedGuard
 from .storage.writer import write_atomically
 
 log = logging.getLogger(__name__)
@@ -93,8 +97,14 @@ class ParquetSnapshotSink:
         self.root.mkdir(parents=True, exist_ok=True)
         self.checkpoint_ts = self._read_checkpoint()
         self._pending_checkpoint = self.checkpoint_ts
+        self._guard = ResolvedGuard("parquet snapshot sink", self.checkpoint_ts)  # replays end at the stored one
         self._tables: dict[tuple[str, str], _TableState] = {}
         self._renamed_away: set[tuple[str, str]] = set()
+        # DECIMAL (precision, scale) learned from the CREATE/ALTER TABLE text of DDL events, for
+        # protocols whose rows do not carry it (Open Protocol); see docs/spark.md.
+        self._catalog = DDLCatalog()
+        self._precise_cache: dict[int, tuple[TableSchema, int, TableSchema]] = {}
+        self._learned: set[tuple[str, str]] = set()  # tables whose DECIMAL precision came from DDL text
 
     def _read_checkpoint(self) -> int:
         path = self.root / CHECKPOINT_FILE
@@ -115,12 +125,49 @@ class ParquetSnapshotSink:
         elements = (encode_name(schema, ROOT_ENTRIES), encode_name(table), "snapshot.parquet")
         return join_under(self.root, *elements, what=table_label(schema, table))
 
+    def _precise(self, ts: TableSchema) -> TableSchema:
+        """``ts`` with the precision and scale of DECIMAL columns it lacks, when DDL seen in the stream gives them."""
+        if not any(c.type_code is TypeCode.DECIMAL and c.length is None for c in ts.columns):
+            return ts
+        hit = self._precise_cache.get(id(ts))
+        if hit is not None and hit[0] is ts and hit[1] == self._catalog.generation:
+            return hit[2]
+        precise = decimals_for(ts, self._catalog.table(ts.schema, ts.table))
+        if precise is not ts:
+            self._learned.add((ts.schema, ts.table))
+        if len(self._precise_cache) > 4096:
+            self._precise_cache.clear()
+        self._precise_cache[id(ts)] = (ts, self._catalog.generation, precise)
+        return precise
+
+    def _learn_stored(self, ts: TableSchema, path: Path) -> TableSchema:
+        """A restart: the precision the snapshot was written with, unless DDL seen since says otherwise."""
+        if (ts.schema, ts.table) in self._catalog:
+            return ts
+        meta = pq.read_schema(path).metadata or {}
+        if SHAPE_KEY not in meta:
+            return ts
+        stored = table_schema_from_json(orjson.loads(meta[SHAPE_KEY]))
+        columns = tuple(
+            ColumnDef(
+                c.name,
+                c.nullable,
+                (c.length, c.decimal or 0) if c.type_code is TypeCode.DECIMAL and c.length is not None else None,
+            )
+            for c in stored.columns
+        )
+        self._catalog.put(TableDef(ts.schema, ts.table, columns, stored.indexes))
+        return self._precise(ts)
+
     def _state(self, ts: TableSchema) -> _TableState:
+        ts = self._precise(ts)
         key = (ts.schema, ts.table)
         state = self._tables.get(key)
         if state is None:
-            state = _TableState(ts)
             path = self._path(ts.schema, ts.table)
+            if key not in self._renamed_away and path.exists():
+                ts = self._learn_stored(ts, path)
+            state = _TableState(ts)
             if key in self._renamed_away:  # a new table under a name renamed away in this batch
                 self._renamed_away.discard(key)
             elif path.exists():
@@ -138,11 +185,17 @@ class ParquetSnapshotSink:
     def write(self, event: Event) -> None:
         if isinstance(event, Resolved):
             self._pending_checkpoint = max(self._pending_checkpoint, event.commit_ts)
+            self._guard.saw(event.commit_ts)
             return
-        if event.commit_ts <= self.checkpoint_ts:
-            return  # already in the published snapshot
+        if isinstance(event, DDLEvent) and event.query:  # also a replayed one: the definitions it sets still hold
+            self._catalog.apply(event.query, event.schema, where=f"DDL at commit ts {event.commit_ts}")
         if isinstance(event, DDLEvent):
-            self._apply_ddl(event)
+            if event.commit_ts > self.checkpoint_ts:  # else already in the published snapshot
+                self._apply_ddl(event)
+            return
+        # A replay below the stored checkpoint is already in the published snapshot; a row below a
+        # Resolved of this run is a broken stream (ResolvedContradictionError).
+        if self._guard.skip(event.commit_ts, f"{event.schema}.{event.table}", event.position):
             return
         state = self._state(event.table_schema)
         image = event.new
@@ -159,6 +212,13 @@ class ParquetSnapshotSink:
         state.dirty = True
 
     def _apply_ddl(self, ddl: DDLEvent) -> None:
+        post, pre = ddl.table_schema, ddl.pre_table_schema
+        if post is not None or pre is not None:  # a copy: the event itself stays as it came
+            ddl = replace(
+                ddl,
+                table_schema=None if post is None else self._precise(post),
+                pre_table_schema=None if pre is None else self._precise(pre),
+            )
         if ddl.ddl_type in (ActionType.RENAME_TABLE, ActionType.RENAME_TABLES):
             self._rename(ddl)
             return
@@ -215,7 +275,23 @@ class ParquetSnapshotSink:
         for (schema, table), state in self._tables.items():
             if not state.dirty:
                 continue
-            batch = images_to_batch(state.schema, state.images())
+            try:
+                batch = images_to_batch(state.schema, state.images())
+            except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+                if (schema, table) not in self._learned:
+                    raise
+                # A value that does not fit the precision the DDL gave: that knowledge is stale
+                # (a change we did not see); the table goes back to exact text until its next DDL.
+                log.warning(
+                    "%s: a DECIMAL value does not fit the precision learned from DDL (%s); writing DECIMAL as text",
+                    table_label(schema, table),
+                    exc,
+                    extra={"table": f"{schema}.{table}", "error": str(exc)},
+                )
+                self._catalog.forget(schema, table)
+                self._learned.discard((schema, table))
+                state.schema = self._imprecise(state.schema)
+                batch = images_to_batch(state.schema, state.images())
             sink = pa.BufferOutputStream()
             shape = orjson.dumps(table_schema_to_json(state.schema))
             arrow_shape = arrow_schema(state.schema).with_metadata({SHAPE_KEY: shape})
@@ -230,10 +306,20 @@ class ParquetSnapshotSink:
             doc = {"checkpoint_ts": self._pending_checkpoint, "removed": removed}
             write_atomically(self.root / CHECKPOINT_FILE, orjson.dumps(doc))
             self.checkpoint_ts = self._pending_checkpoint
+            self._guard.saw(self.checkpoint_ts, "the checkpoint published")
             for schema, table in removed:
                 self._path(schema, table).unlink(missing_ok=True)
             self._renamed_away.clear()
         return self.checkpoint_ts
+
+    @staticmethod
+    def _imprecise(ts: TableSchema) -> TableSchema:
+        """``ts`` with every DECIMAL column's precision forgotten (written as exact text)."""
+        columns = tuple(
+            replace(c, length=None, decimal=None) if c.type_code is TypeCode.DECIMAL and c.length is not None else c
+            for c in ts.columns
+        )
+        return ts if columns == ts.columns else replace(ts, columns=columns)
 
     def table_rows(self, schema: str, table: str) -> int:
         state = self._tables.get((schema, table))

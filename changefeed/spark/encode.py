@@ -35,6 +35,7 @@ from ..sink.kafka.encode import KafkaEncoder, KafkaItem, MessageGroup, UnknownTo
 from ..sink.kafka.progress import FlushedPosition
 from ..sink.storage.layout import SchemaFile
 from ..sink.storage.writer import DataSegment, StorageItem
+from .envelope import ENVELOPE_DDL, unwrap, wrap
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
     from ..sink.kafka import KafkaSink
     from ..sink.storage.writer import StorageWriter
 
-_BATCH_ITEMS = 256  # output rows per Arrow batch ...
+_BATCH_ITEMS = 4096  # output rows per envelope ...
 _BATCH_BYTES = 64 << 20  # ... or this many payload bytes (binary columns have 32-bit offsets)
 
 STORAGE_SCHEMA = pa.schema(
@@ -91,15 +92,6 @@ def row_count(items: Iterable[Any]) -> int:
     )
 
 
-def _spark_schema(schema: pa.Schema) -> str:
-    names = {pa.int32(): "int", pa.int64(): "long", pa.string(): "string", pa.binary(): "binary"}
-    cols = []
-    for f in schema:
-        spark = f"array<{names[f.type.value_type]}>" if pa.types.is_list(f.type) else names[f.type]
-        cols.append(f"{f.name} {spark}")
-    return ", ".join(cols)
-
-
 PartitionEvents = Callable[[Iterator[pa.RecordBatch]], Iterable[Event | RowBlock]]
 """What the encode stage reads one Spark partition's input with: a binlog input's ranges decoded in
 place into row blocks (`changefeed.spark.datasource.binlog.RangeDecoder`), or the changelog's JSONL
@@ -128,7 +120,7 @@ def _partition_id() -> int:
 
 
 def _batches(rows: Iterator[dict[str, Any]], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """Output rows as Arrow batches, cut by count and payload size."""
+    """Output rows as envelopes (changefeed/spark/envelope.py) of Arrow batches cut by count and payload size."""
     part = _partition_id()
     pending: list[dict[str, Any]] = []
     size = 0
@@ -136,10 +128,10 @@ def _batches(rows: Iterator[dict[str, Any]], schema: pa.Schema) -> Iterator[pa.R
         pending.append({**row, "part": part, "seq": seq})
         size += sum(len(v) for v in row.values() if isinstance(v, bytes))
         if len(pending) >= _BATCH_ITEMS or size >= _BATCH_BYTES:
-            yield pa.RecordBatch.from_pylist(pending, schema=schema)
+            yield wrap(pa.RecordBatch.from_pylist(pending, schema=schema), part)
             pending, size = [], 0
     if pending:
-        yield pa.RecordBatch.from_pylist(pending, schema=schema)
+        yield wrap(pa.RecordBatch.from_pylist(pending, schema=schema), part)
 
 
 def in_commit_order(df: DataFrame) -> DataFrame:
@@ -159,7 +151,7 @@ def _collect(
     df: DataFrame, fn: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], schema: pa.Schema
 ) -> pa.Table:
     """Run ``fn`` over every partition in executors; its output rows in (partition, sequence) order."""
-    table = df.mapInArrow(fn, _spark_schema(schema)).toArrow()
+    table = unwrap(df.mapInArrow(fn, ENVELOPE_DDL).toArrow(), schema, "encode stage")
     return table.sort_by([("part", "ascending"), ("seq", "ascending")])
 
 
@@ -218,7 +210,7 @@ def encode_storage(df: DataFrame, writer: StorageWriter, events_of: PartitionEve
 
     ``df``'s partitions must be in commit order (a binlog input's ranges, or `in_commit_order`).
     """
-    encoder, checkpoint_ts = writer.encoder, writer.checkpoint_ts
+    encoder, checkpoint_ts = writer.encoder, writer.replay_ts  # in-run contradictions reach the writer
 
     def encode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         events = _partition_events(batches, events_of)

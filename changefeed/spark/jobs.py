@@ -31,7 +31,6 @@ resolved ts, topic partition counts) is read from the driver's sink when each ba
 
 from __future__ import annotations
 
-import gc
 import logging
 import signal
 import threading
@@ -59,6 +58,7 @@ from .datasource.storage import RANGES as STORAGE_RANGES
 from .datasource.storage import StorageInput
 from .encode import PartitionEvents, encode_kafka, encode_storage, event_order, in_commit_order, jsonl_events, row_count
 from .merge import MergeStage, OrderedStage, Stage
+from .pyworker import quiet_gc
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -190,8 +190,7 @@ def _run_query(
     # What the driver holds by now (pyspark, py4j, pyarrow, the stage and sink) lives as long as
     # the job: out of the cyclic GC's sight, its full collections during a micro-batch's decode
     # stop walking it (bench/apply_stage.py --freeze: ~10-20% of the driver's CPU per row).
-    gc.collect()
-    gc.freeze()
+    quiet_gc()
     try:
         query = writer.start()
     except BaseException as exc:
@@ -352,17 +351,42 @@ def storage_source(storage_root: str | Path, codec: CodecOptions) -> dict[str, s
     return {"input": "storage", "path": str(storage_root), **_codec_options(codec)}
 
 
-def _merge_stage(source: Mapping[str, str], checkpoint: Path) -> Stage | None:
+#: Where the apply job decodes Kafka messages: ``tasks``, ``driver`` or ``auto`` (`decode_in_tasks`).
+DECODE_CONF = "spark.changefeed.apply.decode"
+
+
+def decode_in_tasks(spark: SparkSession) -> bool:
+    """Does the apply job decode Kafka messages in its range tasks (else on the driver)?
+
+    The driver is the one part of the job that does not scale out, and decoding was most of its
+    work; but decoding in tasks costs more CPU in all (the decoded tables are handed over, ~7
+    µs/row more at 10 columns, bench/RESULTS.md). So by default (``auto``) the tasks decode
+    where they have cores of their own: on a cluster, or ``local[N]`` with N >= 4; with 2 or 3
+    local cores, shared by every process of the job, the driver decodes. ``--spark-conf
+    spark.changefeed.apply.decode=tasks|driver`` decides instead.
+    """
+    choice = (spark.conf.get(DECODE_CONF, "auto") or "auto").strip().lower()
+    if choice not in ("auto", "tasks", "driver"):
+        raise ConfigError(f"{DECODE_CONF} must be auto, tasks or driver, not {choice!r}")
+    if choice != "auto":
+        return choice == "tasks"
+    context = spark.sparkContext
+    return not context.master.startswith("local") or context.defaultParallelism >= 4
+
+
+def _merge_stage(source: Mapping[str, str], checkpoint: Path, in_tasks: bool) -> Stage | None:
     """How the driver turns the source's rows into events (changefeed/spark/merge.py), None: JSONL events.
 
-    kafka: raw messages, decoded once here and merged across partitions (state across batches);
-    storage: range descriptions, read and decoded here (a range is complete and in commit order).
+    kafka: messages decoded in the range tasks (``in_tasks``, protocols with a columnar decoder)
+    or here, and merged here across partitions (state across batches); storage: range
+    descriptions, read and decoded here (a range is complete and in commit order).
     """
     opts = SourceOptions.parse(source)
     if opts.input == "kafka":
         kafka = KafkaInput(opts)
         partitions = kafka.partition_ids()
-        return MergeStage(checkpoint / "changefeed-merge", kafka.topic, partitions, kafka.message_decoder())
+        decoder = kafka.message_decoder(in_tasks)
+        return MergeStage(checkpoint / "changefeed-merge", kafka.topic, partitions, decoder)
     if opts.input == "storage":
         ranges = StorageInput(opts).range_decoder()
         return OrderedStage(STORAGE_RANGES, lambda table: ranges.events(table.to_batches()))
@@ -397,7 +421,7 @@ def run_apply(
     _check_dirs(checkpoint, output)
     source = source if source is not None else storage_source(storage_root, codec)
     sink = ParquetSnapshotSink(output)
-    stage = _merge_stage(source, checkpoint)
+    stage = _merge_stage(source, checkpoint, decode_in_tasks(spark))
     runner = _BatchRunner("apply", sink.write_all, sink.flush, hook, stage)
     try:
         stream = _apply_stream(spark, source, stage)
@@ -445,7 +469,7 @@ def run_apply_mysql(
         sink.flush()
         return sink.checkpoint.commit_ts if sink.checkpoint else 0
 
-    stage = _merge_stage(source, Path(checkpoint))
+    stage = _merge_stage(source, Path(checkpoint), decode_in_tasks(spark))
     runner = _BatchRunner(job, sink.write, flush, hook, stage)
     try:
         stream = _apply_stream(spark, source, stage)

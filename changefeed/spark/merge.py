@@ -3,9 +3,11 @@
 Why here and not in the data source: resolved-ts gating needs every partition's resolved ts, and
 rows read in one micro-batch may only be releasable in a later one (a partition whose watermark
 has not arrived yet). So the merge needs state that outlives a batch. The data source's offsets
-are plain per-partition Kafka offsets; with ``output=messages`` its rows are the raw messages,
-which `MergeStage.run` decodes once on the driver (`MessageDecoder`, one long-lived decoder per
-partition) and feeds to a `PartitionMerger`. The merger's state is saved as data after every
+are plain per-partition Kafka offsets. Its rows are messages its range tasks decoded
+(``output=decoded``, protocols with a columnar decoder: `DecodedReader` only unpacks them), or
+the raw messages, which `MergeStage.run` decodes once on the driver (``output=messages``:
+`MessageDecoder`, one long-lived decoder per partition, which Simple's schema cache needs);
+either way they are fed to a `PartitionMerger`. The merger's state is saved as data after every
 batch, keyed by batch id, into the job's checkpoint directory (`save_state` / `load_state`).
 
 State file ``merge-<batch id>.jsonl``: line 1 is a JSON header (format, version, batch, topic,
@@ -42,12 +44,16 @@ from .encode import event_order
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from .datasource.decoded import DecodedReader
     from .datasource.kafka import MessageDecoder
 
 log = logging.getLogger(__name__)
 
 _KEEP = 3  # state files kept (the newest is what the next batch needs; older ones help debugging)
-_FORMAT, _VERSION = "changefeed-merge-state", 1
+# Version 2 adds undecided replays (``replays`` per partition, changefeed/consume/merge.py); this
+# changefeed reads version 1 too (a state without them). A version 1 reader refuses version 2.
+_FORMAT, _VERSION = "changefeed-merge-state", 2
+_READS = (1, 2)
 _PREFIX, _SUFFIX = "merge-", ".jsonl"
 
 Decoded = Iterable[tuple[int, int, Sequence[Event]] | tuple[int, int, Sequence[Event], int]]
@@ -171,8 +177,10 @@ def load_state(path: Path, topic: str, partitions: Sequence[int]) -> PartitionMe
         header = orjson.loads(lines[0]) if lines else None
         if not isinstance(header, dict) or header.get("format") != _FORMAT:
             raise ValueError("not a changefeed merge state (the first line is not its header)")
-        if header.get("version") != _VERSION:
-            raise ValueError(f"version {header.get('version')!r}, this changefeed reads version {_VERSION}")
+        if header.get("version") not in _READS:
+            raise ValueError(
+                f"version {header.get('version')!r}, this changefeed reads versions {', '.join(map(str, _READS))}"
+            )
         reader = EventReader(source=str(path))
         events = [reader.parse(line, where=f"{path}:{n}") for n, line in enumerate(lines[1:], 2) if line.strip()]
         merger = PartitionMerger.restore(header["merger"], events)
@@ -196,11 +204,15 @@ def load_state(path: Path, topic: str, partitions: Sequence[int]) -> PartitionMe
 class MergeStage:
     """Decodes a batch's messages and feeds them to a `PartitionMerger` restored for that batch id."""
 
-    output = "messages"  # the kafka input's raw messages (changefeed/spark/datasource/kafka.py)
-
     def __init__(
-        self, state_dir: str | Path, topic: str, partitions: Sequence[int], decoder: MessageDecoder | None = None
+        self,
+        state_dir: str | Path,
+        topic: str,
+        partitions: Sequence[int],
+        decoder: MessageDecoder | DecodedReader | None = None,
     ) -> None:
+        # The kafka input's raw messages, or messages its tasks decoded (changefeed/spark/datasource/).
+        self.output = decoder.output if decoder is not None else "messages"
         self.dir = Path(state_dir)
         self.topic = topic
         self.partitions = sorted(partitions)
@@ -241,7 +253,7 @@ class MergeStage:
         return load_state(self._file(older[-1]), self.topic, self.partitions)
 
     def run(self, messages: pa.Table, batch_id: int) -> list[Event]:
-        """A batch of ``output=messages`` rows: decoded once, then merged (see `merge`)."""
+        """A batch of the input's rows: decoded (or unpacked) once, then merged (see `merge`)."""
         if self.decoder is None:
             raise ChangefeedError("the merge stage has no message decoder")
         return self.merge(self.decoder.decode(messages), batch_id)

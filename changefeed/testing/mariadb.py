@@ -22,6 +22,7 @@ import pymysql.connections
 
 from changefeed.testing import ServiceError
 from changefeed.testing.process import ManagedProcess, _log_tail, _signal_group
+from changefeed.testing.tls import TLSFiles
 
 __all__ = ["ConfigValue", "MariaDBServer"]
 
@@ -69,12 +70,16 @@ class MariaDBServer(ManagedProcess):
         startup_timeout: float = 60.0,
         shutdown_timeout: float = 30.0,
         name: str | None = None,
+        tls: TLSFiles | None = None,
     ) -> None:
         """Configure (not start) a server.
 
         ``extra_config`` entries override or extend the defaults (``False`` removes one), e.g.
         ``{"binlog_format": "STATEMENT"}``. With ``basedir`` the files go there and are kept;
-        otherwise a temp dir is used and removed on :meth:`stop` unless ``keep``.
+        otherwise a temp dir is used and removed on :meth:`stop` unless ``keep``. With ``tls``
+        (`changefeed.testing.tls.make_certificates`) the server offers TLS with that CA, certificate
+        and key (``ssl_ca``/``ssl_cert``/``ssl_key``); without it, none (MariaDB 10.11 has no
+        certificate of its own).
         """
         super().__init__(
             name=name or f"mariadb[server_id={server_id}]",
@@ -85,6 +90,7 @@ class MariaDBServer(ManagedProcess):
         )
         self.server_id = server_id
         self.extra_config: dict[str, ConfigValue] = dict(extra_config or {})
+        self.tls = tls
         self._given_basedir = Path(basedir).resolve() if basedir is not None else None
 
     # --- connection details -------------------------------------------------------------------------
@@ -246,6 +252,8 @@ class MariaDBServer(ManagedProcess):
         }
         if os.geteuid() == 0:
             options["user"] = "root"  # mariadbd refuses to run as root without it
+        if self.tls is not None:
+            options.update(ssl_ca=str(self.tls.ca), ssl_cert=str(self.tls.cert), ssl_key=str(self.tls.key))
         for option, value in self.extra_config.items():
             options[_key(option)] = value
         return {k: v for k, v in options.items() if v is not False}

@@ -25,8 +25,9 @@ from changefeed.model.rowblock import RowBlock
 from changefeed.sink.kafka.encode import KafkaEncoder
 from changefeed.sink.mysql import MySQLSink
 from changefeed.spark.changelog import ChangelogRows
-from changefeed.spark.datasource.kafka import ENVELOPE_SCHEMA, KafkaRange, MessageDecoder
+from changefeed.spark.datasource.kafka import KafkaRange, MessageDecoder
 from changefeed.spark.encode import _kafka_rows
+from changefeed.spark.envelope import ENVELOPE_SCHEMA
 from changefeed.spark.merge import MergeStage
 from changefeed.testing import MariaDBServer
 

@@ -77,7 +77,7 @@ def test_live_example_reads_a_server_into_mysql() -> None:
         ('sink-uri = "file:///x"\n[source]\ntype="mysql"', "[source] url is required"),
         ('sink-uri = "file:///x"\n[source]\ntype="mysql"\nurl="mysql://u@h"\npath="p"', "unknown key 'path'"),
         ('sink-uri = "file:///x"\n[source]\ntype="mysql"\nurl="http://h"', "expected mysql://USER"),
-        ('sink-uri = "file:///x"\n[source]\ntype="mysql"\nurl="mysql://h/?ssl-ca=x"', "takes no parameters"),
+        ('sink-uri = "file:///x"\n[source]\ntype="mysql"\nurl="mysql://h/?charset=x"', "takes no parameters"),
         (
             'sink-uri = "file:///x"\n[source]\ntype="mysql"\nurl="mysql://u:secret@h"\npassword-env="PW"',
             "mysql://u:***@h' holds a password",

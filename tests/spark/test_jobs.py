@@ -72,3 +72,26 @@ def test_restart_after_a_failed_batch_replays_without_duplicates(spark: SparkSes
     assert applied.batch_ids[0] == 0
     assert read_snapshot(out) == reference_snapshot(tmp_path / "reference")
     assert failed == [(1, "flushed"), (0, "written")]
+
+
+def test_run_max_bytes_cuts_the_binlog_into_more_batches_with_the_same_output(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """`changefeed run --max-bytes` (maxBytesPerTrigger): smaller micro-batches, the same rows."""
+    from changefeed.cli import main  # noqa: PLC0415
+
+    def run(name: str, *extra: str) -> tuple[Path, int]:
+        storage, config, checkpoint = tmp_path / name, tmp_path / f"{name}.toml", tmp_path / f"ck-{name}"
+        config.write_text(
+            f'changefeed-id = "{name}"\n'
+            f'sink-uri = "file://{storage}?protocol=canal-json&enable-tidb-extension=true"\n'
+            f'[source]\npath = "{BINLOG}"\n'
+        )
+        assert main(["run", str(config), "--checkpoint", str(checkpoint), "--available-now", *extra]) == 0
+        commits = [p for d in checkpoint.rglob("commits") for p in d.iterdir() if p.name.isdigit()]
+        return storage, len(commits)
+
+    whole, whole_batches = run("whole")
+    cut, cut_batches = run("cut", "--max-bytes", "1k")
+    assert cut_batches > whole_batches >= 1
+    assert _storage_rows(cut) == _storage_rows(whole) == _expected_rows()

@@ -11,14 +11,15 @@ from pyspark.sql import SparkSession
 
 from changefeed.cli import main
 from changefeed.codec import CodecOptions
+from changefeed.errors import ConfigError
 from changefeed.model import RowChange
 from changefeed.sink.kafka import KafkaSinkConfig
 from changefeed.sink.mysql import MySQLSinkConfig
 from changefeed.spark.datasource import register
-from changefeed.spark.jobs import run_apply, run_apply_mysql, run_capture_kafka
+from changefeed.spark.jobs import DECODE_CONF, decode_in_tasks, run_apply, run_apply_mysql, run_capture_kafka
 from changefeed.testing import Broker, MariaDBServer
 
-from .conftest import direct_dump, dump
+from .conftest import SCHEMA, direct_dump, drop, dump
 from .helpers import BINLOG, captured, read_snapshot, reference_snapshot
 
 CODEC = CodecOptions(protocol="open-protocol")
@@ -89,6 +90,26 @@ def test_capture_to_kafka_then_apply_equals_direct_application(
     # other partition's watermarks, across batches.
     args = (spark, {**_source(broker, cli_topic), "maxEventsPerTrigger": "6"}, server.url, tmp_path / "ck-mysql")
     applied = run_apply_mysql(*args, sink_config=config, available_now=True)
+    assert applied.batches > 3
+    assert applied.rows == rows
+    assert dump(server) == direct
+
+    # The same with the messages decoded in the range tasks (the default with cores to spare).
+    assert not decode_in_tasks(spark)  # local[2]: the driver decodes
+    drop(server, SCHEMA)
+    spark.conf.set(DECODE_CONF, "tasks")
+    try:
+        assert decode_in_tasks(spark)
+        config = MySQLSinkConfig(changefeed_id="kafka-tasks", checkpoint_schema=ck_schema)
+        source = {**_source(broker, cli_topic), "maxEventsPerTrigger": "6"}
+        applied = run_apply_mysql(
+            spark, source, server.url, tmp_path / "ck-tasks", sink_config=config, available_now=True
+        )
+        spark.conf.set(DECODE_CONF, "sometimes")
+        with pytest.raises(ConfigError, match="auto, tasks or driver"):
+            decode_in_tasks(spark)
+    finally:
+        spark.conf.unset(DECODE_CONF)
     assert applied.batches > 3
     assert applied.rows == rows
     assert dump(server) == direct

@@ -24,13 +24,13 @@ from changefeed.spark.changelog import ChangelogRows
 from changefeed.spark.datasource import KafkaInput, SourceOptions, register
 from changefeed.spark.datasource import kafka as kafka_input
 from changefeed.spark.datasource.kafka import (
-    ENVELOPE_SCHEMA,
     MESSAGE_SCHEMA,
     MESSAGES,
     KafkaRange,
     MessageDecoder,
     unwrap_messages,
 )
+from changefeed.spark.envelope import ENVELOPE_SCHEMA
 from changefeed.testing import Broker
 
 from .helpers import captured
@@ -101,7 +101,7 @@ def test_messages_output_yields_exactly_the_ranges_messages(
     # Through Spark: PySpark checks the envelopes against the declared schema and passes them through.
     register(spark)
     df = spark.read.format("changefeed").options(**_source(broker, topic, output="messages")).load()
-    assert df.schema.simpleString() == "struct<partition:int,count:int,ipc:binary>"
+    assert df.schema.simpleString() == "struct<part:int,count:int,ipc:binary>"
     table = unwrap_messages(df.toArrow()).sort_by([("partition", "ascending"), ("offset", "ascending")])
     expected = [
         {"partition": p, "offset": o, "key": key, "value": value}

@@ -128,7 +128,7 @@ def _saved(tmp_path: Path) -> Path:
         (lambda text: b"", "not a changefeed merge state"),
         (lambda text: text[: len(text) // 3], "corrupt"),
         (lambda text: b"\x80\x81garbage\n" + text, "corrupt"),
-        (lambda text: text.replace(b'"version":1', b'"version":99'), "version 99"),
+        (lambda text: text.replace(b'"version":2', b'"version":99'), "version 99"),
         (lambda text: text.replace(b'"seq":', b'"seq":-5,"x":'), "seq must be an integer"),
         (lambda text: text.replace(b'"kind":"row"', b'"kind":"nope"'), "unknown event kind"),
         (lambda text: text.replace(b'"commit_ts":150', b'"commit_ts":"150"'), "commit_ts"),
@@ -144,6 +144,21 @@ def test_damaged_state_file_is_a_clear_error_naming_it(tmp_path: Path, damage, m
     with pytest.raises(ChangefeedError, match=message) as caught:
         _stage(tmp_path).merge(_batches()[1], 1)
     assert str(path) in str(caught.value)
+
+
+def test_state_of_version_1_is_read(tmp_path: Path) -> None:
+    """Version 2 added undecided replays; a version 1 file (none) still loads and goes on the same."""
+    path = _saved(tmp_path)
+    header, _, rest = path.read_bytes().partition(b"\n")
+    doc = orjson.loads(header)
+    assert doc["version"] == 2
+    doc["version"] = 1
+    for part in doc["merger"]["partitions"]:
+        assert part.pop("replays") == []
+    path.write_bytes(orjson.dumps(doc) + b"\n" + rest)
+    _saved(tmp_path / "v2")
+    want = _lines(_stage(tmp_path / "v2").merge(_batches()[1], 1))
+    assert want and _lines(_stage(tmp_path).merge(_batches()[1], 1)) == want
 
 
 def test_state_of_another_topic_or_partition_count_is_refused(tmp_path: Path) -> None:

@@ -7,9 +7,12 @@ Layers, each usable alone: `files`/`replica` yield raw events, `events.EventPars
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from datetime import UTC, tzinfo
 from pathlib import Path
+from typing import Any
 
+from ...model.ddlschema import DDLCatalog
 from ...mysqlclient import connect as mysql_connect
 from .capture import BinlogCapture, ReconnectPolicy, SourceDisconnectedError
 from .files import BinlogFileReader, RawEvent
@@ -39,7 +42,11 @@ def file_capture(
     table_filter: BlockAllowList | None = None,
     until: tuple[str, int] | None = None,
 ) -> BinlogCapture:
-    """A capture over binlog files: a directory (in ``.index`` order) or a single file."""
+    """A capture over binlog files: a directory (in ``.index`` order) or a single file.
+
+    Unique and other indexes, which TABLE_MAPs lack, are learned from the CREATE/ALTER TABLE text
+    read since ``start`` (`model.ddlschema.DDLCatalog`).
+    """
     path = Path(path)
     if start is None:
         files = BinlogFileReader(path).files()
@@ -49,7 +56,7 @@ def file_capture(
     def open_source(at: BinlogPosition) -> BinlogFileReader:
         return BinlogFileReader(path, at.file or None, at.pos, follow=follow, poll_interval=poll_interval, stop=stop)
 
-    capture = BinlogCapture(open_source, start, tz=tz, table_filter=table_filter, until=until)
+    capture = BinlogCapture(open_source, start, tz=tz, table_filter=table_filter, until=until, catalog=DDLCatalog())
     capture._stop = stop  # one flag stops both the capture and a following reader
     return capture
 
@@ -67,12 +74,14 @@ def live_capture(
     reconnect: ReconnectPolicy | None = None,
     track_schema: bool = True,
 ) -> BinlogCapture:
-    """A capture over the replication protocol of ``mysql://USER[:PASS]@HOST:PORT``.
+    """A capture over the replication protocol of ``mysql://USER[:PASS]@HOST:PORT[?ssl-mode=...&ssl-ca=...]``.
 
     Without ``start`` it begins at the oldest binlog the server has. ``blocking=False`` ends at
     the last event the server had when each connection was made. ``track_schema`` reads
     information_schema (`tracker.SchemaTracker`): unique keys, defaults, DDL shapes, and column
-    names when the server's binlog_row_metadata is not FULL.
+    names when the server's binlog_row_metadata is not FULL. Without it, keys come from one
+    information_schema snapshot taken when the capture starts, updated by the DDL text in the
+    stream (`tracker.snapshot_catalog`, `model.ddlschema.DDLCatalog`).
     """
     from .replica import ReplicaStream, ServerAddress, random_server_id  # noqa: PLC0415 - PyMySQL only here
 
@@ -92,6 +101,7 @@ def live_capture(
         )
 
     tracker = None
+    catalog: DDLCatalog | None = None
     if track_schema:
         import pymysql  # noqa: PLC0415
 
@@ -99,16 +109,20 @@ def live_capture(
 
         def connect() -> pymysql.connections.Connection:
             return mysql_connect(
-                host=address.host,
-                port=address.port,
-                user=address.user,
-                password=address.password,
+                **address.connect_kwargs(),
                 connect_timeout=10,
                 charset="utf8mb4",
                 autocommit=True,
             )
 
         tracker = SchemaTracker(connect)
+    else:  # no tracker: keys from one information_schema snapshot at start, then from the DDL text
+        catalog = DDLCatalog()
+        open_source = _seed_on_first_open(
+            open_source,
+            catalog,
+            lambda: mysql_connect(**address.connect_kwargs(), connect_timeout=10, charset="utf8mb4", autocommit=True),
+        )
 
     capture = BinlogCapture(
         open_source,
@@ -118,6 +132,24 @@ def live_capture(
         until=until,
         reconnect=reconnect if reconnect is not None else ReconnectPolicy(),
         tracker=tracker,
+        catalog=catalog,
     )
     capture._stop = stop
     return capture
+
+
+def _seed_on_first_open(
+    open_source: Callable[[BinlogPosition], Any], catalog: DDLCatalog, connect: Callable[[], Any]
+) -> Callable[[BinlogPosition], Any]:
+    """``open_source`` that first fills ``catalog`` from information_schema, once, before any event is read."""
+    seeded = threading.Event()
+
+    def open_seeded(at: BinlogPosition) -> Any:
+        if not seeded.is_set():
+            seeded.set()
+            from .tracker import snapshot_catalog  # noqa: PLC0415
+
+            snapshot_catalog(connect, catalog)
+        return open_source(at)
+
+    return open_seeded

@@ -26,6 +26,7 @@ from typing import Any
 
 from ...errors import CaptureError
 from ...model.ddl import ActionType, classify_ddl, ddl_tables
+from ...model.ddlschema import DDLCatalog, keys_for
 from ...model.events import DDLEvent, Event, Op, Resolved, RowChange
 from ...model.schema import TableSchema
 from ...model.tso import CommitClock
@@ -102,9 +103,14 @@ class BinlogCapture:
         reconnect: ReconnectPolicy | None = None,
         collations: dict[int, tuple[str, str]] | None = None,
         tracker: SchemaTracker | None = None,
+        catalog: DDLCatalog | None = None,
     ) -> None:
         self.open_source = open_source
         self.tracker = tracker
+        # Without a tracker: unique and other indexes learned from the DDL text in the stream
+        # (model.ddlschema), which TABLE_MAP metadata does not carry. None: TABLE_MAP keys only.
+        self.catalog = catalog
+        self._catalog_warned: set[tuple[str, str, int]] = set()
         self.savepoint = replace(start, skip=0)
         self.tz = tz
         self.filter = table_filter
@@ -387,6 +393,8 @@ class BinlogCapture:
 
     def _ddl(self, ev: QueryEvent, commit_ms: int, where: str) -> DDLEvent:
         ts = self.clock.next(commit_ms)
+        if self.catalog is not None and self.tracker is None:
+            self.catalog.apply(ev.query, ev.schema, where)
         (schema, table), renames = ddl_tables(ev.query, ev.schema)
         action = classify_ddl(ev.query)
         for old, new in renames:
@@ -458,6 +466,8 @@ class BinlogCapture:
                 raise CaptureError(f"bad TABLE_MAP of {tm.qualified_name}: {exc}", where=where) from None
             if self.tracker is not None:
                 ts_schema = self.tracker.enrich(ts_schema, tm.cache.get("tracker_info"))
+            elif self.catalog is not None:
+                ts_schema = self._catalog_keys(ts_schema, where)
             tm.cache[version] = ts_schema
         if self._last_schema.get(key) is not ts_schema:
             self._last_schema[key] = ts_schema
@@ -465,6 +475,22 @@ class BinlogCapture:
                 if (ddl.schema, ddl.table) == key and ddl.table_schema is None:
                     ddl.table_schema = ts_schema
         return ts_schema
+
+    def _catalog_keys(self, ts_schema: TableSchema, where: str) -> TableSchema:
+        """The indexes the DDL seen so far gives the table, when it agrees with the TABLE_MAP (else none)."""
+        assert self.catalog is not None
+        keyed, reason = keys_for(ts_schema, self.catalog.table(ts_schema.schema, ts_schema.table))
+        mark = (ts_schema.schema, ts_schema.table, ts_schema.version)
+        if reason is not None and mark not in self._catalog_warned:
+            self._catalog_warned.add(mark)
+            log.warning(
+                "%s: the binlog does not match the table's DDL seen so far (%s); using TABLE_MAP keys only where=%s",
+                ts_schema.qualified_name,
+                reason,
+                where,
+                extra={"table": ts_schema.qualified_name, "reason": reason, "where": where},
+            )
+        return keyed
 
     def _rows(self, ev: RowsEvent, ts: int, where: str) -> Iterator[RowChange]:
         tm = self.effective_map(ev.table_map, where)

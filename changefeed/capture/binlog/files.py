@@ -7,6 +7,7 @@ caught up and is waiting (follow mode), so the caller can check its stop conditi
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import Generator, Iterator
 from pathlib import Path
@@ -155,6 +156,14 @@ class BinlogFileReader:
         size = int.from_bytes(head[9:13], "little")
         if size < HEADER_LEN:
             raise CaptureError(f"corrupt event header: event size {size}", where=f"{name}:{pos}")
+        left = os.fstat(f.fileno()).st_size - pos
+        if size > left:  # checked before reading: read(size) would allocate a corrupt header's 4 GiB first
+            if self.follow:
+                f.seek(pos)
+                return None
+            raise CaptureError(
+                f"truncated event: header says {size} bytes, the file has {left} left", where=f"{name}:{pos}"
+            )
         data = f.read(size)
         if len(data) < size:
             if self.follow:

@@ -15,13 +15,14 @@ import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from urllib.parse import unquote, urlsplit
+from typing import Any
+from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 import pymysql
 import pymysql.connections
 
 from ...errors import CaptureError, ConfigError
-from ...mysqlclient import connect
+from ...mysqlclient import TLS_OPTIONS, TLSOptions, connect
 from ...secrets import mask_secrets
 from .capture import SourceDisconnectedError
 from .constants import CHECKSUM_LEN, HEADER_LEN, EventType
@@ -56,19 +57,52 @@ class ServerAddress:
     port: int = 3306
     user: str = "root"
     password: str = ""
+    tls: TLSOptions = TLSOptions()
 
     @classmethod
     def from_url(cls, url: str) -> ServerAddress:
-        """``mysql://USER[:PASS]@HOST[:PORT]`` (percent-escapes allowed in user and password)."""
-        parts = urlsplit(url)
+        """``mysql://USER[:PASS]@HOST[:PORT][?ssl-mode=...&ssl-ca=FILE&ssl-cert=FILE&ssl-key=FILE]``.
+
+        Percent-escapes are allowed in user and password; the only options are the TLS ones
+        (`changefeed.mysqlclient.TLSOptions`; dashes or underscores).
+        """
+        try:
+            parts = urlsplit(url)
+            port = parts.port
+        except ValueError as exc:
+            raise ConfigError(f"bad replica URL {mask_secrets(url)!r}: {exc}") from None
         if parts.scheme not in ("mysql", "mariadb") or not parts.hostname:
             raise ConfigError(f"expected mysql://USER[:PASS]@HOST:PORT, got {mask_secrets(url)!r}")
+        options: dict[str, str] = {}
+        for key, value in parse_qsl(parts.query, keep_blank_values=True):
+            name = key.replace("-", "_").lower()
+            if name not in TLS_OPTIONS:
+                raise ConfigError(
+                    f"the replica connection takes no URL option but ssl-mode, ssl-ca, ssl-cert and ssl-key, got "
+                    f"{key!r} in {mask_secrets(url)!r}"
+                )
+            options[name] = value
+        try:
+            tls = TLSOptions.from_options(options)
+        except ConfigError as exc:
+            raise ConfigError(f"replica URL {mask_secrets(url)!r}: {exc.message}") from None
         return cls(
             host=parts.hostname,
-            port=parts.port or 3306,
+            port=port or 3306,
             user=unquote(parts.username or "root"),
             password=unquote(parts.password or ""),
+            tls=tls,
         )
+
+    def url(self, *, password: bool = False) -> str:
+        """``mysql://USER@HOST:PORT`` with the TLS options; the password only when asked (never log that one)."""
+        auth = quote(self.user, safe="") + (":" + quote(self.password, safe="") if password and self.password else "")
+        query = self.tls.query()
+        return f"mysql://{auth}@{self.host}:{self.port}" + (f"?{query}" if query else "")
+
+    def connect_kwargs(self) -> dict[str, Any]:
+        """Host, port, user, password and TLS settings as `changefeed.mysqlclient.connect` takes them."""
+        return {"host": self.host, "port": self.port, "user": self.user, "password": self.password, "tls": self.tls}
 
     def __str__(self) -> str:  # never shows the password
         return f"{self.user}@{self.host}:{self.port}"
@@ -137,10 +171,7 @@ class ReplicaStream:
     def _connect(self) -> pymysql.connections.Connection:
         try:
             return connect(
-                host=self.address.host,
-                port=self.address.port,
-                user=self.address.user,
-                password=self.address.password,
+                **self.address.connect_kwargs(),
                 connect_timeout=self.connect_timeout,
                 charset="utf8mb4",
                 autocommit=True,

@@ -78,6 +78,10 @@ class RowDecoder:
         if update and version > 0:  # v0 UPDATE has one bitmap for both images
             present2 = int.from_bytes(data[pos : pos + mlen], "little")
             pos += mlen
+        if present1 == 0 or present2 == 0:
+            # Zero bytes per row: the loop below would never reach the end (found by fuzzing: a hang
+            # filling memory). The columnar reader refuses the same (arrow.py, _make_walker).
+            raise ValueError("a row image without columns")
         nlen1 = (present1.bit_count() + 7) // 8
         nlen2 = (present2.bit_count() + 7) // 8
         plans = self._plans

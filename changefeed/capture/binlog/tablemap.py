@@ -177,6 +177,8 @@ def _two_byte_meta(col: ColumnMeta, tp: int, b0: int, b1: int) -> None:
     elif tp == ColumnType.BIT:
         col.meta = b1 << 8 | b0
         col.length = b1 * 8 + b0  # bytes(b1) * 8 + bits(b0)
+        if b0 > 7 or not 0 < col.length <= 64:  # MySQL's BIT(M) has 1 <= M <= 64 (a wider one: found by fuzzing)
+            raise ValueError(f"BIT column of {col.length} bits (metadata {b0}, {b1}); BIT holds 1 to 64")
     else:  # STRING/ENUM/SET: real type with the high length bits xor-ed in (Field_string::save_field_metadata)
         col.meta = b0 << 8 | b1
         if b0 & 0x30 != 0x30:

@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ...errors import CaptureError
+from ...model.ddlschema import ColumnDef, DDLCatalog, TableDef
 from ...model.schema import Column, Index, TableSchema
 from ...model.types import TypeCode
 from .constants import ColumnType
@@ -430,4 +431,39 @@ class SchemaTracker:
         return TableSchema(info.schema, info.table, tuple(columns), info.indexes, 0, version)
 
 
-__all__ = ["ColumnInfo", "SchemaTracker", "TableInfo"]
+def table_def(info: TableInfo) -> TableDef:
+    """What the DDL catalog keeps of an information_schema table: columns, NOT NULL, DECIMAL(p,s), indexes."""
+    columns = tuple(
+        ColumnDef(
+            ci.name,
+            ci.nullable,
+            (ci.precision, ci.scale or 0) if ci.data_type in ("decimal", "numeric") and ci.precision else None,
+        )
+        for ci in info.columns
+    )
+    return TableDef(info.schema, info.table, columns, info.indexes)
+
+
+def snapshot_catalog(connect: Callable[[], Any], catalog: DDLCatalog | None = None) -> DDLCatalog:
+    """A DDL catalog seeded with every user table's keys from information_schema (COLUMNS, STATISTICS), once.
+
+    For a live capture without the schema tracker: the TABLE_MAPs carry no unique keys, and the
+    DDL seen later in the stream updates what this snapshot says. A server that cannot be read
+    leaves the catalog empty (one warning): capture goes on with TABLE_MAP keys only.
+    """
+    catalog = catalog if catalog is not None else DDLCatalog()
+    tracker = SchemaTracker(connect)
+    try:
+        tables = tracker._load()
+    except CaptureError as exc:
+        log.warning("no information_schema snapshot of the keys: %s", exc.message, extra={"error": exc.message})
+        return catalog
+    finally:
+        tracker.close()
+    for info in tables.values():
+        catalog.put(table_def(info))
+    log.info("key snapshot read %d tables from information_schema", len(tables))
+    return catalog
+
+
+__all__ = ["ColumnInfo", "SchemaTracker", "TableInfo", "snapshot_catalog", "table_def"]

@@ -271,7 +271,10 @@ class _Shape:
         optional = image | None
         members = [("u", optional, None), ("p", optional, None), ("d", optional, None)]
         row = msgspec.defstruct("Row", members, forbid_unknown_fields=True, gc=False)
-        self._decoder = msgspec.json.Decoder(list[row])  # type: ignore[valid-type]
+        try:
+            self._decoder = msgspec.json.Decoder(list[row])  # type: ignore[valid-type]
+        except (NotImplementedError, TypeError, ValueError):  # e.g. a "t" or "f" beyond int64 (found by fuzzing)
+            raise _SlowPathError from None
         self._getters = [attrgetter(f"c{j}.v") for j in range(len(fields))]
 
     def rows(self, values: list[bytes]) -> list[Any]:

@@ -63,6 +63,9 @@ class KafkaSinkConfig:
     metadata_check_interval_s: float = 10.0  # how often partition counts are re-checked
     batch_rows: int = 8192  # rows encoded before messages are built and produced
     producer_config: Mapping[str, Any] = field(default_factory=dict)
+    #: librdkafka settings of every client of the sink, producer and admin: TLS and SASL
+    #: (`changefeed.kafkasecurity.KafkaSecurity.client_config`). Holds the SASL password: no repr.
+    client_config: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         if self.codec.protocol == "csv":
@@ -97,6 +100,7 @@ class KafkaSink:
             "allow.auto.create.topics": False,  # topics are created (or refused) by TopicManager
             "logger": log,
             "error_cb": self._on_error,
+            **config.client_config,
             **config.producer_config,
             # TiCDC's producer: idempotent, acks from all in-sync replicas; not negotiable here.
             "enable.idempotence": True,
@@ -109,7 +113,12 @@ class KafkaSink:
         self.codec = replace(config.codec, max_message_bytes=limit)
         self._producer: Producer = Producer(producer_conf)
         self._admin = AdminClient(
-            {"bootstrap.servers": config.bootstrap_servers, "logger": log, "allow.auto.create.topics": False}
+            {
+                "bootstrap.servers": config.bootstrap_servers,
+                "logger": log,
+                "allow.auto.create.topics": False,
+                **config.client_config,
+            }
         )
         self.topics = TopicManager(
             self._admin,

@@ -39,6 +39,7 @@ from ...errors import ConfigError, SinkError
 from ...model import ActionType, DDLEvent, Event, Index, Resolved, RowChange, TableSchema
 from ...model.rowblock import RowBlock, TableRows
 from ...ops import metrics
+from ..replay import ResolvedGuard
 from .causality import Causality, row_keys
 from .checkpoint import Checkpoint, CheckpointTable
 from .columns import BlockRows, Entry, expand
@@ -263,6 +264,7 @@ class MySQLSink:
         self._mysql_json = False
         self._checkpoint: Checkpoint | None = None
         self._checkpoint_ts = 0
+        self._guard = ResolvedGuard("mysql sink", 0)
         self._safe_until = 0.0
         self._buffer: list[Entry] = []  # RowChanges and block segments, in order
         self._buffer_rows = 0  # rows in the buffer
@@ -304,6 +306,7 @@ class MySQLSink:
             self._coordinator, "load checkpoint", lambda c: self.checkpoint_table.load(c, self.config.changefeed_id)
         )
         self._checkpoint_ts = self._checkpoint.commit_ts if self._checkpoint else 0
+        self._guard = ResolvedGuard("mysql sink", self._checkpoint_ts)  # a new run: replays end here
         if self.config.workers > 1:
             self._pool = ThreadPoolExecutor(self.config.workers, thread_name_prefix="mysql-sink")
         self._opened = True
@@ -400,6 +403,7 @@ class MySQLSink:
                 self._pending_pos = event.position
         elif isinstance(event, Resolved):
             ts = event.commit_ts  # everything at or below the resolved ts has been emitted
+            self._guard.saw(ts)
             if ts > self._checkpoint_ts and ts > self._pending_ts:
                 self._pending_ts = ts
                 if event.position is not None:
@@ -418,8 +422,11 @@ class MySQLSink:
 
     def _admit(self, ts: int, rows: int, table: TableSchema, position: Mapping[str, Any] | None) -> bool:
         """Whether ``rows`` rows at commit ts ``ts`` are new (else counted as skipped); a full buffer
-        is flushed before a new commit ts, so it always ends on a transaction boundary."""
-        if ts <= self._checkpoint_ts:
+        is flushed before a new commit ts, so it always ends on a transaction boundary.
+
+        Skipped: a restart's replay, at or below the checkpoint stored when this run opened. At or
+        below a Resolved (or a checkpoint) of this run: `ResolvedContradictionError`."""
+        if self._guard.skip(ts, table.qualified_name, position):
             self.stats["skipped"] += rows  # replayed: already applied downstream
             return False
         if ts != self._buffer_ts:
@@ -485,6 +492,7 @@ class MySQLSink:
             raise
         self._checkpoint = pending
         self._checkpoint_ts = pending.commit_ts
+        self._guard.saw(pending.commit_ts, "the checkpoint committed")
         self.stats["rows"] += count
         log.debug(
             "batch applied changefeed=%s rows=%d checkpoint_ts=%d safe_mode=%s seconds=%.3f",
@@ -694,6 +702,7 @@ class MySQLSink:
         self._with_retry(self._coordinator, "save checkpoint", lambda c: self._save_checkpoint(c, checkpoint))
         self._checkpoint = checkpoint
         self._checkpoint_ts = ddl.commit_ts
+        self._guard.saw(ddl.commit_ts, "the DDL applied")
 
 
 def _last_pos(checkpoint: Checkpoint | None) -> Mapping[str, Any] | None:

@@ -20,14 +20,14 @@ import pymysql
 import pymysql.connections
 
 from ...errors import ConfigError
-from ...mysqlclient import connect
+from ...mysqlclient import TLSOptions, connect
 from ...secrets import mask_secrets, resolve_password
 
 __all__ = ["MySQLParams", "mask_url", "parse_mysql_url"]
 
 _SCHEMES = ("mysql", "mariadb", "tidb")
 _INT_OPTIONS = ("connect_timeout", "read_timeout", "write_timeout")
-_STR_OPTIONS = ("charset", "ssl_ca", "ssl_cert", "ssl_key", "unix_socket")
+_STR_OPTIONS = ("charset", "ssl_mode", "ssl_ca", "ssl_cert", "ssl_key", "unix_socket")
 _PASSWORD_OPTIONS = ("password_env", "password_file")
 _REFUSED = {
     "local_infile": "LOAD DATA LOCAL INFILE would let the server read any file this process can read",
@@ -47,6 +47,11 @@ class MySQLParams:
     password: str = field(default="", repr=False)
     database: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tls(self) -> TLSOptions:
+        """The TLS mode and files of the ``ssl-*`` options (`changefeed.mysqlclient.TLSOptions`)."""
+        return TLSOptions.from_options(self.options)
 
     @property
     def url(self) -> str:
@@ -74,18 +79,16 @@ class MySQLParams:
             "connect_timeout": 10,
             "local_infile": False,  # never from a URL: see the module doc
         }
-        ssl = {k[4:]: self.options[k] for k in ("ssl_ca", "ssl_cert", "ssl_key") if k in self.options}
         kwargs.update({k: v for k, v in self.options.items() if not k.startswith("ssl_")})
-        if ssl:
-            kwargs["ssl"] = ssl
         kwargs.update(overrides)
-        return connect(**kwargs)
+        return connect(tls=self.tls, **kwargs)
 
 
 def parse_mysql_url(url: str) -> MySQLParams:
     """Read ``mysql://[user[:password]@]host[:port][/database][?option=value&...]``.
 
     Options: ``connect_timeout``, ``read_timeout``, ``write_timeout`` (seconds), ``charset``,
+    ``ssl_mode`` (disabled, preferred, required, verify-ca, verify-identity: `TLSOptions`) with
     ``ssl_ca``/``ssl_cert``/``ssl_key``, ``unix_socket``, and where the password comes from when
     the URL has none: ``password_env`` (a variable's name) or ``password_file`` (a path; owner-only);
     without either, ``MYSQL_PWD``. Dashes are accepted for underscores (``ssl-ca``). User and
@@ -118,6 +121,10 @@ def parse_mysql_url(url: str) -> MySQLParams:
             raise ConfigError(f"MySQL URL option {key!r} is not accepted: {_REFUSED[name]}")
         else:
             raise ConfigError(f"unknown MySQL URL option {key!r} in {mask_url(url)!r}")
+    try:
+        TLSOptions.from_options(options)  # a bad ssl-mode or a contradicting file fails here
+    except ConfigError as exc:
+        raise ConfigError(f"MySQL URL {mask_url(url)!r}: {exc.message}") from None
     password = resolve_password(
         unquote(parts.password) if parts.password else None,
         env=sources.get("password_env"),

@@ -36,6 +36,7 @@ from ...errors import ConfigError, SinkError, ascii_digits
 from ...model import DDLEvent, Event, Resolved, RowChange, TableSchema
 from ...model.rowblock import OP_NAMES, RowBlock
 from ..paths import join_under, table_label
+from ..replay import ResolvedGuard
 from .layout import (
     EXTENSIONS,
     SchemaFile,
@@ -172,7 +173,8 @@ class StorageEncoder:
         return {**self.__dict__, "_encoder": None}  # compiled plans are rebuilt where it runs
 
     def encode(self, events: Iterable[Event | RowBlock], checkpoint_ts: int = 0) -> Iterator[StorageItem]:
-        """Segments and pass-through events in order; rows at or below ``checkpoint_ts`` are skipped (replayed)."""
+        """Segments and pass-through events in order; rows at or below ``checkpoint_ts`` are skipped
+        (replayed: pass the checkpoint stored when the writer started, `StorageWriter.replay_ts`)."""
         if self._encoder is None:
             self._encoder = make_encoder(self.codec)
         open_: dict[str, _SegmentBuilder] = {}
@@ -304,6 +306,7 @@ class StorageWriter:
         self.root.mkdir(parents=True, exist_ok=True)
         self.checkpoint_ts = read_checkpoint(self.root)
         self._pending_checkpoint = self.checkpoint_ts
+        self._guard = ResolvedGuard("storage writer", self.checkpoint_ts)  # replays end at the stored one
         self._buffers: dict[str, list[DataSegment]] = {}
         self._headers: dict[str, bytes] = {}
         self._dirs: dict[str, _DirState] = {}
@@ -313,9 +316,15 @@ class StorageWriter:
 
     # ------------------------------------------------------------------ writing
 
+    @property
+    def replay_ts(self) -> int:
+        """The checkpoint stored when this writer started: rows at or below it are a restart's
+        replay and skipped (an encoder may drop them before they reach `write_encoded`)."""
+        return self._guard.stored
+
     def write_all(self, events: Iterable[Event]) -> None:
         """Encode ``events`` (commit order) and buffer them: `StorageEncoder` then `write_encoded`."""
-        self.write_encoded(self.encoder.encode(events, self.checkpoint_ts))
+        self.write_encoded(self.encoder.encode(events, self.replay_ts))
 
     def write(self, event: Event) -> None:
         self.write_all((event,))
@@ -333,13 +342,20 @@ class StorageWriter:
         elif isinstance(item, Resolved):
             # Resolved(R) and TiCDC's checkpoint-ts both mean: every commit ts <= R is in.
             self._pending_checkpoint = max(self._pending_checkpoint, item.commit_ts)
+            self._guard.saw(item.commit_ts)
         else:
             raise TypeError(f"storage writer: unexpected {type(item).__name__}")
 
     def _write_segment(self, seg: DataSegment) -> None:
-        # Replayed rows are already published: the checkpoint is only written after the data.
-        if seg.commit_ts and min(seg.commit_ts) <= self.checkpoint_ts:
-            seg = seg.select([ts > self.checkpoint_ts for ts in seg.commit_ts])
+        # Replayed rows (at or below the checkpoint stored when the writer started) are already
+        # published: the checkpoint is only written after the data. Rows at or below a Resolved of
+        # this run are a broken stream: ResolvedContradictionError.
+        if seg.commit_ts and min(seg.commit_ts) <= self._guard.resolved:
+            table = f"{seg.schema_file.schema}.{seg.schema_file.table}"
+            for ts in seg.commit_ts:
+                self._guard.skip(ts, table)
+        if seg.commit_ts and min(seg.commit_ts) <= self.replay_ts:
+            seg = seg.select([ts > self.replay_ts for ts in seg.commit_ts])
         if not seg.commit_ts:
             return
         self._ensure_schema_file(seg.schema_file, seg.table_id)
@@ -404,6 +420,7 @@ class StorageWriter:
         if self._pending_checkpoint > self.checkpoint_ts:
             write_atomically(self.root / "metadata", metadata_json(self._pending_checkpoint))
             self.checkpoint_ts = self._pending_checkpoint
+            self._guard.saw(self.checkpoint_ts, "the checkpoint published")
         return self.checkpoint_ts
 
     def _publish_data(self, base: str, date: str, segments: list[DataSegment]) -> None:

@@ -206,7 +206,7 @@ class BinlogServer:
 
     def params(self) -> MySQLParams:
         a = self.address
-        return MySQLParams(host=a.host, port=a.port, user=a.user, password=a.password)
+        return MySQLParams(host=a.host, port=a.port, user=a.user, password=a.password, options=a.tls.options())
 
     def check(self) -> None:
         """Refuse a server whose binlog this input cannot decode (the preflight findings, with their fixes)."""
@@ -312,9 +312,7 @@ def _source(opts: SourceOptions) -> BinlogSource:
     if url:
         if opts.path != Path():
             raise ConfigError("input binlog takes a path (binlog files) or a url (a live server), not both")
-        address = ServerAddress.from_url(url)  # its errors show the URL with the password masked
-        if "?" in url:
-            raise ConfigError(f"the binlog input's url takes no parameters: {address} (TLS is not supported yet)")
+        address = ServerAddress.from_url(url)  # its errors show the URL with the password masked; TLS options only
         if "password" in opts.extra:
             if address.password:
                 raise ConfigError(f"the password is given twice: in the url and the password option ({address})")

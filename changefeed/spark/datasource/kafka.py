@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
@@ -15,9 +15,12 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
 from ...codec import CodecOptions, Message
-from ...errors import CaptureError, ConfigError, UnknownSchemaError
+from ...errors import CaptureError, ChangefeedError, ConfigError, UnknownSchemaError
+from ...kafkasecurity import KAFKA_SECURITY_PARAMS, KafkaSecurity
 from ...model import Event, TableSchema
 from ..changelog import ChangelogRows, EventFilter
+from ..envelope import ENVELOPE_DDL, unwrap, wrap
+from .decoded import DECODED, DECODED_DDL, DecodedReader, columnar, pack, pack_error
 from .options import CHANGELOG, Input, SourceOptions
 
 if TYPE_CHECKING:
@@ -27,7 +30,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: Kafka options of the data source (the rest are codec options).
-_KAFKA_KEYS = frozenset({"bootstrap.servers", "kafka.bootstrap.servers", "topic", "startingoffsets"})
+_KAFKA_KEYS = (
+    frozenset({"bootstrap.servers", "kafka.bootstrap.servers", "topic", "startingoffsets"}) | KAFKA_SECURITY_PARAMS
+)
 _KAFKA_TIMEOUT_S = 30.0
 _WATERMARK_FETCH_S = 5.0
 #: Simple protocol: messages read per step when looking back for a schema before a range's start.
@@ -37,17 +42,12 @@ MESSAGES = "messages"
 MESSAGE_SCHEMA = pa.schema(
     [("partition", pa.int32()), ("offset", pa.int64()), ("key", pa.binary()), ("value", pa.binary())]
 )
-#: Messages per envelope row of the messages output.
+#: Messages per envelope row of the messages output (changefeed/spark/envelope.py).
 _MESSAGES_PER_BATCH = 4096
-#: What the ``messages`` output's rows are: each carries up to `_MESSAGES_PER_BATCH` messages of
-#: one partition as an LZ4-compressed Arrow IPC stream of one `MESSAGE_SCHEMA` batch. The JVM
-#: copies every byte it converts twice (worker -> rows, rows -> the driver's Arrow), ~13 µs per
-#: 600-byte message as rows; a few large compressed values cost it ~2-3 (measured, local[2]).
-ENVELOPE_SCHEMA = pa.schema([("partition", pa.int32()), ("count", pa.int32()), ("ipc", pa.binary())])
-_IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
 
 
-def _consumer(servers: str, **extra: Any) -> Any:
+def _consumer(servers: str, client_config: Mapping[str, str], **extra: Any) -> Any:
+    """A consumer of ``servers`` with ``client_config`` (TLS, SASL: `changefeed.kafkasecurity`) and ``extra``."""
     from confluent_kafka import Consumer  # noqa: PLC0415 - only kafka reads need it
 
     return Consumer(
@@ -58,6 +58,7 @@ def _consumer(servers: str, **extra: Any) -> Any:
             "auto.offset.reset": "error",  # an offset the broker no longer has is an error, not a skip
             "allow.auto.create.topics": False,
             "logger": log,
+            **client_config,
             **extra,
         }
     )
@@ -105,7 +106,7 @@ class KafkaRange(InputPartition):
     come out as ``resolved`` rows. The cross-partition merge (resolved gating, dedupe) needs every
     partition and state across batches: it runs in the apply job (`changefeed.spark.merge`).
 
-    ``output=messages``: the raw messages, not decoded, in compressed Arrow envelopes (`ENVELOPE_SCHEMA`):
+    ``output=messages``: the raw messages, not decoded, in compressed Arrow envelopes (changefeed/spark/envelope.py):
     the apply job decodes each message once, on the driver (`MessageDecoder`), instead of
     decoding here and handing the events over as JSON.
     """
@@ -118,16 +119,19 @@ class KafkaRange(InputPartition):
     codec: CodecOptions
     changelog: ChangelogRows
     output: str = CHANGELOG
+    client_config: Mapping[str, str] = field(default_factory=dict, repr=False)  # may hold a SASL password
 
     def __post_init__(self) -> None:
         InputPartition.__init__(self, None)
 
     def rows(self) -> Iterator[Any]:
-        return self._raw() if self.output == MESSAGES else self._changelog()
+        if self.output == MESSAGES:
+            return self._raw()
+        return self._decoded() if self.output == DECODED else self._changelog()
 
     def _changelog(self) -> Iterator[tuple[Any, ...]]:
-        decoder = _PartitionDecoder(self.servers, self.topic, self.partition, self.codec)
-        consumer = _consumer(self.servers)
+        decoder = _PartitionDecoder(self.servers, self.topic, self.partition, self.codec, client=self.client_config)
+        consumer = _consumer(self.servers, self.client_config)
         try:
             for msg in _messages(consumer, self.topic, self.partition, self.start, self.end):
                 for ev in decoder.decode(msg.offset(), msg.key(), msg.value()):
@@ -139,23 +143,51 @@ class KafkaRange(InputPartition):
             consumer.close()
             decoder.close()
 
-    def _raw(self) -> Iterator[pa.RecordBatch]:
-        consumer = _consumer(self.servers)
+    def _runs(self, consumer: Any) -> Iterator[tuple[list[int], list[bytes | None], list[bytes | None]]]:
+        """The range's messages as runs of up to `_MESSAGES_PER_BATCH` (offsets, keys, values)."""
         offsets: list[int] = []
         keys: list[bytes | None] = []
         values: list[bytes | None] = []
+        for msg in _messages(consumer, self.topic, self.partition, self.start, self.end):
+            offsets.append(msg.offset())
+            keys.append(msg.key())
+            values.append(msg.value())
+            if len(offsets) >= _MESSAGES_PER_BATCH:
+                yield offsets, keys, values
+                offsets, keys, values = [], [], []
+        if offsets:
+            yield offsets, keys, values
+
+    def _raw(self) -> Iterator[pa.RecordBatch]:
+        consumer = _consumer(self.servers, self.client_config)
         try:
-            for msg in _messages(consumer, self.topic, self.partition, self.start, self.end):
-                offsets.append(msg.offset())
-                keys.append(msg.key())
-                values.append(msg.value())
-                if len(offsets) >= _MESSAGES_PER_BATCH:
-                    yield self._batch(offsets, keys, values)
-                    offsets, keys, values = [], [], []
-            if offsets:
+            for offsets, keys, values in self._runs(consumer):
                 yield self._batch(offsets, keys, values)
         finally:
             consumer.close()
+
+    def _decoded(self) -> Iterator[pa.RecordBatch]:
+        decoder = _PartitionDecoder(
+            self.servers, self.topic, self.partition, self.codec, columnar=True, client=self.client_config
+        )
+        filtered = self.changelog.filter is not None or self.changelog.table is not None
+        keep = EventFilter(self.changelog) if filtered else None
+        consumer = _consumer(self.servers, self.client_config)
+        at = self.start  # the first offset of the run in hand
+        try:
+            for offsets, keys, values in self._runs(consumer):
+                at = offsets[0]
+                decoded = decoder.decode_run(offsets, keys, values)
+                if keep is not None:
+                    decoded = [keep.events(events) for events in decoded]
+                sizes = [len(k or b"") + len(v or b"") for k, v in zip(keys, values, strict=True)]
+                yield pack(self.partition, offsets, sizes, decoded)
+                at = offsets[-1] + 1
+        except ChangefeedError as exc:  # the driver raises it as it would have decoding there
+            yield pack_error(self.partition, at, exc)
+        finally:
+            consumer.close()
+            decoder.close()
 
     def _batch(self, offsets: list[int], keys: list[bytes | None], values: list[bytes | None]) -> pa.RecordBatch:
         columns = [
@@ -164,35 +196,12 @@ class KafkaRange(InputPartition):
             pa.array(keys, pa.binary()),
             pa.array(values, pa.binary()),
         ]
-        messages = pa.RecordBatch.from_arrays(columns, schema=MESSAGE_SCHEMA)
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, MESSAGE_SCHEMA, options=_IPC_OPTIONS) as writer:
-            writer.write_batch(messages)
-        envelope = [
-            pa.array([self.partition], pa.int32()),
-            pa.array([len(offsets)], pa.int32()),
-            pa.array([sink.getvalue().to_pybytes()], pa.binary()),
-        ]
-        return pa.RecordBatch.from_arrays(envelope, schema=ENVELOPE_SCHEMA)
+        return wrap(pa.RecordBatch.from_arrays(columns, schema=MESSAGE_SCHEMA), self.partition)
 
 
 def unwrap_messages(envelopes: pa.Table) -> pa.Table:
     """The `MESSAGE_SCHEMA` table inside ``output=messages`` rows (`ENVELOPE_SCHEMA`)."""
-    tables = []
-    for partition, count, ipc in zip(*(envelopes.column(n).to_pylist() for n in ENVELOPE_SCHEMA.names), strict=True):
-        try:
-            table = pa.ipc.open_stream(ipc).read_all()
-        except (pa.ArrowInvalid, OSError, TypeError) as exc:
-            raise CaptureError(
-                f"kafka messages hand-over: unreadable envelope ({exc})", where=f"partition {partition}"
-            ) from None
-        if table.schema != MESSAGE_SCHEMA or table.num_rows != count:
-            raise CaptureError(
-                f"kafka messages hand-over: envelope of {table.num_rows} rows {table.schema}, expected {count}",
-                where=f"partition {partition}",
-            )
-        tables.append(table)
-    return pa.concat_tables(tables) if tables else MESSAGE_SCHEMA.empty_table()
+    return unwrap(envelopes, MESSAGE_SCHEMA, "kafka messages")
 
 
 class _PartitionDecoder:
@@ -203,14 +212,23 @@ class _PartitionDecoder:
     before the first message this object saw is resolved by looking back (`_SchemaLookback`).
     """
 
-    def __init__(self, servers: str, topic: str, partition: int, codec: CodecOptions, columnar: bool = False) -> None:
+    def __init__(
+        self,
+        servers: str,
+        topic: str,
+        partition: int,
+        codec: CodecOptions,
+        columnar: bool = False,
+        client: Mapping[str, str] | None = None,
+    ) -> None:
         from ...codec import make_decoder  # noqa: PLC0415
         from ...codec.open_protocol import OpenProtocolBlockDecoder, OpenProtocolDecoder  # noqa: PLC0415
 
         self.topic = topic
         self.partition = partition
         self.decoder = make_decoder(codec)
-        self.lookback = _SchemaLookback(servers, topic, partition) if codec.protocol == "simple" else None
+        simple = codec.protocol == "simple"
+        self.lookback = _SchemaLookback(servers, topic, partition, client or {}) if simple else None
         decoder = self.decoder
         self.blocks = (
             OpenProtocolBlockDecoder(decoder) if columnar and isinstance(decoder, OpenProtocolDecoder) else None
@@ -260,8 +278,18 @@ class MessageDecoder:
     are dropped: a replayed batch starts from fresh ones, as after a restart.
     """
 
-    def __init__(self, servers: str, topic: str, codec: CodecOptions, changelog: ChangelogRows) -> None:
+    output = MESSAGES
+
+    def __init__(
+        self,
+        servers: str,
+        topic: str,
+        codec: CodecOptions,
+        changelog: ChangelogRows,
+        client_config: Mapping[str, str] | None = None,
+    ) -> None:
         self.servers = servers
+        self.client_config = client_config or {}
         self.topic = topic
         self.codec = codec
         self.changelog = changelog
@@ -298,7 +326,7 @@ class MessageDecoder:
                 current = self._decoders.get(partition)
                 if current is None:
                     current = self._decoders[partition] = _PartitionDecoder(
-                        self.servers, self.topic, partition, self.codec, self.columnar
+                        self.servers, self.topic, partition, self.codec, self.columnar, self.client_config
                     )
                 run = offsets[start:end]
                 decoded = current.decode_run(run, keys[start:end], values[start:end])
@@ -329,8 +357,9 @@ class _SchemaLookback:
     once.
     """
 
-    def __init__(self, servers: str, topic: str, partition: int) -> None:
+    def __init__(self, servers: str, topic: str, partition: int, client_config: Mapping[str, str]) -> None:
         self.servers = servers
+        self.client_config = client_config
         self.topic = topic
         self.partition = partition
         self.start: int | None = None  # the first offset decoded: everything from here on was seen
@@ -358,7 +387,7 @@ class _SchemaLookback:
 
             # It re-assigns backwards chunk by chunk; a new assignment waits for the fetch in flight,
             # which at the log's end is held for fetch.wait.max.ms (500 ms by default).
-            self._consumer = _consumer(self.servers, **{"fetch.wait.max.ms": 10})
+            self._consumer = _consumer(self.servers, self.client_config, **{"fetch.wait.max.ms": 10})
             tp = TopicPartition(self.topic, self.partition)
             self.low = int(self._consumer.get_watermark_offsets(tp, timeout=_KAFKA_TIMEOUT_S)[0])
         high, low = self.start, self.low or 0
@@ -422,8 +451,7 @@ class KafkaInput(Input):
     OPTIONS = _KAFKA_KEYS
     ANY_CODEC_OPTION = True
     NO_PATH = True
-    # Spark's DDL of `ENVELOPE_SCHEMA` (nullable columns: PySpark compares the batches' schema exactly).
-    OUTPUTS: ClassVar[Mapping[str, str]] = {MESSAGES: "partition int, count int, ipc binary"}
+    OUTPUTS: ClassVar[Mapping[str, str]] = {MESSAGES: ENVELOPE_DDL, DECODED: DECODED_DDL}
     # Messages per micro-batch by default: a backlog read at once is collected on the apply
     # driver whole (a 1M-row Open Protocol backlog, ~40k messages in one batch, ran a 1 GB JVM
     # out of heap); 10,000 messages are up to 160k rows of Open Protocol, 10k of the others.
@@ -441,6 +469,8 @@ class KafkaInput(Input):
         if not servers or not self.topic:
             raise ConfigError("input kafka needs options bootstrap.servers (or kafka.bootstrap.servers) and topic")
         self.servers = servers
+        # TLS and SASL (TiCDC's sink-uri names); the password is read here, on the driver.
+        self.client_config = KafkaSecurity.from_params(extra, where="input kafka").client_config()
         mapping = {k: v for k, v in extra.items() if k not in _KAFKA_KEYS}
         mapping.setdefault("protocol", "canal-json")
         mapping.setdefault("time-zone", opts.time_zone)
@@ -460,7 +490,7 @@ class KafkaInput(Input):
 
     def _consumer(self) -> Any:
         if self._client is None:
-            self._client = _consumer(self.servers)
+            self._client = _consumer(self.servers, self.client_config)
         return self._client
 
     def _partitions(self) -> list[int]:
@@ -475,9 +505,13 @@ class KafkaInput(Input):
             raise ConfigError(f"kafka: topic {self.topic!r} at {self.servers} is not readable: {why}")
         return sorted(meta.partitions)
 
-    def message_decoder(self) -> MessageDecoder:
-        """The driver-side decoder of this topic's ``output=messages`` rows (with the ``filter`` rules)."""
-        return MessageDecoder(self.servers, self.topic, self.codec, self.opts.changelog(None))
+    def message_decoder(self, in_tasks: bool = True) -> MessageDecoder | DecodedReader:
+        """What the apply job's driver reads this topic with: with ``in_tasks``, a protocol with a
+        columnar decoder is decoded in the range tasks (``output=decoded``); any other, or without
+        ``in_tasks``, on the driver (``output=messages``)."""
+        if in_tasks and columnar(self.codec):
+            return DecodedReader(self.topic, self.codec)
+        return MessageDecoder(self.servers, self.topic, self.codec, self.opts.changelog(None), self.client_config)
 
     def partition_ids(self) -> list[int]:
         """The topic's partitions (driver side; for the apply job's merge)."""
@@ -568,7 +602,17 @@ class KafkaInput(Input):
         begin = start.get("offsets", {})
         output = self.opts.output
         return [
-            KafkaRange(self.servers, self.topic, int(p), int(begin.get(p, 0)), int(high), self.codec, changelog, output)
+            KafkaRange(
+                self.servers,
+                self.topic,
+                int(p),
+                int(begin.get(p, 0)),
+                int(high),
+                self.codec,
+                changelog,
+                output,
+                self.client_config,
+            )
             for p, high in sorted(end["offsets"].items(), key=lambda kv: int(kv[0]))
             if int(high) > int(begin.get(p, 0))
         ]
