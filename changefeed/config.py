@@ -39,7 +39,7 @@ from .codec import CodecOptions
 from .codec.csv import CSVFormat
 from .dispatch.router import DispatchRule
 from .dispatch.tablefilter import TableFilter
-from .errors import ConfigError, ascii_digits
+from .errors import ConfigError, ascii_digits, true_false
 from .kafkasecurity import KAFKA_SECURITY_PARAMS, KafkaSecurity
 from .secrets import mask_secrets, resolve_password
 from .sink.storage.writer import StorageOptions
@@ -108,8 +108,8 @@ def _typed(value: Any, kind: type, key: str) -> Any:
     if kind is bool:
         if isinstance(value, bool):
             return value
-        if isinstance(value, str) and value.lower() in ("true", "false"):
-            return value.lower() == "true"
+        if isinstance(value, str):
+            return true_false(value, key)
         raise ConfigError(f"{key} must be true or false, got {value!r}")
     if kind is int:
         if isinstance(value, int) and not isinstance(value, bool):

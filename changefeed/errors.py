@@ -66,3 +66,10 @@ def ascii_digits(text: str) -> bool:
     then rejects, so user input validated with it fails later with a traceback.
     """
     return text.isascii() and text.isdigit()
+
+
+def true_false(value: str, what: str) -> bool:
+    """``"true"``/``"false"`` (any case) as a bool; anything else is a ConfigError naming ``what``."""
+    if value.lower() not in ("true", "false"):
+        raise ConfigError(f"{what} must be true or false, got {value!r}")
+    return value.lower() == "true"

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from .errors import ConfigError
+from .errors import ConfigError, true_false
 from .secrets import password_from_env, password_from_file
 
 __all__ = ["KAFKA_SECURITY_PARAMS", "SASL_MECHANISMS", "KafkaSecurity"]
@@ -56,9 +56,7 @@ def _flag(params: Mapping[str, str], name: str) -> bool | None:
     value = params.get(name)
     if value is None:
         return None
-    if value.strip().lower() not in ("true", "false"):
-        raise ConfigError(f"kafka parameter {name} must be true or false, got {value!r}")
-    return value.strip().lower() == "true"
+    return true_false(value.strip(), f"kafka parameter {name}")
 
 
 @dataclass(frozen=True)

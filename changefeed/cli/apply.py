@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from ..errors import ConfigError, ascii_digits
+from ..errors import ConfigError, ascii_digits, true_false
 from ..secrets import mask_secrets
 from .run import (
     add_spark_options,
@@ -118,9 +118,7 @@ def mysql_target(uri: str, changefeed_id: str, time_zone: str = "UTC") -> tuple[
         if name is None:
             kept.append((key, value))
         elif name == "safe_mode":
-            if value.lower() not in ("true", "false"):
-                raise ConfigError(f"mysql sink-uri safe-mode must be true or false, got {value!r}")
-            settings[name] = value.lower() == "true"
+            settings[name] = true_false(value, "mysql sink-uri safe-mode")
         else:
             if not ascii_digits(value) or int(value) < 1:
                 raise ConfigError(f"mysql sink-uri {key} must be a positive integer, got {value!r}")

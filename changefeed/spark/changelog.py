@@ -229,6 +229,11 @@ class EventFilter:
         self.changelog = changelog
         self._tables: dict[tuple[str, str], bool] = {}
 
+    @classmethod
+    def of(cls, changelog: ChangelogRows) -> EventFilter | None:
+        """The filter of ``changelog``'s rules, None when it has none (every event is kept)."""
+        return cls(changelog) if changelog.filter is not None or changelog.table is not None else None
+
     def __call__(self, ev: Event) -> bool:
         if isinstance(ev, RowChange):
             return self.keeps(ev.table_schema.schema, ev.table_schema.table)

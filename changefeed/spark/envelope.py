@@ -20,15 +20,20 @@ ENVELOPE_DDL = "part int, count int, ipc binary"
 _IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
 
 
-def wrap(batch: pa.RecordBatch, part: int) -> pa.RecordBatch:
-    """``batch`` as one envelope row; ``part`` names where it came from (a Kafka or a Spark partition)."""
+def ipc_bytes(batch: pa.RecordBatch) -> bytes:
+    """``batch`` as an LZ4-compressed Arrow IPC stream."""
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema, options=_IPC_OPTIONS) as writer:
         writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()  # type: ignore[no-any-return]
+
+
+def wrap(batch: pa.RecordBatch, part: int) -> pa.RecordBatch:
+    """``batch`` as one envelope row; ``part`` names where it came from (a Kafka or a Spark partition)."""
     columns = [
         pa.array([part], pa.int32()),
         pa.array([batch.num_rows], pa.int32()),
-        pa.array([sink.getvalue().to_pybytes()], pa.binary()),
+        pa.array([ipc_bytes(batch)], pa.binary()),
     ]
     return pa.RecordBatch.from_arrays(columns, schema=ENVELOPE_SCHEMA)
 

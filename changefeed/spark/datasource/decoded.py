@@ -40,6 +40,7 @@ from ...model import Event
 from ...model.jsonl import EventReader, dumps_event, table_schema_from_json, table_schema_to_json
 from ...model.rowblock import RowBlock, Runs, Segment, TableRows
 from ...model.schema import TableSchema
+from ..envelope import ipc_bytes
 
 #: ``output=decoded``: a range's messages decoded in its task (see the module docstring).
 DECODED = "decoded"
@@ -47,7 +48,6 @@ DECODED_SCHEMA = pa.schema(
     [("part", pa.int32()), ("offset", pa.int64()), ("meta", pa.binary()), ("tables", pa.list_(pa.binary()))]
 )
 DECODED_DDL = "part int, offset long, meta binary, tables array<binary>"
-_IPC_OPTIONS = pa.ipc.IpcWriteOptions(compression="lz4")
 _RAW = "raw"
 
 Decoded = tuple[int, int, list[Event], int]
@@ -74,10 +74,7 @@ def _table_ipc(rows: TableRows) -> bytes:
         # 128-bit digest tells the same apart at a 25th of the hand-over's bytes.
         digests = [None if v is None else blake2b(v, digest_size=16).digest() for v in rows.raw]
         batch = batch.append_column(_RAW, pa.array(digests, pa.binary(16)))
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema, options=_IPC_OPTIONS) as writer:
-        writer.write_batch(batch)
-    return sink.getvalue().to_pybytes()  # type: ignore[no-any-return]
+    return ipc_bytes(batch)
 
 
 def pack(

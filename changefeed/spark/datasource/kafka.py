@@ -170,8 +170,7 @@ class KafkaRange(InputPartition):
         decoder = _PartitionDecoder(
             self.servers, self.topic, self.partition, self.codec, columnar=True, client=self.client_config
         )
-        filtered = self.changelog.filter is not None or self.changelog.table is not None
-        keep = EventFilter(self.changelog) if filtered else None
+        keep = EventFilter.of(self.changelog)
         consumer = _consumer(self.servers, self.client_config)
         at = self.start  # the first offset of the run in hand
         try:
@@ -293,7 +292,7 @@ class MessageDecoder:
         self.topic = topic
         self.codec = codec
         self.changelog = changelog
-        self._keep = EventFilter(changelog)
+        self._keep = EventFilter.of(changelog)
         self._decoders: dict[int, _PartitionDecoder] = {}
         self.columnar = True  # rows as RowBlocks where the protocol has a columnar decoder
 
@@ -312,7 +311,7 @@ class MessageDecoder:
         offsets = messages.column("offset").to_pylist()
         keys = messages.column("key").to_pylist()
         values = messages.column("value").to_pylist()
-        filtered = self.changelog.filter is not None or self.changelog.table is not None
+        keep = self._keep
         key_bytes, value_bytes = (pc.binary_length(messages.column(c)).fill_null(0) for c in ("key", "value"))
         sizes = pc.add(key_bytes, value_bytes).to_pylist()
         out: list[tuple[int, int, list[Event], int]] = []
@@ -331,7 +330,7 @@ class MessageDecoder:
                 run = offsets[start:end]
                 decoded = current.decode_run(run, keys[start:end], values[start:end])
                 for offset, events, size in zip(run, decoded, sizes[start:end], strict=True):
-                    out.append((partition, offset, self._keep.events(events) if filtered else events, size))
+                    out.append((partition, offset, events if keep is None else keep.events(events), size))
                 current.finish(run[-1] + 1)
                 start = end
         except BaseException:
