@@ -1,4 +1,4 @@
-"""The apply job's hand-over, measured: Kafka topic -> `run_apply_mysql` -> MariaDB, CPU per row.
+"""The apply job's hand-over, measured: Kafka topic -> `run_job` -> `MySQLSink` -> MariaDB, CPU per row.
 
     .venv/bin/python bench/apply_job.py --rows 100000 --protocols open-protocol,canal-json
 
@@ -7,7 +7,7 @@ dispatched by primary key) with ``--rows`` inserts of the 10-column orders table
 `KafkaSink` (10 rows per transaction, a resolved event every 1000 rows), then runs the apply job
 over it with ``availableNow`` into a fresh database, ``--repeat`` times per variant, interleaved:
 
-* ``decoded``: today's job (`run_apply_mysql`): a protocol with a columnar decoder (Open Protocol) is
+* ``decoded``: today's job (`run_job` into a `MySQLSink`): a protocol with a columnar decoder (Open Protocol) is
   decoded in the range tasks, which hand the decoded tables over (``output=decoded``), and the
   driver only merges and applies; other protocols are as ``messages``;
 * ``messages``: the same job with every protocol decoded on the driver: the source hands the raw
@@ -45,7 +45,7 @@ from changefeed.sink.mysql import MySQLSink, MySQLSinkConfig
 from changefeed.spark.datasource import KafkaInput, SourceOptions, register
 from changefeed.spark.datasource import kafka as kafka_input
 from changefeed.spark.datasource.decoded import columnar
-from changefeed.spark.jobs import _BatchRunner, _run_query, run_apply_mysql
+from changefeed.spark.jobs import Plan, _BatchRunner, _run_query, run_job
 from changefeed.spark.merge import MergeStage
 from changefeed.spark.session import spark_session
 from changefeed.testing import Broker
@@ -210,20 +210,16 @@ def jsonl_apply(spark: Any, source: dict[str, str], server: MariaDBServer, check
             messages.setdefault((int(ev.position["partition"]), int(ev.position["offset"])), []).append(ev)
         return stage.merge([(p, o, evs) for (p, o), evs in sorted(messages.items())], batch_id)
 
-    def flush() -> int:
-        sink.flush()
-        return sink.checkpoint.commit_ts if sink.checkpoint else 0
-
     register(spark)
     reader_ = spark.readStream.format("changefeed")
     for key, value in source.items():
         reader_ = reader_.option(key, value)
     stream = reader_.option("events", "true").load()
-    runner = _BatchRunner("apply-jsonl", sink.write, flush, None, stage, collect=collect)
+    runner = _BatchRunner("apply-jsonl", sink, Plan(stream, collect, sink.write, stage), None)
     try:
         return _run_query(spark, stream, runner, checkpoint, None, True, "bench-apply-jsonl").rows
     finally:
-        sink.abort()
+        sink.close()
 
 
 def main() -> int:
@@ -266,7 +262,7 @@ def main() -> int:
                     if variant in ("decoded", "messages"):
                         # "messages": the driver decodes whatever the protocol (see the module docstring).
                         kafka_input.columnar = columnar if variant == "decoded" else lambda codec: False
-                        stats = run_apply_mysql(spark, source, server.url, ck, available_now=True)
+                        stats = run_job(spark, source, MySQLSink(server.url), ck, available_now=True)
                         rows, batches = stats.rows, stats.batches
                     else:
                         rows, batches = jsonl_apply(spark, source, server, ck), -1

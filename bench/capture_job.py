@@ -7,7 +7,7 @@ workload: multi-row INSERTs in big transactions, then updates and deletes), and 
 job over the binlog files (``availableNow``, canal-json storage sink, ``local[2]``) twice per repeat,
 interleaved, on one Spark session:
 
-* ``ranges``: today's job (`run_capture`): the source hands each partition's binlog range to the
+* ``ranges``: today's job (`run_job` into a `StorageWriter`): the source hands each partition's binlog range to the
   encode stage, which decodes and encodes it in one Python worker;
 * ``jsonl``: the previous hand-over, rebuilt from the same parts as the peer: the source decodes
   and emits one changelog row per event with four JSON documents, the encode stage re-parses the
@@ -35,7 +35,7 @@ from changefeed.codec import CodecOptions
 from changefeed.sink.storage.writer import StorageWriter
 from changefeed.spark.datasource import register
 from changefeed.spark.encode import encode_storage, jsonl_events
-from changefeed.spark.jobs import _BatchRunner, _run_query, run_capture
+from changefeed.spark.jobs import Plan, _BatchRunner, _run_query, run_job, source_options
 from changefeed.spark.session import spark_session
 from changefeed.testing.mariadb import MariaDBServer
 
@@ -57,13 +57,8 @@ def jsonl_capture(spark: object, binlog: Path, out: Path, checkpoint: Path) -> i
         .option("events", "true")
         .load()
     )
-    runner = _BatchRunner(
-        "capture-jsonl",
-        writer.write_encoded,
-        writer.flush,
-        None,
-        collect=lambda df, _: encode_storage(df.select("event"), writer, jsonl_events),
-    )
+    plan = Plan(stream, lambda df, _: encode_storage(df.select("event"), writer, jsonl_events), writer.write_encoded)
+    runner = _BatchRunner("capture-jsonl", writer, plan, None)
     return _run_query(spark, stream, runner, checkpoint, None, True, "bench-jsonl").rows  # type: ignore[arg-type]
 
 
@@ -91,7 +86,8 @@ def main() -> int:
                 c0, t0 = tree_cpu(me), time.perf_counter()
                 if name == "ranges":
                     kw = {"events_per_partition": args.events_per_partition} if args.events_per_partition else {}
-                    rows = run_capture(spark, server.binlog_dir, out, CODEC, ck, available_now=True, **kw).rows
+                    source = source_options(server.binlog_dir, **kw)
+                    rows = run_job(spark, source, StorageWriter(out, CODEC), ck, job="capture", available_now=True).rows
                 else:
                     rows = jsonl_capture(spark, server.binlog_dir, out, ck)
                 cpu, wall = tree_cpu(me) - c0, time.perf_counter() - t0

@@ -331,11 +331,14 @@ def parse_sink_uri(uri: str, base_dir: Path | None = None) -> SinkURI:
             raise ConfigError(
                 f"a mysql sink-uri is mysql://USER[:PASS]@HOST:PORT/?worker-count=N, got {mask_secrets(uri)!r}"
             )
-        return SinkURI(scheme, parts.netloc + parts.path, params, uri)
+        anchored = _anchored(params, _MYSQL_FILE_PARAMS, base_dir)
+        if anchored != params:  # the sink parses the URI again (mysql_sink): the paths go into its text
+            uri = urlunsplit(parts._replace(query=urlencode(list(anchored.items()))))
+        return SinkURI(scheme, parts.netloc + parts.path, anchored, uri)
     if scheme in ("mysql+ssl", "tidb+ssl"):
         raise ConfigError(f"write {scheme[:-4]}://...?ssl-ca=FILE&ssl-cert=FILE&ssl-key=FILE for TLS, not {scheme}://")
     if scheme == "kafka":
-        return _kafka_uri(uri, parts.netloc, parts.path, params)
+        return _kafka_uri(uri, parts.netloc, parts.path, _anchored(params, _KAFKA_FILE_PARAMS, base_dir))
     if scheme in ("kafka+ssl", "pulsar"):
         raise ConfigError(f"the {scheme} sink is not wired into `changefeed run` yet; use file:// or kafka://")
     if scheme != "file":
@@ -355,6 +358,21 @@ def parse_sink_uri(uri: str, base_dir: Path | None = None) -> SinkURI:
     if params.get("protocol") not in (None, "canal-json", "csv"):
         raise ConfigError(f"a file:// sink writes csv or canal-json, not {params['protocol']!r}")
     return SinkURI(scheme, str(path), params)
+
+
+#: URI parameters that name files: a relative one is relative to the config file's directory (the
+#: current directory for a URI given on the command line), as every path in the config file is.
+_MYSQL_FILE_PARAMS = frozenset({"ssl-ca", "ssl-cert", "ssl-key", "password-file"})
+_KAFKA_FILE_PARAMS = frozenset({"ca", "cert", "key", "sasl-password-file"})
+
+
+def _anchored(params: Mapping[str, str], names: frozenset[str], base: Path | None) -> dict[str, str]:
+    """``params`` with the relative file paths among ``names`` made absolute against ``base``."""
+    out = dict(params)
+    for key, value in params.items():
+        if key.replace("_", "-").lower() in names and value and not Path(value).is_absolute():
+            out[key] = str((base or Path.cwd()) / value)
+    return out
 
 
 def _kafka_uri(uri: str, netloc: str, path: str, params: dict[str, str]) -> SinkURI:
@@ -483,11 +501,13 @@ def _source(src: dict[str, Any], base: Path) -> SourceConfig:
         if "url" not in src:
             raise ConfigError('[source] url is required for type "mysql": mysql://USER@HOST:PORT')
         url = _typed(src["url"], str, "[source] url")
-        source.url, options = _source_url_options(url)
+        source.url, options = _source_url_options(url, base)
         for key in ("password-env", "password-file"):
             value = _typed(src.get(key, ""), str, f"[source] {key}")
             if value and options.get(key):
                 raise ConfigError(f"[source] {key} is given twice: as a key and in url {mask_secrets(url)!r}")
+            if value and key == "password-file":
+                value = str(_config_path(value, "[source] password-file", base))
             setattr(source, key.replace("-", "_"), value or options.get(key, ""))
         from .capture.binlog.replica import ServerAddress  # noqa: PLC0415
 
@@ -512,8 +532,9 @@ def _source(src: dict[str, Any], base: Path) -> SourceConfig:
 _SOURCE_TLS_PARAMS = ("ssl-mode", "ssl-ca", "ssl-cert", "ssl-key")
 
 
-def _source_url_options(url: str) -> tuple[str, dict[str, str]]:
-    """The source URL with only its TLS options left in the query, and the query's password options."""
+def _source_url_options(url: str, base: Path) -> tuple[str, dict[str, str]]:
+    """The source URL with only its TLS options left in the query, and the query's password options
+    (file paths in both made absolute against the config file's directory)."""
     parts = urlsplit(url)
     options: dict[str, str] = {}
     kept: list[tuple[str, str]] = []
@@ -528,7 +549,8 @@ def _source_url_options(url: str) -> tuple[str, dict[str, str]]:
                 f"[source] url {mask_secrets(url)!r}: the replica connection takes no parameters but "
                 f"password-env, password-file, {', '.join(_SOURCE_TLS_PARAMS)}, got {key!r}"
             )
-    return urlunsplit(parts._replace(query=urlencode(kept))), options
+    kept = list(_anchored(dict(kept), _MYSQL_FILE_PARAMS, base).items())
+    return urlunsplit(parts._replace(query=urlencode(kept))), _anchored(options, _MYSQL_FILE_PARAMS, base)
 
 
 def _config_path(value: Any, key: str, base: Path) -> Path:

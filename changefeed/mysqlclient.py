@@ -28,7 +28,8 @@ import ssl
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from socket import socket
+from typing import TYPE_CHECKING, Any
 
 import pymysql.err
 from pymysql.connections import Connection
@@ -141,7 +142,24 @@ class TLSOptions:
         return kwargs
 
 
-class _Connection(Connection):  # type: ignore[misc]
+if TYPE_CHECKING:
+    from pymysql.cursors import Cursor
+
+    class PyMySQLConnection(Connection[Cursor]):
+        """A pymysql Connection with the internals used here and by the binlog replica (not in types-PyMySQL)."""
+
+        _sock: socket | None
+        _next_seq_id: int
+
+        def _create_ssl_ctx(self, sslp: Any) -> ssl.SSLContext: ...
+
+        def _force_close(self) -> None: ...
+
+else:
+    PyMySQLConnection = Connection
+
+
+class _Connection(PyMySQLConnection):
     _cf_tls: TLSOptions | None = None
 
     def __init__(self, *, tls: TLSOptions | None = None, **kwargs: Any) -> None:
@@ -150,11 +168,11 @@ class _Connection(Connection):  # type: ignore[misc]
 
     def _create_ssl_ctx(self, sslp: Any) -> ssl.SSLContext:
         if sslp:  # the caller's own TLS settings
-            return super()._create_ssl_ctx(sslp)  # type: ignore[no-any-return]
+            return super()._create_ssl_ctx(sslp)
         tls = self._cf_tls
         if tls is not None and tls.cert:  # PREFERRED with a client certificate: its own context
             ctx = super()._create_ssl_ctx({"cert": tls.cert, "key": tls.key} if tls.key else {"cert": tls.cert})
-            return ctx  # type: ignore[no-any-return]
+            return ctx
         with _lock:
             if not _preferred:
                 _preferred.append(super()._create_ssl_ctx(sslp))
@@ -202,7 +220,7 @@ def _tls_failure(exc: pymysql.err.OperationalError, host: str) -> str | None:
     return None
 
 
-def connect(*, tls: TLSOptions | None = None, **kwargs: Any) -> Connection:
+def connect(*, tls: TLSOptions | None = None, **kwargs: Any) -> PyMySQLConnection:
     """``pymysql.connect(**kwargs)`` with ``tls``'s mode (see the module docstring).
 
     Without ``tls`` (or in PREFERRED mode) connections share the TLS-preferred context.

@@ -24,6 +24,8 @@ from .errors import ConfigError
 __all__ = [
     "MASK",
     "MYSQL_PWD",
+    "SECRET_WORDS",
+    "is_secret_key",
     "mask_secrets",
     "password_from_env",
     "password_from_file",
@@ -36,9 +38,15 @@ MASK = "***"
 MYSQL_PWD = "MYSQL_PWD"
 # user:password@ in any scheme://; the password ends at the last '@' before the host.
 _URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^:/@\s]*:)(?P<pw>[^\s]*)(?P<tail>@[^@\s]*)", re.I)
-# password=xxx, "password": "xxx", passwd: xxx, sasl.password=xxx, MYSQL_PWD=xxx (DSNs, config dumps, reprs).
+#: The words that name a secret: one vocabulary for text (``password=xxx``, below) and for the keys
+#: of structured data (a log record's ``extra``, a mapping argument: `is_secret_key`).
+SECRET_WORDS = r"pass(?:word|wd)?|pwd|secret|token|credentials?|api[_-]?key"
+# A key holding a secret word anywhere: password, sasl.password, MYSQL_PWD, X-Api-Key, credential_file.
+_SECRET_KEY = re.compile(SECRET_WORDS, re.I)
+# password=xxx, "password": "xxx", passwd: xxx, sasl.password=xxx, MYSQL_PWD=xxx, api_key=xxx, credential=xxx
+# (DSNs, config dumps, reprs): the key ends with a secret word, so password-file=PATH stays readable.
 _SECRET_FIELD = re.compile(
-    r"""(?P<key>\b[\w.-]*(?:password|passwd|pwd|secret|token)["']?\s*[=:]\s*)(?P<q>["']?)(?P<value>[^\s"',;&}]+)""",
+    rf"""(?P<key>\b[\w.-]*(?:{SECRET_WORDS})["']?\s*[=:]\s*)(?P<q>["']?)(?P<value>[^\s"',;&}}]+)""",
     re.I,
 )
 # Known secrets shorter than this are not replaced literally: masking every "ab" would garble the
@@ -53,6 +61,11 @@ def mask_secrets(text: str, known: Iterable[str] = ()) -> str:
             text = text.replace(secret, MASK)
     text = _URL_PASSWORD.sub(lambda m: m.group("head") + MASK + m.group("tail"), text)
     return _SECRET_FIELD.sub(lambda m: m.group("key") + m.group("q") + MASK, text)
+
+
+def is_secret_key(key: str) -> bool:
+    """Whether a field named ``key`` holds a secret (its value is masked whole, whatever it is)."""
+    return _SECRET_KEY.search(key) is not None
 
 
 def url_passwords(texts: Iterable[str]) -> set[str]:

@@ -253,11 +253,22 @@ def test_a_rows_event_without_columns_is_refused(tmp_path: Path) -> None:
 def test_a_bit_column_wider_than_64_bits_is_refused(tmp_path: Path) -> None:
     """Found by bench/fuzz.py: a TABLE_MAP whose BIT metadata claimed 242 bits decoded a 242-bit integer,
     which then failed to serialise (orjson: "Integer exceeds 64-bit range"). MySQL's BIT holds 1 to 64."""
-    from changefeed.capture.binlog.tablemap import _ONE_BYTE_META, _TWO_BYTE_META, ColumnType  # noqa: PLC0415
+    from changefeed.capture.binlog.tablemap import ColumnType  # noqa: PLC0415
 
     data = bytearray((BINLOGS / "nocrc" / "binlog.000001").read_bytes())
-    pos, patched = 4, None
-    while pos + 19 <= len(data) and patched is None:
+    patched = _patch_column_meta(data, ColumnType.BIT, bytes([242, 0]))  # "242 bits, 0 bytes": the fuzzer's input
+    (tmp_path / "binlog.000001").write_bytes(bytes(data))
+    with pytest.raises(CaptureError, match="BIT column of 242 bits") as info:
+        list(file_capture(tmp_path / "binlog.000001").events())
+    assert info.value.where == f"binlog.000001:{patched}"
+
+
+def _patch_column_meta(data: bytearray, column_type: int, meta: bytes) -> int:
+    """Overwrite the metadata of the first ``column_type`` column of the first TABLE_MAP holding one (no CRC)."""
+    from changefeed.capture.binlog.tablemap import _ONE_BYTE_META, _TWO_BYTE_META  # noqa: PLC0415
+
+    pos = 4
+    while pos + 19 <= len(data):
         kind, size = data[pos + 4], int.from_bytes(data[pos + 9 : pos + 13], "little")
         if kind == 19:  # TABLE_MAP: table id (6), flags (2), schema, table, column count, types, metadata
             at = pos + 19 + 8
@@ -267,17 +278,86 @@ def test_a_bit_column_wider_than_64_bits_is_refused(tmp_path: Path) -> None:
             types = data[at + 1 : at + 1 + count]
             at += 1 + count + 1  # the types, then a one-byte metadata length
             for tp in types:
-                if tp == ColumnType.BIT:
-                    data[at], data[at + 1] = 242, 0  # "242 bits, 0 bytes": the fuzzer's input
-                    patched = pos
-                    break
+                if tp == column_type:
+                    data[at : at + len(meta)] = meta
+                    return pos
                 at += 1 if tp in _ONE_BYTE_META else 2 if tp in _TWO_BYTE_META else 0
         pos += size
-    assert patched is not None, "the fixture has a BIT column"
+    raise AssertionError(f"the fixture has no column of type {column_type}")
+
+
+@pytest.mark.parametrize(
+    ("column_type", "meta", "message"),
+    [
+        ("DATETIME2", bytes([7]), r"cf\.times column \d+: DATETIME2 of fractional seconds precision 7"),
+        ("TIME2", bytes([255]), r"TIME2 of fractional seconds precision 255"),
+        ("TIMESTAMP2", bytes([9]), r"TIMESTAMP2 of fractional seconds precision 9"),
+        ("NEWDECIMAL", bytes([66, 0]), r"cf\.nums column \d+: DECIMAL\(66, 0\)"),
+        ("NEWDECIMAL", bytes([255, 30]), r"DECIMAL\(255, 30\)"),
+        ("NEWDECIMAL", bytes([65, 39]), r"DECIMAL\(65, 39\); MariaDB's DECIMAL\(M, D\) has 1 <= M <= 65, D <= 38"),
+        ("NEWDECIMAL", bytes([10, 11]), r"DECIMAL\(10, 11\).*D <= M"),
+        ("NEWDECIMAL", bytes([0, 0]), r"DECIMAL\(0, 0\)"),
+    ],
+)
+@pytest.mark.parametrize("decoder", ["rows", "arrow", "blocks"])
+def test_table_map_metadata_out_of_range_is_refused(
+    tmp_path: Path, column_type: str, meta: bytes, message: str, decoder: str
+) -> None:
+    """A TABLE_MAP declaring fsp > 6, DECIMAL precision > 65, scale > 38 (MariaDB; MySQL 30) or scale >
+    precision: a CaptureError at the TABLE_MAP, in the row-by-row and the Arrow/block decoders alike,
+    never an IndexError (fsp indexes the fraction tables), a wrong value or a misread row image."""
+    from changefeed.capture.binlog import BinlogPosition  # noqa: PLC0415
+    from changefeed.capture.binlog.arrow import read_range_arrow  # noqa: PLC0415
+    from changefeed.capture.binlog.blocks import BlockCapture  # noqa: PLC0415
+    from changefeed.capture.binlog.files import BinlogFileReader  # noqa: PLC0415
+    from changefeed.capture.binlog.tablemap import ColumnType  # noqa: PLC0415
+
+    data = bytearray((BINLOGS / "nocrc" / "binlog.000001").read_bytes())  # MariaDB 10.11
+    patched = _patch_column_meta(data, ColumnType[column_type], meta)
     (tmp_path / "binlog.000001").write_bytes(bytes(data))
-    with pytest.raises(CaptureError, match="BIT column of 242 bits") as info:
-        list(file_capture(tmp_path / "binlog.000001").events())
+    start = BinlogPosition("binlog.000001", 4)
+    with pytest.raises(CaptureError, match=message) as info:
+        if decoder == "rows":
+            list(file_capture(tmp_path / "binlog.000001").events())
+        elif decoder == "arrow":
+            list(read_range_arrow(tmp_path, start))
+        else:
+            list(BlockCapture(lambda at: BinlogFileReader(tmp_path, at.file or None, at.pos), start).blocks())
     assert info.value.where == f"binlog.000001:{patched}"
+
+
+def _table_map_body(types: bytes, meta: bytes) -> bytes:
+    """A TABLE_MAP body (after table id and flags) of db.t with ``types`` and their ``meta``, all nullable."""
+    return (
+        b"\x02db\x00\x01t\x00"
+        + bytes([len(types)])
+        + types
+        + bytes([len(meta)])
+        + meta
+        + b"\xff" * ((len(types) + 7) // 8)
+    )
+
+
+def test_decimal_scale_limit_is_the_servers() -> None:
+    """MySQL's DECIMAL scale is at most 30, MariaDB's (10.2.1+) 38; precision at most 65 on both."""
+    from changefeed.capture.binlog.tablemap import ColumnType, parse_table_map_body  # noqa: PLC0415
+
+    dec = bytes([ColumnType.NEWDECIMAL])
+    for p, s in [(65, 30), (1, 0), (1, 1), (30, 30)]:
+        for mariadb in (False, True):
+            (col,) = parse_table_map_body(_table_map_body(dec, bytes([p, s])), mariadb).columns
+            assert (col.precision, col.scale) == (p, s)
+    (col,) = parse_table_map_body(_table_map_body(dec, bytes([65, 38])), mariadb=True).columns
+    assert (col.precision, col.scale) == (65, 38)
+    with pytest.raises(ValueError, match=r"db\.t column 1: DECIMAL\(65, 31\); MySQL's DECIMAL\(M, D\) has .* D <= 30"):
+        parse_table_map_body(_table_map_body(dec, bytes([65, 31])))
+    with pytest.raises(ValueError, match=r"DECIMAL\(40, 39\); MariaDB's"):
+        parse_table_map_body(_table_map_body(dec, bytes([40, 39])), mariadb=True)
+    fsp = bytes([ColumnType.TINY, ColumnType.DATETIME2, ColumnType.TIME2, ColumnType.TIMESTAMP2])
+    cols = parse_table_map_body(_table_map_body(fsp, bytes([6, 0, 3]))).columns
+    assert [c.meta for c in cols] == [0, 6, 0, 3]
+    with pytest.raises(ValueError, match=r"db\.t column 4: TIMESTAMP2 of fractional seconds precision 7"):
+        parse_table_map_body(_table_map_body(fsp, bytes([6, 0, 7])))
 
 
 # -- 4, 5, 6. config checks --------------------------------------------------------------------

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -155,12 +157,12 @@ def kafka_source(uri: str) -> dict[str, str]:
 def run(args: argparse.Namespace) -> int:
     from ..codec import CodecOptions  # noqa: PLC0415
     from ..ops.monitor import set_job_context  # noqa: PLC0415
-    from ..spark.jobs import run_apply, run_apply_mysql, storage_source  # noqa: PLC0415
+    from ..sink.base import Sink  # noqa: PLC0415
+    from ..spark.jobs import run_job, storage_source  # noqa: PLC0415
 
     codec = CodecOptions()
     if urlsplit(args.source).scheme.lower() == "kafka":
         options = kafka_source(args.source)
-        source = Path()
     else:
         source, params = _local_path(args.source, "file")
         if not source.is_dir():
@@ -171,44 +173,33 @@ def run(args: argparse.Namespace) -> int:
         options = storage_source(source, codec)
     scheme = urlsplit(args.target).scheme.lower()
     set_job_context(args, args.changefeed_id, source=urlsplit(args.source).scheme.lower(), sink=scheme)
+    make_sink: Callable[[], Sink]
     if scheme in ("mysql", "tidb"):
+        from ..sink.mysql import MySQLSink  # noqa: PLC0415
+
         url, config = mysql_target(args.target, args.changefeed_id, options.get("time-zone", codec.time_zone))
         # Spark's offsets only save re-reading: the downstream checkpoint row is what makes it exactly once.
-        checkpoint = prepare_checkpoint(args.checkpoint or default_checkpoint("apply", args.changefeed_id))
-        show_progress()
-        spark = start_spark(args.master, args.spark_conf)
-        stats = streaming(
-            lambda: run_apply_mysql(
-                spark,
-                options,
-                url,
-                checkpoint,
-                sink_config=config,
-                trigger_interval=spark_interval(args.trigger_interval or "1s"),
-                available_now=args.available_now,
-            )
-        )
+        checkpoint = args.checkpoint or default_checkpoint("apply", args.changefeed_id)
+        make_sink = partial(MySQLSink, url, config)
         where = f"{mask_secrets(url)} (changefeed {args.changefeed_id})"
     else:
+        from ..sink.parquet import ParquetSnapshotSink  # noqa: PLC0415
+
         target, extra = _local_path(args.target, "parquet")
         if extra:
             raise ConfigError(f"parquet:// takes no parameters, got {', '.join(sorted(extra))}")
-        checkpoint = prepare_checkpoint(args.checkpoint or target / "_spark_checkpoint")
-        show_progress()
-        spark = start_spark(args.master, args.spark_conf)
-        stats = streaming(
-            lambda: run_apply(
-                spark,
-                source,
-                codec,
-                target,
-                checkpoint,
-                source=options,
-                trigger_interval=spark_interval(args.trigger_interval or "1s"),
-                available_now=args.available_now,
-            )
-        )
+        checkpoint = args.checkpoint or target / "_spark_checkpoint"
+        make_sink = partial(ParquetSnapshotSink, target)
         where = f"snapshots in {target}"
+    checkpoint = prepare_checkpoint(checkpoint)
+    show_progress()
+    spark = start_spark(args.master, args.spark_conf)
+    interval = spark_interval(args.trigger_interval or "1s")
+    stats = streaming(
+        lambda: run_job(
+            spark, options, make_sink(), checkpoint, trigger_interval=interval, available_now=args.available_now
+        )
+    )
     print(
         f"apply: {stats.rows} rows in {stats.batches} batches ({stats.seconds:.1f} s); "
         f"checkpoint ts {stats.checkpoint_ts} ({wall_time(stats.checkpoint_ts)}); {where}",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from collections.abc import Callable
 from typing import IO
 
 from ..errors import ChangefeedError
@@ -72,7 +73,13 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
                 f"SET NAMES utf8mb4;\nSET SESSION sql_mode='{SESSION_SQL_MODE}', foreign_key_checks=0, "
                 "time_zone='+00:00';\n"
             )
-        fix = (lambda sql: fix_file.write(sql + "\n")) if fix_file is not None else None
+        fix: Callable[[str], None] | None = None
+        if fix_file is not None:
+            out_sql = fix_file
+
+            def fix(sql: str) -> None:
+                out_sql.write(sql + "\n")
+
         with Progress("diff", unit="tables", disabled=args.no_progress) as bar:
             differ = Differ(
                 source, target, chunk_size=args.chunk_size, max_samples=args.max_rows, fix=fix, progress=bar

@@ -11,7 +11,7 @@ import argparse
 import logging
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -144,27 +144,31 @@ def run(args: argparse.Namespace) -> int:
     from ..config import load_config, parse_sink_uri  # noqa: PLC0415
     from ..ops.monitor import set_job_context  # noqa: PLC0415
     from ..secrets import mask_secrets  # noqa: PLC0415
-    from ..spark.jobs import run_apply_mysql, run_capture, run_capture_kafka  # noqa: PLC0415
+    from ..sink.base import Sink  # noqa: PLC0415
+    from ..spark.jobs import run_job, source_options  # noqa: PLC0415
 
     config = load_config(args.config)
     if args.sink_uri:
         config.sink_uri = parse_sink_uri(args.sink_uri, Path.cwd())
     sink_kind = "storage" if config.sink_uri.scheme == "file" else config.sink_uri.scheme
     set_job_context(args, config.changefeed_id, source=config.source.type, sink=sink_kind)
-    source = config.source.data_source_options()
+    source = source_options(
+        config.source.data_source_options(),
+        rules=config.filter.rules,
+        time_zone=config.time_zone,
+        max_events=args.max_events,
+    )
     if args.max_bytes:
-        source = {**source, "maxBytesPerTrigger": args.max_bytes}
-    job: dict[str, Any] = {
-        "trigger_interval": spark_interval(args.trigger_interval or config.flush_interval or "1s"),
-        "available_now": args.available_now,
-    }
-    capture = {**job, "rules": config.filter.rules, "time_zone": config.time_zone, "max_events": args.max_events}
+        source["maxBytesPerTrigger"] = args.max_bytes
     if config.sink_uri.is_kafka or config.sink_uri.is_mysql:
         # No output directory to hold Spark's offsets: default to one per changefeed in the current directory.
         checkpoint = args.checkpoint or default_checkpoint("run", config.changefeed_id)
     else:
         checkpoint = args.checkpoint or config.sink_uri.path / "_spark_checkpoint"
+    make_sink: Callable[[], Sink]
     if config.sink_uri.is_kafka:
+        from ..sink.kafka import KafkaSink  # noqa: PLC0415
+
         kafka = config.kafka_sink_config()
         if not args.skip_preflight:
             preflight(
@@ -173,39 +177,39 @@ def run(args: argparse.Namespace) -> int:
                 broker=(kafka.bootstrap_servers, kafka.topic, kafka.partition_num),
                 broker_config=kafka.client_config,
             )
-        call = partial(run_capture_kafka, source=source, sink_config=kafka, checkpoint=checkpoint, **capture)
+        make_sink = partial(KafkaSink, kafka)
         where = f"kafka {kafka.bootstrap_servers} topic {kafka.topic}"
     elif config.sink_uri.is_mysql:
+        from ..sink.mysql import MySQLSink  # noqa: PLC0415
+
         url, sink_config = config.mysql_sink()
         if not args.skip_preflight:
             preflight(config, checkpoint, sink=url)
-        # The apply job reads any data source options: here the binlog input, straight into the database.
-        options = {**source, "timeZone": config.time_zone, "filter": ",".join(config.filter.rules)}
-        if args.max_events:
-            options["maxEventsPerTrigger"] = str(args.max_events)
-        call = partial(
-            run_apply_mysql,
-            source=options,
-            target=url,
-            checkpoint=checkpoint,
-            sink_config=sink_config,
-            job="capture",
-            **job,
-        )
+        make_sink = partial(MySQLSink, url, sink_config)
         where = f"{mask_secrets(url)} (changefeed {config.changefeed_id})"
     else:
+        from ..sink.storage.writer import StorageWriter  # noqa: PLC0415
+
         out = config.sink_uri.path
         if not args.skip_preflight:
             preflight(config, checkpoint)
-        codec, storage = config.codec_options(), config.storage_options()
-        call = partial(
-            run_capture, source=source, storage_root=out, codec=codec, checkpoint=checkpoint, storage=storage, **capture
-        )
+        make_sink = partial(StorageWriter, out, config.codec_options(), config.storage_options())
         where = f"storage {out}"
     prepare_checkpoint(checkpoint)
     show_progress()
     spark = start_spark(args.master, args.spark_conf)
-    stats = streaming(lambda: call(spark))
+    interval = spark_interval(args.trigger_interval or config.flush_interval or "1s")
+    stats = streaming(
+        lambda: run_job(
+            spark,
+            source,
+            make_sink(),
+            checkpoint,
+            job="capture",
+            trigger_interval=interval,
+            available_now=args.available_now,
+        )
+    )
     _summary(config.changefeed_id, stats, where)
     return 0
 

@@ -22,15 +22,18 @@ def _load(protocol: str, which: int) -> type:
         entry = _REGISTRY[protocol]
     except KeyError:
         raise ConfigError(f"unknown protocol {protocol!r}; expected one of {', '.join(PROTOCOLS)}") from None
-    return getattr(import_module(entry[0]), entry[which])
+    cls: type = getattr(import_module(entry[0]), entry[which])
+    return cls
 
 
 def make_encoder(options: CodecOptions) -> Encoder:
-    return _load(options.protocol, 1)(options)
+    encoder: Encoder = _load(options.protocol, 1)(options)
+    return encoder
 
 
 def make_decoder(options: CodecOptions) -> Decoder:
-    return _load(options.protocol, 2)(options)
+    decoder: Decoder = _load(options.protocol, 2)(options)
+    return decoder
 
 
 __all__ = ["CodecOptions", "Decoder", "Encoder", "Message", "make_decoder", "make_encoder"]

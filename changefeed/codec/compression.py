@@ -58,7 +58,8 @@ def compression_codec(name: str) -> tuple[Transform, Inflate] | None:
     failures: tuple[type[BaseException], ...] = (pa.lib.ArrowException, OSError, ValueError, EOFError)
 
     def compress(data: bytes) -> bytes:
-        return codec.compress(data, asbytes=True)
+        out: bytes = codec.compress(data, asbytes=True)
+        return out
 
     def unsnappy(data: bytes, limit: int = DEFAULT_INFLATE_LIMIT) -> bytes:
         size = snappy_length(data)
@@ -67,7 +68,7 @@ def compression_codec(name: str) -> tuple[Transform, Inflate] | None:
         if size > limit:
             raise InflateLimitError(f"snappy block inflates to {size} bytes, over {limit}")
         try:
-            out = codec.decompress(data, decompressed_size=size, asbytes=True)
+            out: bytes = codec.decompress(data, decompressed_size=size, asbytes=True)
         except failures as exc:
             raise ValueError(f"snappy block does not decompress: {exc}") from None
         if len(out) != size:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from ..model import TableSchema
 
@@ -79,4 +79,4 @@ def compile_object_reader(
         "        raise _Slow\n" + "".join(fetch) + f"    return ({''.join(item + ', ' for item in items)})\n"
     )
     exec(compile(src, f"<reader of {len(names)} columns>", "exec"), env)
-    return env["read"]
+    return cast(Callable[[dict[str, Any]], tuple[Any, ...]], env["read"])  # exec-generated above

@@ -868,9 +868,10 @@ def _lazy_row(rows: TableRows, i: int, ts: int, row: RowChange | None) -> Callab
     box = [row]
 
     def get() -> RowChange:
-        if box[0] is None:
-            box[0] = rows.row(i, ts)
-        return box[0]
+        got = box[0]
+        if got is None:
+            got = box[0] = rows.row(i, ts)
+        return got
 
     return get
 

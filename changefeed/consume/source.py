@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Self, cast
 
 from ..codec import CodecOptions, Decoder, Message, make_decoder
 from ..errors import CaptureError, ConfigError
@@ -160,7 +160,8 @@ class KafkaSource:
                 self._kafka_error(msg)
                 continue
             self._decode(msg)
-        out = self.merger.ready()
+        # only decoded events are fed to the merger here (never RowBlocks), so only events come out
+        out = cast(list[Event], self.merger.ready())
         if out:
             out[-1] = Resolved(out[-1].commit_ts, position=self.checkpoint())
         return out
@@ -182,6 +183,7 @@ class KafkaSource:
     def _decode(self, msg: KafkaMessage) -> None:
         p = msg.partition()
         offset = msg.offset()
+        assert p is not None and offset is not None  # set on every consumed message without an error
         where = f"{self.topic}[{p}]@{offset}"
         decoder = self._decoders[p]
         before = len(self._schemas) if self._schemas is not None else 0
@@ -219,6 +221,7 @@ class KafkaSource:
         from confluent_kafka import KafkaError  # noqa: PLC0415
 
         err = msg.error()
+        assert err is not None  # called only for messages with an error
         code = err.code()
         where = f"{msg.topic()}[{msg.partition()}]@{msg.offset()}"
         if code == KafkaError._PARTITION_EOF:
@@ -266,7 +269,7 @@ class KafkaSource:
 
     def checkpoint(self) -> dict[int, int]:
         """Partition -> next offset to read such that every earlier message was fully released."""
-        out = self.merger.checkpoint()
+        out = cast(dict[int, int], self.merger.checkpoint())  # this source's partition keys are ints
         for p, held in self._hold_start.items():
             if p in out:
                 out[p] = min(out[p], held)

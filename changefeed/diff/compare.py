@@ -457,9 +457,9 @@ class Differ:
         s_rows = {tuple(r[i] for i in info.key): tuple(r) for r in src.query(sql)}
         t_rows = {tuple(r[i] for i in info.key): tuple(r) for r in dst.query(sql)} if dst is not None else {}
         deletes, replaces = [], []
-        for key, t_row in t_rows.items():
+        for key, extra in t_rows.items():
             if key not in s_rows:
-                self._record(info, report, RowDiff("extra", key, None, t_row))
+                self._record(info, report, RowDiff("extra", key, None, extra))
                 deletes.append(key)
         for key, s_row in s_rows.items():
             t_row = t_rows.get(key)

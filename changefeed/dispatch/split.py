@@ -7,6 +7,8 @@ one, so per-key consumers (and key-hashing dispatchers) see each key's history i
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pyarrow.compute as pc
 
@@ -37,7 +39,7 @@ def split_key_changing_update(row: RowChange) -> list[RowChange]:
     changed = any(old[i] is not ABSENT and old[i] != new[i] for i in _key_positions(row.table_schema))
     if not changed:
         return [row]
-    common = {
+    common: dict[str, Any] = {
         "table_schema": row.table_schema,
         "commit_ts": row.commit_ts,
         "start_ts": row.start_ts,
@@ -58,4 +60,5 @@ def key_changing_rows(rows: TableRows) -> np.ndarray:
         differ = pc.fill_null(pc.not_equal(new, old), False).to_numpy(zero_copy_only=False)
         one_null = (new.is_null().to_numpy(zero_copy_only=False)) != (old.is_null().to_numpy(zero_copy_only=False))
         out |= differ | one_null
-    return out & updates
+    splits: np.ndarray = out & updates
+    return splits

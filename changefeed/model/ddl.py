@@ -290,9 +290,9 @@ def ddl_tables(query: str, default_schema: str) -> tuple[TableName, list[tuple[T
     renames: list[tuple[TableName, TableName]] = []
     if re.match(r"^\s*rename\s+tables?\s", text, re.I):
         body = re.sub(r"^\s*rename\s+tables?\s+", "", text, flags=re.I)
-        for m in _RENAME.finditer(body):
+        for rm in _RENAME.finditer(body):
             renames.append(
-                (_qualify(m.group(1), m.group(2), default_schema), _qualify(m.group(3), m.group(4), default_schema))
+                (_qualify(rm.group(1), rm.group(2), default_schema), _qualify(rm.group(3), rm.group(4), default_schema))
             )
         target = renames[-1][1] if renames else (default_schema, "")
         return target, renames

@@ -11,10 +11,11 @@ from .ddl import ActionType
 from .schema import TableSchema
 from .values import ABSENT
 
-Position = Mapping[str, Any]
+Position = Mapping[Any, Any]
 """Where in its source an event ends (binlog file/pos/GTID + clock, topic/partition/offset...).
 
-Opaque to everything but the source that made it; JSON-serialisable so jobs can checkpoint it."""
+Opaque to everything but the source that made it; JSON-serialisable so jobs can checkpoint it.
+Keys are mostly str; a Kafka source's resolved position maps partition -> offset."""
 
 
 class Op(StrEnum):

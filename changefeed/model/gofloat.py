@@ -17,7 +17,8 @@ _F32 = struct.Struct("<f")
 
 def to_float32(value: float) -> float:
     """Round a Python float to the nearest float32, as stored by a FLOAT column."""
-    return _F32.unpack(_F32.pack(value))[0]
+    rounded: float = _F32.unpack(_F32.pack(value))[0]
+    return rounded
 
 
 def shortest_digits(value: float, float32: bool = False) -> tuple[bool, str, int]:

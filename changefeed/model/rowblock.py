@@ -16,7 +16,7 @@ as runs of present-column bitmaps; in `RowChange`s those columns are ``ABSENT``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from typing import Any, ClassVar
@@ -72,7 +72,8 @@ class TableRows:
 
     @property
     def num_rows(self) -> int:
-        return self.batch.num_rows
+        n: int = self.batch.num_rows
+        return n
 
     def column(self, i: int) -> pa.Array:
         """Column ``i`` of each row's image: the new one, or the old one for deletes."""
@@ -88,7 +89,8 @@ class TableRows:
 
     @property
     def commit_ts(self) -> np.ndarray:
-        return self.batch.column(self.width + 1).to_numpy(zero_copy_only=False)
+        ts: np.ndarray = self.batch.column(self.width + 1).to_numpy(zero_copy_only=False)
+        return ts
 
     @property
     def ops(self) -> np.ndarray:
@@ -181,7 +183,7 @@ class TableRows:
 
 def model_values(column: Column, values: pa.Array) -> list[Any]:
     """A column's values as the model holds them (DECIMAL of unknown precision travels as text)."""
-    out = values.to_pylist()
+    out: list[Any] = values.to_pylist()
     if column.type_code is TypeCode.DECIMAL and pa.types.is_string(values.type):
         out = [None if v is None else Decimal(v) for v in out]
     return out
@@ -297,7 +299,7 @@ class RowBlock:
             yield from self.segment_rows(seg, start)
 
 
-def expand_blocks(events: Iterator[Any] | Sequence[Any]) -> Iterator[Any]:
+def expand_blocks(events: Iterable[Any]) -> Iterator[Any]:
     """``events`` with every `RowBlock` replaced by its `RowChange`s (for row-at-a-time consumers)."""
     for event in events:
         if isinstance(event, RowBlock):

@@ -8,7 +8,8 @@ without parsing the message.
 `SecretFilter` sits on the handler, so it sees records of every logger (a filter on a logger
 would miss records propagated from its children). It masks ``scheme://user:PASSWORD@`` in the
 message, its arguments, ``extra`` values and exception text, and ``password=...`` style fields,
-and replaces the value of any ``extra`` key that names a secret. Sinks already mask URLs they
+and replaces the value of any ``extra`` key that names a secret (one vocabulary with the text
+masking: `changefeed.secrets.SECRET_WORDS`). Sinks already mask URLs they
 log; this is the net under code that forgets. The masking is `changefeed.secrets.mask_secrets`,
 the one function every part (and the CLI's error exit) uses; it is re-exported here.
 
@@ -25,7 +26,6 @@ import contextlib
 import contextvars
 import datetime as dt
 import logging
-import re
 import sys
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
@@ -34,7 +34,7 @@ from typing import IO, Any, Literal
 import orjson
 
 from ..errors import ascii_digits
-from ..secrets import MASK, mask_secrets
+from ..secrets import MASK, is_secret_key, mask_secrets
 
 __all__ = [
     "ContextFilter",
@@ -56,7 +56,6 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s"
 _STANDARD_ATTRS = frozenset(
     vars(logging.LogRecord("", logging.INFO, "", 0, "", (), None)).keys() | {"message", "asctime", "taskName"}
 )
-_SECRET_KEY = re.compile(r"pass(word|wd)?|pwd|secret|token|credential|api[_-]?key|sasl[._]password", re.I)
 
 
 def _mask_value(value: Any, depth: int = 0) -> Any:
@@ -69,8 +68,7 @@ def _mask_value(value: Any, depth: int = 0) -> Any:
         return value
     if isinstance(value, Mapping):
         return {
-            k: MASK if isinstance(k, str) and _SECRET_KEY.search(k) else _mask_value(v, depth + 1)
-            for k, v in value.items()
+            k: MASK if isinstance(k, str) and is_secret_key(k) else _mask_value(v, depth + 1) for k, v in value.items()
         }
     if isinstance(value, list | tuple | set | frozenset):
         return type(value)(_mask_value(v, depth + 1) for v in value)
@@ -103,7 +101,7 @@ class SecretFilter(logging.Filter):
         for key, value in list(vars(record).items()):
             if key in _STANDARD_ATTRS:
                 continue
-            record.__dict__[key] = MASK if _SECRET_KEY.search(key) else _mask_value(value)
+            record.__dict__[key] = MASK if is_secret_key(key) else _mask_value(value)
         if record.exc_info and not record.exc_text:
             # Format the traceback now so the (masked) text is what every formatter prints.
             record.exc_text = mask_secrets(logging.Formatter().formatException(record.exc_info))

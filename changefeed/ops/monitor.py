@@ -33,7 +33,6 @@ __all__ = [
     "current_job_context",
     "job_context",
     "set_job_context",
-    "sink_kind",
 ]
 
 log = logging.getLogger(__name__)
@@ -76,15 +75,6 @@ def job_context(**fields: Any) -> Iterator[JobContext]:
         yield context
     finally:
         _JOB.reset(token)
-
-
-_SINK_KINDS = {"StorageWriter": "storage", "KafkaSink": "kafka", "ParquetSnapshotSink": "parquet", "MySQLSink": "mysql"}
-
-
-def sink_kind(write: Callable[..., Any]) -> str:
-    """The sink a job writes to, from its bound ``write`` method (``storage``, ``kafka``...)."""
-    owner = type(getattr(write, "__self__", None)).__name__
-    return _SINK_KINDS.get(owner, "")
 
 
 #: Bookkeeping inside source positions that grows with the tables and files read (binlog table

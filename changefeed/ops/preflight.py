@@ -449,14 +449,14 @@ def _check_broker(
     from confluent_kafka import KafkaException  # noqa: PLC0415 - only a broker check pays for librdkafka
     from confluent_kafka.admin import AdminClient  # noqa: PLC0415
 
-    admin = AdminClient(
-        {
-            "bootstrap.servers": ",".join(reachable),
-            "logger": log,
-            "socket.connection.setup.timeout.ms": 1000,
-            **client_config,
-        }
-    )
+    # "logger" takes a logging.Logger, which confluent-kafka's config type leaves out
+    config: dict[str, Any] = {
+        "bootstrap.servers": ",".join(reachable),
+        "logger": log,
+        "socket.connection.setup.timeout.ms": 1000,
+        **client_config,
+    }
+    admin = AdminClient(config)
     try:
         metadata = admin.list_topics(timeout=timeout)
     except KafkaException as exc:

@@ -16,7 +16,7 @@ import argparse
 import os
 import sys
 from types import TracebackType
-from typing import IO, TYPE_CHECKING, Self
+from typing import IO, TYPE_CHECKING, Any, Self
 
 if TYPE_CHECKING:
     from tqdm import tqdm
@@ -66,7 +66,7 @@ class Progress:
         stream = stream if stream is not None else sys.stderr
         self.enabled = progress_enabled(stream, disabled=disabled) if enabled is None else enabled
         self.value: float = 0  # stays an int while updates are ints (tqdm prints 10/10, not 10.0/10)
-        self._bar: tqdm | None = None
+        self._bar: tqdm[Any] | None = None
         if self.enabled:
             from tqdm import tqdm  # noqa: PLC0415 - only a drawn bar pays for the import
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from ..model.ddl import ddl_tables
 from ..model.ddlschema import ColumnDef, DDLCatalog, TableDef, decimals_for
 from ..model.jsonl import table_schema_from_json, table_schema_to_json
 from ..model.rowblock import RowBlock, expand_blocks
+from .base import SinkContext
 from .paths import encode_name, join_under, table_label
 from .replay import ResolvedGuard
 from .storage.writer import write_atomically
@@ -89,8 +91,10 @@ class _TableState:
         return list(self.rows.values()) if self.keyed else list(self.multiset.elements())
 
 
-class ParquetSnapshotSink:
-    """Applies events to in-memory table states and publishes Parquet snapshots."""
+class ParquetSnapshotSink(SinkContext):
+    """Applies events to in-memory table states and publishes Parquet snapshots (a `Sink`)."""
+
+    kind = "parquet"
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
@@ -178,11 +182,21 @@ class ParquetSnapshotSink:
             state.reshape(ts)
         return state
 
-    def write_all(self, events: list[Event | RowBlock]) -> None:
-        for event in expand_blocks(events):  # the snapshot keeps rows by key: one at a time
-            self.write(event)
+    def open(self) -> int:
+        """The published checkpoint ts (read, and a crashed flush's renames finished, when the sink was made)."""
+        return self.checkpoint_ts
 
-    def write(self, event: Event) -> None:
+    def close(self) -> None:
+        """Drop what was written and not flushed: table states are read again from the snapshots."""
+        self._tables.clear()
+        self._renamed_away.clear()
+        self._pending_checkpoint = self.checkpoint_ts
+
+    def write(self, batch: Iterable[Event | RowBlock]) -> None:
+        for event in expand_blocks(batch):  # the snapshot keeps rows by key: one at a time
+            self.write_event(event)
+
+    def write_event(self, event: Event) -> None:
         if isinstance(event, Resolved):
             self._pending_checkpoint = max(self._pending_checkpoint, event.commit_ts)
             self._guard.saw(event.commit_ts)

@@ -9,7 +9,7 @@ would drop a row silently, so the sinks raise `ResolvedContradictionError` inste
 
 A run ends where the sink's in-memory state ends: a new sink object (the Spark jobs build one per
 query and stop the query on any failed micro-batch; Spark never re-runs a batch in the same query),
-or `MySQLSink.abort` followed by a new ``open`` (which reads the stored checkpoint again).
+or `MySQLSink.close` followed by a new ``open`` (which reads the stored checkpoint again).
 """
 
 from __future__ import annotations

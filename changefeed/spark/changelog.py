@@ -188,6 +188,7 @@ class ChangelogRows:
     def row(self, ev: Event, position: Any = None) -> tuple[Any, ...] | None:
         """The changelog tuple of one event, or None when the event is filtered out."""
         pos = ev.position if position is None else position
+        out: tuple[Any, ...]
         if isinstance(ev, RowChange):
             ts = ev.table_schema
             if not self.keeps(ts.schema, ts.table):
@@ -241,9 +242,9 @@ class EventFilter:
             return self.keeps(ev.schema, ev.table)
         return True
 
-    def events(self, events: list[Event]) -> list[Event]:
+    def events(self, events: Iterable[Event | RowBlock]) -> list[Event | RowBlock]:
         """``events`` without those of filtered tables (rows of a `RowBlock` included)."""
-        out: list[Event] = []
+        out: list[Event | RowBlock] = []
         for ev in events:
             if isinstance(ev, RowBlock):
                 block = ev.only(lambda t: self.keeps(t.schema, t.table))

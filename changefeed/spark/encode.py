@@ -223,7 +223,7 @@ def encode_storage(df: DataFrame, writer: StorageWriter, events_of: PartitionEve
 
 
 def _kafka_rows(
-    encoder: KafkaEncoder, events: list[Event], known: dict[str, int], last_resolved: int
+    encoder: KafkaEncoder, events: list[Event | RowBlock], known: dict[str, int], last_resolved: int
 ) -> list[dict[str, Any]]:
     def partitions(topic: str) -> int:
         n = known.get(topic)

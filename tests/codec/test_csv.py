@@ -594,6 +594,38 @@ def test_bad_input_other_modes(o: CodecOptions, data: bytes, message: str) -> No
     assert err.value.where == "f.csv:1"
 
 
+@pytest.mark.parametrize(
+    "text",
+    ["+1.00", ".50", "1.", "-.5", "1e5", "1E+2", " 1.00", "1.00 ", "١.٠٠", "1" * 66, "0." + "0" * 65, "9" * 100_000],
+)
+def test_decimal_follows_the_shared_rule(text: str) -> None:
+    """DECIMAL text is MyDecimal.String(): no '+', no bare point, no exponent, at most 65 digits."""
+    ts = table(Column("id", TypeCode.INT), Column("m", TypeCode.DECIMAL, length=65, decimal=2))
+    dec = CSVDecoder(opts(), ts)
+    good = '"I","t","test",1,"-0.50"\r\n'
+    with pytest.raises(CodecError, match=r"column 'm' \(decimal\): .* is not a decimal number .*65 digits") as err:
+        dec.decode_file((good + f'"I","t","test",2,"{text}"\r\n').encode(), where="db/t/1/CDC0001.csv")
+    assert err.value.where == "db/t/1/CDC0001.csv:2"
+    assert len(str(err.value)) < 400  # a huge field is clipped, not echoed
+    # escape mode (no quote) reads the same rule
+    with pytest.raises(CodecError, match=r"not a decimal number") as err:
+        CSVDecoder(opts(quote=""), ts).decode_file(f"I,t,test,2,{text}\n".encode(), where="f.csv")
+    assert err.value.where == "f.csv:1"
+
+
+def test_decimal_what_ticdc_writes_is_read() -> None:
+    """What the CSV writer produces (MyDecimal.String(), up to 65 digits) reads back unchanged."""
+    ts = table(Column("m", TypeCode.DECIMAL, length=65, decimal=30))
+    enc, dec = CSVEncoder(opts()), CSVDecoder(opts(), ts)
+    for v in [Decimal("0"), Decimal("-0.5"), Decimal("9" * 35 + "." + "9" * 30), Decimal("-" + "9" * 35 + ".5")]:
+        line = enc.encode_row(RowChange(Op.INSERT, ts, 1, new=(v,)))
+        (back,) = dec.decode_file(line)
+        assert back.new == (v,)
+        assert format(back.new[0], "f") == line.decode().split(",")[-1].strip('"\r\n')
+    assert dec.decode_file(b'"I","t","test","' + b"9" * 65 + b'"\r\n')[0].new == (Decimal("9" * 65),)
+    assert dec.decode_file(b'"I","t","test",-0.000\r\n')[0].new == (Decimal("-0.000"),)  # bare is read too
+
+
 def test_float32_overflow_and_enum_fallbacks() -> None:
     ts = table(
         Column("f", TypeCode.FLOAT),

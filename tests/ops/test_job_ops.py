@@ -160,7 +160,7 @@ def test_failed_batch_then_resumed(spark: object, tmp_path: Path, capsys: pytest
     """A failing batch: state failed with the error; the resumed run counts every row exactly once."""
     from pyspark.errors import StreamingQueryException  # noqa: PLC0415 - only Spark tests need pyspark
 
-    from changefeed.spark.jobs import run_capture  # noqa: PLC0415
+    from changefeed.spark.jobs import run_job, source_options  # noqa: PLC0415
 
     storage, checkpoint = tmp_path / "storage", tmp_path / "ck"
 
@@ -171,10 +171,14 @@ def test_failed_batch_then_resumed(spark: object, tmp_path: Path, capsys: pytest
     failed_before = metrics.REGISTRY.get_sample_value(
         "changefeed_batches_total", {"job": "capture", "outcome": "failed"}
     )
-    args: tuple[Any, ...] = (spark, BINLOG, storage, CODEC, checkpoint)
+
+    def capture(**kw: Any) -> Any:
+        sink = StorageWriter(storage, CODEC)
+        return run_job(spark, source_options(BINLOG, max_events=8), sink, checkpoint, job="capture", **kw)  # type: ignore[arg-type]
+
     with job_context(changefeed_id="ops-fail", source="binlog-files"):
         with pytest.raises(StreamingQueryException, match="injected failure"):
-            run_capture(*args, max_events=8, available_now=True, hook=fail)
+            capture(available_now=True, hook=fail)
         status = job_status(checkpoint)
         assert status is not None and (status.state, status.running, status.last_batch) == ("failed", False, 0)
         assert status.last_error is not None and status.last_error["batch"] == 1
@@ -187,7 +191,7 @@ def test_failed_batch_then_resumed(spark: object, tmp_path: Path, capsys: pytest
         text = capsys.readouterr().out
         assert "FAILED" in text and "injected failure" in text and "NOT committed" in text
 
-        stats = run_capture(*args, max_events=8, available_now=True)
+        stats = capture(available_now=True)
     status = job_status(checkpoint)
     assert status is not None and (status.state, status.changefeed_id, status.sink) == (
         "stopped",
@@ -231,7 +235,7 @@ def test_apply_logs_never_show_the_password(
     """`changefeed apply --to mysql://user:PASSWORD@...` with JSON DEBUG logs: context in records, no password."""
     storage = tmp_path / "storage"
     writer = StorageWriter(storage, CODEC)
-    writer.write_all(_events())
+    writer.write(_events())
     writer.flush()
     user, changefeed = f"ops_{uuid.uuid4().hex[:8]}", f"ops-apply-{uuid.uuid4().hex[:6]}"
     with mariadb_downstream.connect() as conn, conn.cursor() as cur:

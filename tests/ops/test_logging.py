@@ -93,6 +93,32 @@ def test_mask_secrets_forms() -> None:
     assert mask_secrets("mysql://root@h:3306") == "mysql://root@h:3306"
 
 
+def test_one_secret_vocabulary_for_text_and_keys(json_log: io.StringIO) -> None:
+    """The words that mask ``word=value`` in text are the ones that mask an ``extra`` key's value."""
+    from changefeed import secrets  # noqa: PLC0415
+
+    for key in ["credential", "credentials", "api_key", "api-key", "X-Api-Key", "apikey", "sasl.password", "pass"]:
+        assert mask_secrets(f"{key}={SECRET} next") == f"{key}=*** next", key
+        assert mask_secrets(f'{{"{key}": "{SECRET}"}}') == f'{{"{key}": "***"}}', key
+        assert secrets.is_secret_key(key), key
+    for key in ["password", "passwd", "pwd", "MYSQL_PWD", "secret", "token", "sasl_password"]:
+        assert secrets.is_secret_key(key) and mask_secrets(f"{key}: {SECRET}") == f"{key}: ***", key
+    # names of where a secret is, not the secret: readable in text
+    assert mask_secrets("password-file=/etc/cf/pw password-env=CF_PW") == "password-file=/etc/cf/pw password-env=CF_PW"
+    assert not secrets.is_secret_key("changefeed") and not secrets.is_secret_key("position")
+
+    log = logging.getLogger("changefeed.test")
+    log.warning(f"kafka login credential={SECRET} api_key={SECRET}")
+    log.warning("%s", {"api_key": SECRET, "credential": SECRET})
+    log.warning("x", extra={"password": SECRET, "credential": SECRET, "api_key": SECRET, "note": f"apikey={SECRET}"})
+    assert SECRET not in json_log.getvalue()
+    first, second, third = _lines(json_log)
+    assert first["message"] == "kafka login credential=*** api_key=***"
+    assert second["message"] == "{'api_key': '***', 'credential': '***'}"
+    assert third["password"] == third["credential"] == third["api_key"] == "***"
+    assert third["note"] == "apikey=***"
+
+
 def test_cli_log_format_json(tmp_path: Path) -> None:
     """End to end: the flag gives JSON lines on stderr, with the URL's password masked."""
     port = free_port("127.0.0.1")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -30,7 +31,7 @@ def _events() -> list[Event]:
 def test_storage_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     events = _events()
     writer = StorageWriter(tmp_path, CODEC)
-    writer.write_all(events)
+    writer.write(events)
     checkpoint = writer.flush()
     now = time.time()
     status = storage_status(tmp_path, now=now)
@@ -101,7 +102,7 @@ def test_status_needs_a_source() -> None:
 def test_spark_checkpoint_status(spark: object, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from pyspark.errors import StreamingQueryException  # noqa: PLC0415 - only this test needs pyspark
 
-    from changefeed.spark.jobs import run_capture  # noqa: PLC0415
+    from changefeed.spark.jobs import run_job, source_options  # noqa: PLC0415
 
     storage, checkpoint = tmp_path / "storage", tmp_path / "ck"
 
@@ -109,9 +110,12 @@ def test_spark_checkpoint_status(spark: object, tmp_path: Path, capsys: pytest.C
         if (batch_id, stage) == (1, "written"):
             raise RuntimeError("injected failure")
 
-    args: tuple[object, ...] = (spark, BINLOG, storage, CODEC, checkpoint)
+    def capture(**kw: Any) -> Any:
+        sink = StorageWriter(storage, CODEC)
+        return run_job(spark, source_options(BINLOG, max_events=8), sink, checkpoint, job="capture", **kw)  # type: ignore[arg-type]
+
     with pytest.raises(StreamingQueryException, match="injected failure"):
-        run_capture(*args, max_events=8, available_now=True, hook=fail)  # type: ignore[arg-type]
+        capture(available_now=True, hook=fail)
     status = spark_status(checkpoint)
     assert (status.last_batch_id, status.last_committed_batch_id, status.last_batch_committed) == (1, 0, False)
     assert status.query_id and status.batch_time
@@ -120,7 +124,7 @@ def test_spark_checkpoint_status(spark: object, tmp_path: Path, capsys: pytest.C
     assert main(["status", "--checkpoint", str(checkpoint)]) == 0
     assert "NOT committed" in capsys.readouterr().out
 
-    stats = run_capture(*args, max_events=8, available_now=True)  # type: ignore[arg-type]
+    stats = capture(available_now=True)
     status = spark_status(checkpoint)
     assert status.last_batch_id == stats.batch_ids[-1] == status.last_committed_batch_id
     assert status.last_batch_committed and status.committed_offsets == status.offsets

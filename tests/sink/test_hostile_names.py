@@ -86,7 +86,7 @@ def test_storage_round_trip_stays_inside_the_root(tmp_path: Path, protocol: str)
     names = _names(tmp_path)
     codec = CodecOptions(protocol=protocol, enable_tidb_extension=True, include_commit_ts=protocol == "csv")
     writer = StorageWriter(root, codec, StorageOptions(date_separator="none"))
-    writer.write_all(_events(names))
+    writer.write(_events(names))
     writer.flush()
     _assert_contained(tmp_path, root, before)
 
@@ -106,11 +106,11 @@ def test_storage_writer_restart_recovers_hostile_directories(tmp_path: Path) -> 
     root, before = _layout(tmp_path)
     codec = CodecOptions(protocol="canal-json", enable_tidb_extension=True)
     writer = StorageWriter(root, codec, StorageOptions(date_separator="none"))
-    writer.write_all(_events(_names(tmp_path)))
+    writer.write(_events(_names(tmp_path)))
     writer.flush()
     again = StorageWriter(root, codec, StorageOptions(date_separator="none"))
     shape = _table(ESC, PWN, version=11)
-    again.write_all([RowChange(Op.INSERT, shape, 500, new=(99, "late")), Resolved(500)])
+    again.write([RowChange(Op.INSERT, shape, 500, new=(99, "late")), Resolved(500)])
     again.flush()
     _assert_contained(tmp_path, root, before)
     rows = [e for e in _read_back(root, codec) if isinstance(e, RowChange) and e.table == PWN]
@@ -120,7 +120,7 @@ def test_storage_writer_restart_recovers_hostile_directories(tmp_path: Path) -> 
 def test_storage_reader_refuses_a_malformed_directory_name(tmp_path: Path) -> None:
     codec = CodecOptions(protocol="canal-json", enable_tidb_extension=True)
     writer = StorageWriter(tmp_path, codec, StorageOptions(date_separator="none"))
-    writer.write_all(_events([("s", "t")]))
+    writer.write(_events([("s", "t")]))
     writer.flush()
     (tmp_path / "s").rename(tmp_path / "s@zz")
     with pytest.raises(UnsafeNameError, match="'s@zz' is not an encoded"):
@@ -134,7 +134,7 @@ def test_storage_writer_refuses_a_link_out_of_the_root(tmp_path: Path) -> None:
     (root / "db").symlink_to(outside)
     writer = StorageWriter(root, CodecOptions(protocol="canal-json"), StorageOptions(date_separator="none"))
     with pytest.raises(PathEscapeError, match=r"schema 'db': .* outside"):
-        writer.write_all(_events([("db", "t")]))
+        writer.write(_events([("db", "t")]))
         writer.flush()
     assert not any(outside.iterdir())
 
@@ -145,7 +145,7 @@ def test_storage_writer_refuses_an_empty_schema(tmp_path: Path) -> None:
         SchemaFile("", "", 5).path()
     writer = StorageWriter(tmp_path, CodecOptions(protocol="canal-json"))
     with pytest.raises(UnsafeNameError, match="empty name"):
-        writer.write(DDLEvent("", "", "CREATE DATABASE ``", ActionType.CREATE_SCHEMA, 5))
+        writer.write([DDLEvent("", "", "CREATE DATABASE ``", ActionType.CREATE_SCHEMA, 5)])
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
@@ -161,7 +161,7 @@ def test_parquet_snapshots_stay_inside_the_root(tmp_path: Path) -> None:
     root, before = _layout(tmp_path)
     names = [*_names(tmp_path), ("_checkpoint.json", "t")]
     sink = ParquetSnapshotSink(root)
-    sink.write_all(list(_events(names)))
+    sink.write(list(_events(names)))
     sink.flush()
     _assert_contained(tmp_path, root, before)
     assert (root / "_checkpoint.json").is_file()
@@ -176,11 +176,11 @@ def test_parquet_rename_and_drop_of_hostile_tables_stay_inside(tmp_path: Path) -
     decoy.write_bytes(b"not ours")
     before.add(decoy)
     sink = ParquetSnapshotSink(root)
-    sink.write_all(list(_events([(ESC, PWN), ("..", ".."), ("a/b", "c")])))
+    sink.write(list(_events([(ESC, PWN), ("..", ".."), ("a/b", "c")])))
     sink.flush()
     moved = _table(ESC, "../moved")
     rename = "RENAME TABLE `../../esc`.`../../../pwn` TO `../../esc`.`../moved`"
-    sink.write_all(
+    sink.write(
         [
             DDLEvent(ESC, "../moved", rename, ActionType.RENAME_TABLE, 100, moved),
             DDLEvent("a/b", "c", "DROP TABLE `a/b`.`c`", ActionType.DROP_TABLE, 101, _table("a/b", "c")),
@@ -210,7 +210,7 @@ def test_parquet_rename_from_a_raw_climbing_name_reads_nothing_outside(tmp_path:
     decoy.write_bytes(b"not ours")
     before |= {decoy, decoy.parent}
     sink = ParquetSnapshotSink(root)
-    sink.write_all([DDLEvent("s", "t", "RENAME TABLE `..`.`x` TO `s`.`t`", ActionType.RENAME_TABLE, 5), Resolved(5)])
+    sink.write([DDLEvent("s", "t", "RENAME TABLE `..`.`x` TO `s`.`t`", ActionType.RENAME_TABLE, 5), Resolved(5)])
     sink.flush()
     _assert_contained(tmp_path, root, before)
     assert decoy.read_bytes() == b"not ours"

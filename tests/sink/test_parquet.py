@@ -41,7 +41,7 @@ def _read(root: Path) -> list[dict[str, object]]:
 
 def test_latest_row_per_key(tmp_path: Path) -> None:
     sink = ParquetSnapshotSink(tmp_path)
-    sink.write_all(
+    sink.write(
         [
             RowChange(Op.INSERT, T, 10, new=(1, "a", D)),
             RowChange(Op.INSERT, T, 10, new=(2, "b", None)),
@@ -59,18 +59,18 @@ def test_latest_row_per_key(tmp_path: Path) -> None:
 def test_restart_and_replay_change_nothing(tmp_path: Path) -> None:
     events = [RowChange(Op.INSERT, T, 10, new=(1, "a", D)), Resolved(11)]
     first = ParquetSnapshotSink(tmp_path)
-    first.write_all(events)
+    first.write(events)
     first.flush()
     again = ParquetSnapshotSink(tmp_path)
     assert again.checkpoint_ts == 11
-    again.write_all([*events, RowChange(Op.UPDATE, T, 20, new=(1, "b", D), old=(1, "a", D)), Resolved(21)])
+    again.write([*events, RowChange(Op.UPDATE, T, 20, new=(1, "b", D), old=(1, "a", D)), Resolved(21)])
     again.flush()
     assert _read(tmp_path) == [{"id": 1, "v": "b", "d": D}]
 
 
 def test_minimal_images_keep_absent_columns(tmp_path: Path) -> None:
     sink = ParquetSnapshotSink(tmp_path)
-    sink.write_all(
+    sink.write(
         [
             RowChange(Op.INSERT, T, 10, new=(1, "a", D)),
             RowChange(Op.UPDATE, T, 11, new=(1, "z", ABSENT), old=(1, ABSENT, ABSENT)),
@@ -84,7 +84,7 @@ def test_minimal_images_keep_absent_columns(tmp_path: Path) -> None:
 def test_schema_change_and_truncate(tmp_path: Path) -> None:
     sink = ParquetSnapshotSink(tmp_path)
     t2 = TableSchema("s", "t", (*T.columns, Column("n", TypeCode.BIGINT)), T.indexes, version=5)
-    sink.write_all(
+    sink.write(
         [
             RowChange(Op.INSERT, T, 1, new=(1, "a", None)),
             DDLEvent("s", "t", "ALTER TABLE t ADD n BIGINT", ActionType.ADD_COLUMN, 5, t2, T),
@@ -98,7 +98,7 @@ def test_schema_change_and_truncate(tmp_path: Path) -> None:
         {"id": 1, "v": "a", "d": None, "n": None},
         {"id": 2, "v": "b", "d": None, "n": 7},
     ]
-    sink.write_all([DDLEvent("s", "t", "TRUNCATE TABLE t", ActionType.TRUNCATE_TABLE, 8, t2), Resolved(9)])
+    sink.write([DDLEvent("s", "t", "TRUNCATE TABLE t", ActionType.TRUNCATE_TABLE, 8, t2), Resolved(9)])
     sink.flush()
     assert pq.read_table(tmp_path / "s/t/snapshot.parquet").num_rows == 0
 
@@ -106,7 +106,7 @@ def test_schema_change_and_truncate(tmp_path: Path) -> None:
 def test_tables_without_a_key_are_multisets(tmp_path: Path) -> None:
     nokey = TableSchema("s", "t", (Column("id", TypeCode.INT), Column("v", TypeCode.VARCHAR, **UTF8)))
     sink = ParquetSnapshotSink(tmp_path)
-    sink.write_all(
+    sink.write(
         [
             RowChange(Op.INSERT, nokey, 1, new=(1, "a")),
             RowChange(Op.INSERT, nokey, 1, new=(1, "a")),
@@ -128,14 +128,14 @@ def test_decimal_without_precision_is_exact_text(tmp_path: Path) -> None:
     )
     values = [Decimal("12.34"), Decimal("-0.000000000000000000000000000001"), Decimal("9" * 65), None]
     sink = ParquetSnapshotSink(tmp_path)
-    sink.write_all([RowChange(Op.INSERT, shape, 10, new=(i, v)) for i, v in enumerate(values)] + [Resolved(11)])
+    sink.write([RowChange(Op.INSERT, shape, 10, new=(i, v)) for i, v in enumerate(values)] + [Resolved(11)])
     sink.flush()
     table = pq.read_table(tmp_path / "s/t/snapshot.parquet")
     assert str(table.schema.field("d").type) == "string"
     got = sorted(table.to_pylist(), key=lambda r: r["id"])
     assert [r["d"] for r in got] == ["12.34", "-0.000000000000000000000000000001", "9" * 65, None]
     again = ParquetSnapshotSink(tmp_path)  # reloads the snapshot: text back to exact Decimal
-    again.write_all([RowChange(Op.UPDATE, shape, 20, new=(0, Decimal("1.5")), old=(0, values[0])), Resolved(21)])
+    again.write([RowChange(Op.UPDATE, shape, 20, new=(0, Decimal("1.5")), old=(0, values[0])), Resolved(21)])
     again.flush()
     assert sorted(pq.read_table(tmp_path / "s/t/snapshot.parquet").to_pylist(), key=lambda r: r["id"])[1:] == got[1:]
 
@@ -143,10 +143,10 @@ def test_decimal_without_precision_is_exact_text(tmp_path: Path) -> None:
 def test_rename_moves_the_rows(tmp_path: Path) -> None:
     sink = ParquetSnapshotSink(tmp_path)
     renamed = T.renamed("s", "t2")
-    sink.write_all([RowChange(Op.INSERT, T, 1, new=(1, "a", None)), Resolved(1)])
+    sink.write([RowChange(Op.INSERT, T, 1, new=(1, "a", None)), Resolved(1)])
     sink.flush()
     # As a storage schema file or a Canal-JSON message gives it: no shape before the rename.
-    sink.write_all(
+    sink.write(
         [
             DDLEvent("s", "t2", "RENAME TABLE `t` TO `t2`", ActionType.RENAME_TABLE, 2, renamed),
             RowChange(Op.INSERT, renamed, 3, new=(2, "b", None)),
@@ -162,14 +162,12 @@ def test_rename_moves_the_rows(tmp_path: Path) -> None:
 def test_rename_after_restart_and_swap(tmp_path: Path) -> None:
     first = ParquetSnapshotSink(tmp_path)
     other = T.renamed("s", "u")
-    first.write_all(
-        [RowChange(Op.INSERT, T, 1, new=(1, "t", None)), RowChange(Op.INSERT, other, 1, new=(2, "u", None))]
-    )
-    first.write_all([Resolved(1)])
+    first.write([RowChange(Op.INSERT, T, 1, new=(1, "t", None)), RowChange(Op.INSERT, other, 1, new=(2, "u", None))])
+    first.write([Resolved(1)])
     first.flush()
     again = ParquetSnapshotSink(tmp_path)  # the old snapshots are only on disk now
     query = "RENAME TABLE s.t TO s.tmp, s.u TO s.t, s.tmp TO s.u"
-    again.write_all([DDLEvent("s", "u", query, ActionType.RENAME_TABLES, 2, other), Resolved(2)])
+    again.write([DDLEvent("s", "u", query, ActionType.RENAME_TABLES, 2, other), Resolved(2)])
     again.flush()
     assert [r["v"] for r in _read(tmp_path)] == ["u"]
     assert [r["v"] for r in pq.read_table(tmp_path / "s/u/snapshot.parquet").to_pylist()] == ["t"]
@@ -181,13 +179,11 @@ def test_multi_rename_of_different_shapes_after_restart(tmp_path: Path) -> None:
     narrow = TableSchema(
         "s", "n", (Column("id", TypeCode.INT, nullable=False),), (Index("PRIMARY", ("id",), primary=True),)
     )
-    first.write_all(
-        [RowChange(Op.INSERT, T, 1, new=(1, "t", D)), RowChange(Op.INSERT, narrow, 1, new=(7,)), Resolved(1)]
-    )
+    first.write([RowChange(Op.INSERT, T, 1, new=(1, "t", D)), RowChange(Op.INSERT, narrow, 1, new=(7,)), Resolved(1)])
     first.flush()
     again = ParquetSnapshotSink(tmp_path)  # neither table in memory: shapes come from the snapshots
     query = "RENAME TABLE s.t TO s.t2, s.n TO s.n2"
-    again.write_all([DDLEvent("s", "n2", query, ActionType.RENAME_TABLES, 2, narrow.renamed("s", "n2")), Resolved(2)])
+    again.write([DDLEvent("s", "n2", query, ActionType.RENAME_TABLES, 2, narrow.renamed("s", "n2")), Resolved(2)])
     again.flush()
     assert pq.read_table(tmp_path / "s/t2/snapshot.parquet").to_pylist() == [{"id": 1, "v": "t", "d": D}]
     assert pq.read_table(tmp_path / "s/n2/snapshot.parquet").to_pylist() == [{"id": 7}]
@@ -196,17 +192,17 @@ def test_multi_rename_of_different_shapes_after_restart(tmp_path: Path) -> None:
 
 def test_crash_before_the_checkpoint_replays_the_rename(tmp_path: Path) -> None:
     sink = ParquetSnapshotSink(tmp_path)
-    sink.write_all([RowChange(Op.INSERT, T, 1, new=(1, "a", None)), Resolved(1)])
+    sink.write([RowChange(Op.INSERT, T, 1, new=(1, "a", None)), Resolved(1)])
     sink.flush()
     rename = DDLEvent("s", "t2", "ALTER TABLE t RENAME TO t2", ActionType.RENAME_TABLE, 3, T.renamed("s", "t2"))
     batch = [RowChange(Op.DELETE, T, 2, old=(1, "a", None)), RowChange(Op.INSERT, T, 2, new=(5, "e", None)), rename]
     crashed = ParquetSnapshotSink(tmp_path)
-    crashed.write_all(batch)
+    crashed.write(batch)
     crashed._pending_checkpoint = crashed.checkpoint_ts  # as if killed after the snapshots, before the checkpoint
     crashed.flush()
     assert (tmp_path / "s/t/snapshot.parquet").exists()  # not removed before a checkpoint covers the rename
     replay = ParquetSnapshotSink(tmp_path)
-    replay.write_all([*batch, Resolved(3)])
+    replay.write([*batch, Resolved(3)])
     replay.flush()
     assert not (tmp_path / "s/t/snapshot.parquet").exists()
     assert pq.read_table(tmp_path / "s/t2/snapshot.parquet").to_pylist() == [{"id": 5, "v": "e", "d": None}]

@@ -72,7 +72,7 @@ def test_open_protocol_decimal_precision_from_the_create_table(tmp_path: Path) -
     rows = [e for e in events if isinstance(e, RowChange)]
     assert rows and rows[0].table_schema.column("d").length is None  # the protocol does not carry it
     sink = ParquetSnapshotSink(tmp_path)
-    sink.write_all(events)
+    sink.write(events)
     sink.flush()
     table = _snapshot(tmp_path)
     assert table.schema.field("d").type == pa.decimal128(12, 3)
@@ -85,7 +85,7 @@ def test_open_protocol_decimal_precision_from_the_create_table(tmp_path: Path) -
     again = ParquetSnapshotSink(tmp_path)
     bare = [e for e in _through("open-protocol", _stream(with_ddl=False)) if isinstance(e, RowChange)]
     update = RowChange(Op.UPDATE, bare[0].table_schema, 30, new=(2, Decimal("5.500"), Decimal("7")), old=bare[1].new)
-    again.write_all([update, Resolved(31)])
+    again.write([update, Resolved(31)])
     again.flush()
     table = _snapshot(tmp_path)
     assert table.schema.field("d").type == pa.decimal128(12, 3)
@@ -110,7 +110,7 @@ def test_alter_table_changes_the_learned_precision(tmp_path: Path) -> None:
         ],
     )
     sink = ParquetSnapshotSink(tmp_path)
-    sink.write_all(events)
+    sink.write(events)
     sink.flush()
     table = _snapshot(tmp_path)
     assert table.schema.field("d").type == pa.decimal128(14, 4)
@@ -119,7 +119,7 @@ def test_alter_table_changes_the_learned_precision(tmp_path: Path) -> None:
 
 def test_open_protocol_without_the_ddl_keeps_exact_text(tmp_path: Path) -> None:
     sink = ParquetSnapshotSink(tmp_path)
-    sink.write_all(_through("open-protocol", _stream(with_ddl=False)))
+    sink.write(_through("open-protocol", _stream(with_ddl=False)))
     sink.flush()
     table = _snapshot(tmp_path)
     assert table.schema.field("d").type == pa.string() and table.schema.field("n").type == pa.string()
@@ -134,7 +134,7 @@ def test_a_value_that_does_not_fit_stale_precision_falls_back_to_text(tmp_path: 
     events.append(RowChange(Op.INSERT, bare, 21, new=(9, Decimal("1.2345"), None)))
     events.append(Resolved(22))
     sink = ParquetSnapshotSink(tmp_path)
-    sink.write_all(events)
+    sink.write(events)
     sink.flush()
     table = _snapshot(tmp_path)
     assert table.schema.field("d").type == pa.string()
@@ -154,7 +154,7 @@ def test_canal_json_decimals(tmp_path: Path, content_compatible: bool, with_ddl:
     carried = (rows[0].table_schema.column("d").length, rows[0].table_schema.column("d").decimal)
     assert carried == ((12, 3) if content_compatible else (None, None))
     sink = ParquetSnapshotSink(tmp_path)
-    sink.write_all(events)
+    sink.write(events)
     sink.flush()
     table = _snapshot(tmp_path)
     assert table.schema.field("d").type == pa.decimal128(12, 3)
@@ -177,7 +177,7 @@ def test_open_protocol_columnar_blocks_get_the_precision_too(tmp_path: Path) -> 
     events = [ev for evs in decoded for ev in evs] + [Resolved(20)]
     assert any(type(ev).__name__ == "RowBlock" for ev in events)
     sink = ParquetSnapshotSink(tmp_path)
-    sink.write_all(events)
+    sink.write(events)
     sink.flush()
     table = _snapshot(tmp_path)
     assert table.schema.field("d").type == pa.decimal128(12, 3)

@@ -45,27 +45,27 @@ def _assert_names_row_and_resolved(err: ResolvedContradictionError, ts: int, res
 
 def test_parquet_row_below_a_resolved_of_this_run_raises(tmp_path: Path) -> None:
     sink = ParquetSnapshotSink(tmp_path)
-    sink.write_all(stream(10, 20))
+    sink.write(stream(10, 20))
     with pytest.raises(ResolvedContradictionError) as caught:
-        sink.write_all([row(15, 99)])  # before any flush: the Resolved alone says 15 is past
+        sink.write([row(15, 99)])  # before any flush: the Resolved alone says 15 is past
     _assert_names_row_and_resolved(caught.value, 15, 20)
     assert "pos=15" in (caught.value.where or "")
     sink.flush()
     with pytest.raises(ResolvedContradictionError):
-        sink.write_all([row(20, 98)])  # at the Resolved ts itself
+        sink.write([row(20, 98)])  # at the Resolved ts itself
     assert sink.table_rows("db", "t") == 2
 
 
 def test_parquet_restart_replay_below_the_stored_checkpoint_is_skipped(tmp_path: Path) -> None:
     sink = ParquetSnapshotSink(tmp_path)
-    sink.write_all(stream(10, 20))
+    sink.write(stream(10, 20))
     assert sink.flush() == 20
     again = ParquetSnapshotSink(tmp_path)  # a restart: the source replays from before the checkpoint
-    again.write_all(stream(10, 20, 30))
+    again.write(stream(10, 20, 30))
     assert again.flush() == 30
     assert again.table_rows("db", "t") == 3
     with pytest.raises(ResolvedContradictionError, match="after Resolved 30"):
-        again.write_all([row(25, 97)])  # above the stored checkpoint, below this run's Resolved
+        again.write([row(25, 97)])  # above the stored checkpoint, below this run's Resolved
 
 
 def _writer(root: Path) -> StorageWriter:
@@ -74,24 +74,24 @@ def _writer(root: Path) -> StorageWriter:
 
 def test_storage_writer_row_below_a_resolved_of_this_run_raises(tmp_path: Path) -> None:
     writer = _writer(tmp_path)
-    writer.write_all(stream(10, 20))
+    writer.write(stream(10, 20))
     with pytest.raises(ResolvedContradictionError) as caught:
-        writer.write_all([row(15, 99)])
+        writer.write([row(15, 99)])
     _assert_names_row_and_resolved(caught.value, 15, 20)
     writer.flush()
     with pytest.raises(ResolvedContradictionError, match="after Resolved 20"):
-        writer.write_all([row(20, 98)])
+        writer.write([row(20, 98)])
 
 
 def test_storage_writer_restart_replay_below_the_stored_checkpoint_is_skipped(tmp_path: Path) -> None:
     writer = _writer(tmp_path)
-    writer.write_all(stream(10, 20))
+    writer.write(stream(10, 20))
     assert writer.flush() == 20
     again = _writer(tmp_path)
     assert again.replay_ts == 20
-    again.write_all(stream(10, 20, 30))  # rows 10 and 20 are the replay: skipped, no error
+    again.write(stream(10, 20, 30))  # rows 10 and 20 are the replay: skipped, no error
     assert again.flush() == 30
     lines = [line for f in sorted(tmp_path.rglob("*.json")) if "CDC" in f.name for line in f.read_text().splitlines()]
     assert len(lines) == 3  # each row published once
     with pytest.raises(ResolvedContradictionError):
-        again.write_all([row(25, 97)])
+        again.write([row(25, 97)])

@@ -65,7 +65,7 @@ def test_round_trip_and_layout(tmp_path: Path, protocol: str) -> None:
     events: list[Event] = [_ins(i, 1000 + i) for i in range(5)]
     events.append(RowChange(Op.UPDATE, T, 1010, new=(1, "x", Decimal("9.99")), old=(1, "n1", Decimal("0.01"))))
     events.append(RowChange(Op.DELETE, T, 1011, old=(2, "n2", Decimal("0.02"))))
-    w.write_all([*events, Resolved(1012)])
+    w.write([*events, Resolved(1012)])
     assert w.flush() == 1012  # Resolved(R): everything at or below R is in
     ext = ".json" if protocol == "canal-json" else ".csv"
     data = tmp_path / "shop/orders/5/2024-05-01" / f"CDC{1:020d}{ext}"
@@ -90,16 +90,16 @@ def test_reader_follows_a_growing_directory(tmp_path: Path) -> None:
     w = StorageWriter(tmp_path, codec, now=lambda: NOW)
     r = StorageReader(tmp_path, codec)
     assert r.poll() == []  # nothing published yet
-    w.write_all([_ins(1, 10), _ins(2, 11), Resolved(12)])
+    w.write([_ins(1, 10), _ins(2, 11), Resolved(12)])
     w.flush()
     assert [e.commit_ts for e in _rows_only(r.poll())] == [10, 11]
     assert r.poll() == []  # no new checkpoint, nothing new
     # A transaction split across two flushes: its first half is published before the
     # checkpoint covers it, so the reader must hold it, not emit half a transaction.
-    w.write_all([_ins(3, 20), _ins(4, 20)])
+    w.write([_ins(3, 20), _ins(4, 20)])
     w.flush()
     assert r.poll() == []
-    w.write_all([_ins(5, 20), Resolved(21)])
+    w.write([_ins(5, 20), Resolved(21)])
     w.flush()
     assert [(e.new[0], e.commit_ts) for e in _rows_only(r.poll())] == [(3, 20), (4, 20), (5, 20)]
 
@@ -109,9 +109,9 @@ def test_replay_after_a_crash_changes_nothing(tmp_path: Path, monkeypatch: pytes
     batch1 = [_ins(1, 10), _ins(2, 11), Resolved(12)]
     batch2 = [_ins(3, 20), Resolved(21)]
     w = StorageWriter(tmp_path, codec, now=lambda: NOW)
-    w.write_all(batch1)
+    w.write(batch1)
     w.flush()
-    w.write_all(batch2)
+    w.write(batch2)
     real_write = writer_module.write_atomically
 
     def crash_on_checkpoint(path: Path, data: bytes) -> None:
@@ -131,7 +131,7 @@ def test_replay_after_a_crash_changes_nothing(tmp_path: Path, monkeypatch: pytes
     # Restart: the writer drops the unfinished flush's file, then the job replays from the checkpoint.
     w2 = StorageWriter(tmp_path, codec, now=lambda: NOW)
     assert not (directory / f"CDC{2:020d}.json").exists()
-    w2.write_all([_ins(2, 11), *batch2])
+    w2.write([_ins(2, 11), *batch2])
     w2.flush()
     assert [e.new[0] for e in _rows_only(reader.poll())] == [3]  # row 3 once, row 2 not again
     files = sorted(p.name for p in directory.glob("CDC*.json"))
@@ -143,11 +143,11 @@ def test_replay_after_a_crash_changes_nothing(tmp_path: Path, monkeypatch: pytes
 def test_rows_above_the_checkpoint_wait_for_their_resolved(tmp_path: Path) -> None:
     codec = _codec("canal-json")
     w = StorageWriter(tmp_path, codec, now=lambda: NOW)
-    w.write_all([_ins(1, 10), Resolved(11), _ins(2, 30)])
+    w.write([_ins(1, 10), Resolved(11), _ins(2, 30)])
     w.flush()
     assert [e.new[0] for e in _rows_only(StorageReader(tmp_path, codec).poll())] == [1]
     assert len(list(tmp_path.rglob("CDC0*.json"))) == 1  # row 2 is not published yet
-    w.write(Resolved(31))
+    w.write([Resolved(31)])
     w.flush()
     assert [e.new[0] for e in _rows_only(StorageReader(tmp_path, codec).poll())] == [1, 2]
 
@@ -155,12 +155,12 @@ def test_rows_above_the_checkpoint_wait_for_their_resolved(tmp_path: Path) -> No
 def test_reader_resumes_from_its_position(tmp_path: Path) -> None:
     codec = _codec("csv")
     w = StorageWriter(tmp_path, codec, now=lambda: NOW)
-    w.write_all([_ins(1, 10), Resolved(11)])
+    w.write([_ins(1, 10), Resolved(11)])
     w.flush()
     first = StorageReader(tmp_path, codec)
     first.poll()
     saved = first.position.to_json()
-    w.write_all([_ins(2, 30), Resolved(31)])
+    w.write([_ins(2, 30), Resolved(31)])
     w.flush()
     resumed = StorageReader(tmp_path, codec, ReaderPosition.from_json(saved))
     assert [e.new[0] for e in _rows_only(resumed.poll())] == [2]
@@ -171,8 +171,8 @@ def test_ddl_schema_files_and_versions(tmp_path: Path) -> None:
     w = StorageWriter(tmp_path, codec, now=lambda: NOW)
     t2 = TableSchema("shop", "orders", (*T.columns, Column("extra", TypeCode.INT)), T.indexes, 7, version=200)
     ddl = DDLEvent("shop", "orders", "ALTER TABLE orders ADD extra INT", ActionType.ADD_COLUMN, 200, t2, T)
-    w.write_all([_ins(1, 150), ddl, RowChange(Op.INSERT, t2, 250, new=(2, "b", Decimal("1.00"), 5)), Resolved(251)])
-    w.write(DDLEvent("shop", "", "CREATE DATABASE shop", ActionType.CREATE_SCHEMA, 90))
+    w.write([_ins(1, 150), ddl, RowChange(Op.INSERT, t2, 250, new=(2, "b", Decimal("1.00"), 5)), Resolved(251)])
+    w.write([DDLEvent("shop", "", "CREATE DATABASE shop", ActionType.CREATE_SCHEMA, 90)])
     w.flush()
     assert (tmp_path / SchemaFile.from_table(t2, 200, ddl.query, ddl.ddl_type).path()).exists()
     assert list((tmp_path / "shop/meta").glob("schema_90_*.json"))
@@ -187,7 +187,7 @@ def test_partitioned_tables_and_file_rolling(tmp_path: Path) -> None:
     pt = TableSchema("s", "p", T.columns, T.indexes, table_id=9, version=5, partitioned=True)
     w = StorageWriter(tmp_path, codec, StorageOptions(date_separator="none", file_size=200, file_index_width=6))
     rows = [RowChange(Op.INSERT, pt, 10 + i, new=(i, "x" * 50, Decimal("1.00")), partition_id=91) for i in range(6)]
-    w.write_all([*rows, Resolved(100)])
+    w.write([*rows, Resolved(100)])
     w.flush()
     files = sorted((tmp_path / "s/p/5/91").glob("CDC*.json"))
     assert len(files) > 1 and files[0].name == "CDC000001.json"
@@ -205,7 +205,7 @@ def test_round_trip_every_type(tmp_path_factory: pytest.TempPathFactory, data: s
     root = tmp_path_factory.mktemp("st")
     codec = _codec("canal-json")
     w = StorageWriter(root, codec, StorageOptions(date_separator="none"))
-    w.write_all([*rows, Resolved(rows[-1].commit_ts + 1)])
+    w.write([*rows, Resolved(rows[-1].commit_ts + 1)])
     w.flush()
     got = _rows_only(StorageReader(root, codec).poll())
     assert [(r.op, r.commit_ts, r.new) for r in got] == [(r.op, r.commit_ts, r.new) for r in rows]
@@ -214,10 +214,10 @@ def test_round_trip_every_type(tmp_path_factory: pytest.TempPathFactory, data: s
 def test_csv_without_commit_ts_uses_file_positions(tmp_path: Path) -> None:
     codec = _codec("csv", include_commit_ts=False)
     w = StorageWriter(tmp_path, codec, now=lambda: NOW)
-    w.write_all([_ins(1, 10), Resolved(11)])
+    w.write([_ins(1, 10), Resolved(11)])
     w.flush()
     r = StorageReader(tmp_path, codec)
     assert [(e.new[0], e.commit_ts) for e in _rows_only(r.poll())] == [(1, 11)]  # the checkpoint
-    w.write_all([_ins(2, 20), Resolved(21)])
+    w.write([_ins(2, 20), Resolved(21)])
     w.flush()
     assert [(e.new[0], e.commit_ts) for e in _rows_only(r.poll())] == [(2, 21)]

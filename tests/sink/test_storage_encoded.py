@@ -69,7 +69,7 @@ def test_encoded_path_writes_what_the_event_path_writes(tmp_path: Path) -> None:
     """Segments from a pickled encoder (as in an executor), written in several calls, give the same files."""
     events = _events()
     direct = StorageWriter(tmp_path / "direct", CODEC, FLAT)
-    direct.write_all(events)
+    direct.write(events)
     direct.flush()
 
     encoder = pickle.loads(pickle.dumps(StorageEncoder(CODEC, FLAT)))

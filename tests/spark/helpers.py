@@ -29,7 +29,7 @@ def expected_changes(kind: str = "row") -> list[tuple[Any, ...]]:
 def reference_snapshot(root: Path) -> dict[str, list[dict[str, Any]]]:
     """The snapshot ParquetSnapshotSink makes straight from file_capture's events."""
     sink = ParquetSnapshotSink(root)
-    sink.write_all(list(captured()))
+    sink.write(list(captured()))
     sink.flush()
     return read_snapshot(root)
 
@@ -41,3 +41,30 @@ def read_snapshot(root: Path) -> dict[str, Any]:
         rows = sorted(table.to_pylist(), key=lambda r: repr(sorted(r.items())))
         out[f"{path.parent.parent.name}.{path.parent.name}"] = (str(table.schema.remove_metadata()), rows)
     return out
+
+
+# The jobs the tests run: `run_job` over a source and a fresh sink (a sink object lives for one run).
+
+
+def capture(
+    spark: Any,
+    sink: Any,
+    checkpoint: Path,
+    *,
+    source: Any = BINLOG,
+    max_events: int | None = None,
+    events_per_partition: int | None = None,
+    **job: Any,
+) -> Any:
+    """A capture run: ``source`` (default the full binlog fixture) into ``sink``."""
+    from changefeed.spark.jobs import run_job, source_options  # noqa: PLC0415 - pyspark only where a test runs it
+
+    options = source_options(source, max_events=max_events, events_per_partition=events_per_partition)
+    return run_job(spark, options, sink, checkpoint, job="capture", **job)
+
+
+def apply(spark: Any, source: dict[str, str], sink: Any, checkpoint: Path, **job: Any) -> Any:
+    """An apply run: data source options (storage, kafka) into ``sink``."""
+    from changefeed.spark.jobs import run_job  # noqa: PLC0415
+
+    return run_job(spark, source, sink, checkpoint, **job)

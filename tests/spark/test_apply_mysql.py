@@ -9,12 +9,13 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
 from changefeed.codec import CodecOptions
-from changefeed.sink.mysql import MySQLSinkConfig
-from changefeed.spark.jobs import run_apply_mysql, run_capture, storage_source
+from changefeed.sink.mysql import MySQLSink, MySQLSinkConfig
+from changefeed.sink.storage.writer import StorageWriter
+from changefeed.spark.jobs import storage_source
 from changefeed.testing import MariaDBServer
 
 from .conftest import direct_dump, dump
-from .helpers import BINLOG, captured
+from .helpers import apply, capture, captured
 
 CODEC = CodecOptions(protocol="canal-json", enable_tidb_extension=True)
 
@@ -26,7 +27,7 @@ def test_capture_then_apply_to_mysql_equals_direct_application(
     expected = direct_dump(server, ck_schema)
     assert set(expected) == {"ints2", "nums", "strs", "times"} and all(rows for _, rows in expected.values())
     storage = tmp_path / "storage"
-    run_capture(spark, BINLOG, storage, CODEC, tmp_path / "ck-capture", max_events=8, available_now=True)
+    capture(spark, StorageWriter(storage, CODEC), tmp_path / "ck-capture", max_events=8, available_now=True)
 
     failed: list[int] = []
 
@@ -37,15 +38,15 @@ def test_capture_then_apply_to_mysql_equals_direct_application(
 
     config = MySQLSinkConfig(changefeed_id="spark-apply", checkpoint_schema=ck_schema)
     source = storage_source(storage, CODEC)
-    args = (spark, source, server.url, tmp_path / "ck-apply")
+    ck = tmp_path / "ck-apply"
     # DDL inside the batch already flushed part of it downstream when the failure hits.
     with pytest.raises(StreamingQueryException, match="injected failure"):
-        run_apply_mysql(*args, sink_config=config, available_now=True, hook=fail_once)
-    stats = run_apply_mysql(*args, sink_config=config, available_now=True)
+        apply(spark, source, MySQLSink(server.url, config), ck, available_now=True, hook=fail_once)
+    stats = apply(spark, source, MySQLSink(server.url, config), ck, available_now=True)
     assert stats.batch_ids[0] == 0  # the failed batch re-ran with its offsets
     assert dump(server) == expected
     assert stats.checkpoint_ts == captured()[-1].commit_ts
-    again = run_apply_mysql(*args, sink_config=config, available_now=True)
+    again = apply(spark, source, MySQLSink(server.url, config), ck, available_now=True)
     assert again.batches == 0
     assert dump(server) == expected
 
@@ -56,7 +57,7 @@ def test_cli_apply_to_mysql(spark: SparkSession, downstream: tuple[MariaDBServer
     server, ck_schema = downstream
     expected = direct_dump(server, ck_schema)
     storage = tmp_path / "storage"
-    run_capture(spark, BINLOG, storage, CODEC, tmp_path / "ck-capture", available_now=True)
+    capture(spark, StorageWriter(storage, CODEC), tmp_path / "ck-capture", available_now=True)
     source = f"file://{storage}?protocol=canal-json&enable-tidb-extension=true&date-separator=day"
     argv = ["apply", "--from", source, "--to", f"{server.url}/?worker-count=2&safe-mode=true"]
     argv += ["--changefeed-id", "cli", "--checkpoint", str(tmp_path / "ck"), "--available-now"]

@@ -250,3 +250,41 @@ def test_apply_kafka_source_uri() -> None:
         kafka_source("kafka://h:1/t?protocol=open-protocol&bogus=1")
     with pytest.raises(ConfigError, match="TOPIC"):
         kafka_source("kafka://h:1?protocol=open-protocol")
+
+
+def test_relative_tls_and_password_files_resolve_against_the_config_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Like every path in the config file, a relative TLS or password file is relative to the file's directory."""
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "pw").write_text("s3cret\n")
+    (conf / "pw").chmod(0o600)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # the current directory must not matter
+    config = conf / "changefeed.toml"
+    config.write_text(
+        'sink-uri = "mysql://app@db:3306/?ssl-mode=verify-ca&ssl-ca=certs/ca.pem&password-file=pw"\n'
+        '[source]\ntype = "mysql"\nurl = "mysql://cdc@up:3306?ssl-ca=certs/up-ca.pem&ssl-mode=verify-ca"\n'
+        'password-file = "pw"\n'
+    )
+    cfg = load_config(config)
+    assert cfg.source.password_file == str(conf / "pw")
+    assert cfg.source.server().tls.ca == str(conf / "certs/up-ca.pem")
+    assert cfg.source.data_source_options()["password"] == "s3cret"
+    cfg.mysql_sink()  # the rewritten URI still parses
+    assert parse_sink_uri(cfg.sink_uri.uri).params["ssl-ca"] == str(conf / "certs/ca.pem")
+
+    kafka = conf / "kafka.toml"
+    kafka.write_text(
+        'sink-uri = "kafka://b:9092/t?protocol=canal-json&ca=ca.pem&cert=/abs/c.pem&key=k.pem'
+        '&sasl-mechanism=PLAIN&sasl-user=u&sasl-password-file=pw"\n[source]\npath = "/b"\n'
+    )
+    client = load_config(kafka).kafka_sink_config().client_config
+    assert client["ssl.ca.location"] == str(conf / "ca.pem")
+    assert client["ssl.certificate.location"] == "/abs/c.pem"  # absolute paths stay as they are
+    assert client["ssl.key.location"] == str(conf / "k.pem")
+    assert client["sasl.password"] == "s3cret"
+    # On the command line (--sink-uri), relative means the current directory.
+    assert parse_sink_uri("kafka://b:9092/t?ca=ca.pem", Path.cwd()).params["ca"] == str(elsewhere / "ca.pem")

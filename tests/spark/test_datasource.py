@@ -49,7 +49,7 @@ def test_storage_batch_equals_what_was_written(cf: SparkSession, tmp_path: Path,
     csv = protocol == "csv"
     codec = CodecOptions(protocol=protocol, enable_tidb_extension=True, include_commit_ts=csv, csv_output_old_value=csv)
     writer = StorageWriter(tmp_path, codec)
-    writer.write_all(captured())
+    writer.write(captured())
     checkpoint = writer.flush()
     reader = cf.read.format("changefeed").option("input", "storage").option("protocol", protocol)
     reader = reader.option("enable-tidb-extension", "true").option("include-commit-ts", str(csv))
@@ -68,7 +68,7 @@ def test_storage_batch_equals_what_was_written(cf: SparkSession, tmp_path: Path,
 def test_notebook_one_liner_reads_a_storage_directory(cf: SparkSession, tmp_path: Path) -> None:
     codec = CodecOptions(protocol="canal-json", enable_tidb_extension=True)
     writer = StorageWriter(tmp_path, codec)
-    writer.write_all(captured())
+    writer.write(captured())
     writer.flush()
     df = cf.read.format("changefeed").option("protocol", "canal-json").load(str(tmp_path))  # no input option
     assert df.filter("kind = 'row'").count() == 23

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import uuid
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.errors import StreamingQueryException
@@ -21,19 +21,11 @@ from changefeed.dispatch import DispatchRule
 from changefeed.model import DDLEvent, RowChange
 from changefeed.sink.kafka import KafkaSink, KafkaSinkConfig
 from changefeed.sink.storage.writer import StorageOptions, StorageWriter
-from changefeed.spark.datasource import register
-from changefeed.spark.jobs import (
-    CaptureSource,
-    _BatchRunner,
-    _codec_options,
-    _run_query,
-    run_capture,
-    run_capture_kafka,
-)
+from changefeed.spark.jobs import _BatchRunner, _codec_options, _run_query, changelog_plan, source_options
 from changefeed.testing import Broker
 from tests.sink.kafka.workload import read_raw, row_key
 
-from .helpers import BINLOG, captured
+from .helpers import BINLOG, capture, captured
 
 # ``clock=int``: canal-json's "ts" and Simple's buildTs are 0 on both paths (and a builtin pickles to executors).
 CANAL = CodecOptions(protocol="canal-json", enable_tidb_extension=True, clock=int)
@@ -46,39 +38,24 @@ def _tree(root: Path) -> dict[str, bytes]:
     return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
-def _driver_path(
-    spark: SparkSession, write: Callable, flush: Callable[[], int], checkpoint: Path, source: CaptureSource = BINLOG
-) -> None:
-    """The pre-mapInArrow capture: events collected and encoded on the driver, same micro-batches."""
-    runner = _BatchRunner("capture-reference", write, flush, None)
-    options = {"input": "binlog", "path": str(source)} if isinstance(source, Path) else dict(source)
-    if source == BINLOG:
-        options.update(
-            maxEventsPerTrigger=str(BATCHING["max_events"]), eventsPerPartition=str(BATCHING["events_per_partition"])
-        )
-    register(spark)
-    reader = spark.readStream.format("changefeed").option("events", "true").option("timeZone", "UTC")
-    for key, value in options.items():
-        reader = reader.option(key, value)
-    stream = reader.load()  # the changelog with JSONL events: the reference path never sees ranges
-    _run_query(spark, stream, runner, checkpoint, None, True, f"reference-{uuid.uuid4().hex[:6]}")
+def _driver_path(spark: SparkSession, sink: Any, checkpoint: Path, source: Any = BINLOG) -> None:
+    """The pre-mapInArrow capture: the changelog's JSONL events parsed and encoded on the driver, same batches."""
+    options = source_options(source, **BATCHING) if source == BINLOG else dict(source)
+    plan = changelog_plan(spark, {**options, "timeZone": "UTC"}, sink)  # never sees ranges
+    runner = _BatchRunner("capture-reference", sink, plan, None)
+    _run_query(spark, plan.stream, runner, checkpoint, None, True, f"reference-{uuid.uuid4().hex[:6]}")
 
 
 def _kafka_reference(spark: SparkSession, config: KafkaSinkConfig, checkpoint: Path) -> None:
     """The driver-side path into a Kafka topic: every batch acknowledged before it ends."""
     with KafkaSink(config) as sink:
-
-        def flush() -> int:
-            flushed = sink.flush()
-            return flushed.commit_ts if flushed else 0
-
-        _driver_path(spark, sink.write, flush, checkpoint)
+        _driver_path(spark, sink, checkpoint)
 
 
 def test_storage_files_are_byte_identical_even_after_a_failed_batch(spark: SparkSession, tmp_path: Path) -> None:
     reference = tmp_path / "reference"
     writer = StorageWriter(reference, CANAL, LAYOUT)
-    _driver_path(spark, writer.write_all, writer.flush, tmp_path / "ck-reference")
+    _driver_path(spark, writer, tmp_path / "ck-reference")
 
     out, checkpoint = tmp_path / "out", tmp_path / "ck-out"
     failed: list[int] = []
@@ -88,10 +65,11 @@ def test_storage_files_are_byte_identical_even_after_a_failed_batch(spark: Spark
             failed.append(batch_id)
             raise RuntimeError("injected failure between write and flush")
 
-    args = (spark, BINLOG, out, CANAL, checkpoint)
     with pytest.raises(StreamingQueryException, match="injected failure"):
-        run_capture(*args, storage=LAYOUT, available_now=True, hook=fail_before_flush, **BATCHING)  # type: ignore[arg-type]
-    resumed = run_capture(*args, storage=LAYOUT, available_now=True, **BATCHING)  # type: ignore[arg-type]
+        capture(
+            spark, StorageWriter(out, CANAL, LAYOUT), checkpoint, available_now=True, hook=fail_before_flush, **BATCHING
+        )
+    resumed = capture(spark, StorageWriter(out, CANAL, LAYOUT), checkpoint, available_now=True, **BATCHING)
     assert failed == [1] and resumed.batch_ids[0] == 1  # the failed batch re-ran with its offsets
 
     got, want = _tree(out), _tree(reference)
@@ -102,15 +80,12 @@ def test_storage_files_are_byte_identical_even_after_a_failed_batch(spark: Spark
 def test_csv_with_header_is_byte_identical(spark: SparkSession, tmp_path: Path) -> None:
     codec = CodecOptions(protocol="csv", include_commit_ts=True, output_field_header=True, csv_output_old_value=True)
     reference = StorageWriter(tmp_path / "reference", codec, LAYOUT)
-    reference.write_all(captured())  # one batch: the whole binlog
+    reference.write(captured())  # one batch: the whole binlog
     reference.flush()
-    stats = run_capture(
+    stats = capture(
         spark,
-        BINLOG,
-        tmp_path / "out",
-        codec,
+        StorageWriter(tmp_path / "out", codec, LAYOUT),
         tmp_path / "ck",
-        storage=LAYOUT,
         events_per_partition=3,
         available_now=True,
     )
@@ -118,15 +93,17 @@ def test_csv_with_header_is_byte_identical(spark: SparkSession, tmp_path: Path) 
     assert _tree(tmp_path / "out") == _tree(tmp_path / "reference")
 
 
-def test_a_source_without_ordered_partitions_is_range_partitioned_first(spark: SparkSession, tmp_path: Path) -> None:
-    """A storage directory read back: its partitions are per data directory, not commit-ts ranges."""
+def test_a_storage_directory_copied_to_another_is_byte_identical(spark: SparkSession, tmp_path: Path) -> None:
+    """A storage directory read back (ranges decoded on the driver) and written again: the same files."""
     upstream = StorageWriter(tmp_path / "upstream", CANAL, LAYOUT)
-    upstream.write_all(captured())
+    upstream.write(captured())
     upstream.flush()
     source = {"input": "storage", **_codec_options(CANAL), "path": str(tmp_path / "upstream")}
     reference = StorageWriter(tmp_path / "reference", CANAL, LAYOUT)
-    _driver_path(spark, reference.write_all, reference.flush, tmp_path / "ck-reference", source)
-    stats = run_capture(spark, source, tmp_path / "out", CANAL, tmp_path / "ck", storage=LAYOUT, available_now=True)
+    _driver_path(spark, reference, tmp_path / "ck-reference", source)
+    stats = capture(
+        spark, StorageWriter(tmp_path / "out", CANAL, LAYOUT), tmp_path / "ck", source=source, available_now=True
+    )
     assert stats.rows == sum(e.kind == "row" for e in captured())
     assert _tree(tmp_path / "out") == _tree(tmp_path / "reference")
 
@@ -141,7 +118,7 @@ def test_kafka_messages_per_partition_are_byte_identical(spark: SparkSession, br
 
     reference_topic, topic = f"ref-{uuid.uuid4().hex[:8]}", f"enc-{uuid.uuid4().hex[:8]}"
     _kafka_reference(spark, config(reference_topic), tmp_path / "ck-reference")
-    stats = run_capture_kafka(spark, BINLOG, config(topic), tmp_path / "ck", available_now=True, **BATCHING)  # type: ignore[arg-type]
+    stats = capture(spark, KafkaSink(config(topic)), tmp_path / "ck", available_now=True, **BATCHING)
     assert stats.checkpoint_ts == captured()[-1].commit_ts
 
     want = read_raw(broker.bootstrap_servers, reference_topic, 3)
@@ -162,10 +139,10 @@ def test_kafka_messages_per_partition_are_byte_identical(spark: SparkSession, br
 
     replayed_topic, checkpoint = f"rep-{uuid.uuid4().hex[:8]}", tmp_path / "ck-replayed"
     with pytest.raises(StreamingQueryException, match="injected failure"):
-        run_capture_kafka(
-            spark, BINLOG, config(replayed_topic), checkpoint, available_now=True, hook=fail_before_flush, **BATCHING
-        )  # type: ignore[arg-type]
-    resumed = run_capture_kafka(spark, BINLOG, config(replayed_topic), checkpoint, available_now=True, **BATCHING)  # type: ignore[arg-type]
+        capture(
+            spark, KafkaSink(config(replayed_topic)), checkpoint, available_now=True, hook=fail_before_flush, **BATCHING
+        )
+    resumed = capture(spark, KafkaSink(config(replayed_topic)), checkpoint, available_now=True, **BATCHING)
     assert resumed.batch_ids[0] == 1
     last = captured()[-1].commit_ts
     consumed = {}
@@ -191,7 +168,7 @@ def test_simple_bootstrap_messages_are_byte_identical(spark: SparkSession, broke
 
     reference_topic, topic = f"ref-{uuid.uuid4().hex[:8]}", f"enc-{uuid.uuid4().hex[:8]}"
     _kafka_reference(spark, config(reference_topic), tmp_path / "ck-reference")
-    run_capture_kafka(spark, BINLOG, config(topic), tmp_path / "ck", available_now=True, **BATCHING)  # type: ignore[arg-type]
+    capture(spark, KafkaSink(config(topic)), tmp_path / "ck", available_now=True, **BATCHING)
     want = read_raw(broker.bootstrap_servers, reference_topic, 2)
     got = read_raw(broker.bootstrap_servers, topic, 2)
     assert sum(b'"type":"BOOTSTRAP"' in v for m in want.values() for _, _, v in m) > 2

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.errors import StreamingQueryException
@@ -11,10 +12,12 @@ from pyspark.sql import SparkSession
 
 from changefeed.codec import CodecOptions
 from changefeed.model import RowChange
+from changefeed.sink.parquet import ParquetSnapshotSink
 from changefeed.sink.storage.reader import StorageReader
-from changefeed.spark.jobs import run_apply, run_capture
+from changefeed.sink.storage.writer import StorageWriter
+from changefeed.spark.jobs import storage_source
 
-from .helpers import BINLOG, captured, read_snapshot, reference_snapshot
+from .helpers import BINLOG, apply, capture, captured, read_snapshot, reference_snapshot
 
 CODEC = CodecOptions(protocol="canal-json", enable_tidb_extension=True)
 
@@ -31,18 +34,18 @@ def _expected_rows() -> list[tuple[object, ...]]:
 
 def test_capture_then_apply_equals_the_direct_snapshot(spark: SparkSession, tmp_path: Path) -> None:
     storage, out = tmp_path / "storage", tmp_path / "parquet"
-    stats = run_capture(
-        spark, BINLOG, storage, CODEC, tmp_path / "ck-capture", max_events=8, events_per_partition=3, available_now=True
-    )
+    sink = StorageWriter(storage, CODEC)
+    stats = capture(spark, sink, tmp_path / "ck-capture", max_events=8, events_per_partition=3, available_now=True)
     assert stats.batches >= 3  # maxEventsPerTrigger cut the binlog into several micro-batches
     assert stats.rows == 23
-    applied = run_apply(spark, storage, CODEC, out, tmp_path / "ck-apply", available_now=True)
+    source = storage_source(storage, CODEC)
+    applied = apply(spark, source, ParquetSnapshotSink(out), tmp_path / "ck-apply", available_now=True)
     assert applied.rows == 23
     snapshot = read_snapshot(out)
     assert snapshot == reference_snapshot(tmp_path / "reference")
     assert "cf.ints" not in snapshot and snapshot["cf.ints2"][1]  # RENAME TABLE moved the rows
     assert applied.checkpoint_ts == stats.checkpoint_ts == captured()[-1].commit_ts
-    again = run_apply(spark, storage, CODEC, out, tmp_path / "ck-apply", available_now=True)
+    again = apply(spark, source, ParquetSnapshotSink(out), tmp_path / "ck-apply", available_now=True)
     assert again.batches == 0  # resumed from its checkpoint: nothing new
 
 
@@ -58,17 +61,22 @@ def test_restart_after_a_failed_batch_replays_without_duplicates(spark: SparkSes
 
         return hook
 
-    capture_args = (spark, BINLOG, storage, CODEC, tmp_path / "ck-capture")
+    def capture_run(**kw: Any) -> Any:
+        return capture(spark, StorageWriter(storage, CODEC), tmp_path / "ck-capture", max_events=8, **kw)
+
+    def apply_run(**kw: Any) -> Any:
+        return apply(spark, storage_source(storage, CODEC), ParquetSnapshotSink(out), tmp_path / "ck-apply", **kw)
+
     # Batch 1 fails after its data and checkpoint were published: the replay must add nothing.
     with pytest.raises(StreamingQueryException, match="injected failure"):
-        run_capture(*capture_args, max_events=8, available_now=True, hook=fail_once((1, "flushed")))
+        capture_run(available_now=True, hook=fail_once((1, "flushed")))
     # The apply job fails before its first flush, on what the capture had published so far.
     with pytest.raises(StreamingQueryException, match="injected failure"):
-        run_apply(spark, storage, CODEC, out, tmp_path / "ck-apply", available_now=True, hook=fail_once((0, "written")))
-    resumed = run_capture(*capture_args, max_events=8, available_now=True)
+        apply_run(available_now=True, hook=fail_once((0, "written")))
+    resumed = capture_run(available_now=True)
     assert resumed.batch_ids[0] == 1  # the failed batch re-runs with its id and offsets
     assert _storage_rows(storage) == _expected_rows()  # nothing duplicated, nothing lost
-    applied = run_apply(spark, storage, CODEC, out, tmp_path / "ck-apply", available_now=True)
+    applied = apply_run(available_now=True)
     assert applied.batch_ids[0] == 0
     assert read_snapshot(out) == reference_snapshot(tmp_path / "reference")
     assert failed == [(1, "flushed"), (0, "written")]
@@ -95,3 +103,21 @@ def test_run_max_bytes_cuts_the_binlog_into_more_batches_with_the_same_output(
     cut, cut_batches = run("cut", "--max-bytes", "1k")
     assert cut_batches > whole_batches >= 1
     assert _storage_rows(cut) == _storage_rows(whole) == _expected_rows()
+
+
+def test_binlog_straight_to_parquet_equals_the_direct_snapshot(spark: SparkSession, tmp_path: Path) -> None:
+    """Any source into any sink: binlog ranges decoded on the driver into row blocks, no storage hop."""
+    out, checkpoint = tmp_path / "parquet", tmp_path / "ck"
+    failed: list[int] = []
+
+    def fail_once(batch_id: int, stage: str) -> None:
+        if (batch_id, stage) == (1, "written") and not failed:
+            failed.append(batch_id)
+            raise RuntimeError("injected failure between write and flush")
+
+    with pytest.raises(StreamingQueryException, match="injected failure"):
+        capture(spark, ParquetSnapshotSink(out), checkpoint, max_events=8, available_now=True, hook=fail_once)
+    resumed = capture(spark, ParquetSnapshotSink(out), checkpoint, max_events=8, available_now=True)
+    assert resumed.batch_ids[0] == 1 and resumed.batches >= 2
+    assert read_snapshot(out) == reference_snapshot(tmp_path / "reference")
+    assert resumed.checkpoint_ts == captured()[-1].commit_ts

@@ -13,14 +13,17 @@ from changefeed.cli import main
 from changefeed.codec import CodecOptions
 from changefeed.errors import ConfigError
 from changefeed.model import RowChange
-from changefeed.sink.kafka import KafkaSinkConfig
-from changefeed.sink.mysql import MySQLSinkConfig
+from changefeed.sink.kafka import KafkaSink, KafkaSinkConfig
+from changefeed.sink.mysql import MySQLSink, MySQLSinkConfig
+from changefeed.sink.parquet import ParquetSnapshotSink
+from changefeed.sink.storage.reader import StorageReader
+from changefeed.sink.storage.writer import StorageWriter
 from changefeed.spark.datasource import register
-from changefeed.spark.jobs import DECODE_CONF, decode_in_tasks, run_apply, run_apply_mysql, run_capture_kafka
+from changefeed.spark.jobs import DECODE_CONF, decode_in_tasks
 from changefeed.testing import Broker, MariaDBServer
 
 from .conftest import SCHEMA, direct_dump, drop, dump
-from .helpers import BINLOG, captured, read_snapshot, reference_snapshot
+from .helpers import BINLOG, apply, capture, captured, read_snapshot, reference_snapshot
 
 CODEC = CodecOptions(protocol="open-protocol")
 
@@ -48,10 +51,8 @@ def test_capture_to_kafka_then_apply_equals_direct_application(
 
     # The failed capture batch was acknowledged, so its messages are sent twice: the merge drops the copies.
     with pytest.raises(StreamingQueryException, match="injected failure"):
-        run_capture_kafka(
-            spark, BINLOG, sink, tmp_path / "ck-capture", max_events=8, available_now=True, hook=fail_once
-        )
-    stats = run_capture_kafka(spark, BINLOG, sink, tmp_path / "ck-capture", max_events=8, available_now=True)
+        capture(spark, KafkaSink(sink), tmp_path / "ck-capture", max_events=8, available_now=True, hook=fail_once)
+    stats = capture(spark, KafkaSink(sink), tmp_path / "ck-capture", max_events=8, available_now=True)
     assert stats.batch_ids[0] == 1
 
     # The batch read: every partition's messages, unmerged (copies included), resolved rows per partition.
@@ -66,14 +67,24 @@ def test_capture_to_kafka_then_apply_equals_direct_application(
     # Open Protocol (like canal-json) carries no DECIMAL precision, so the Parquet snapshot of cf.nums
     # cannot be typed as the direct one is: that table goes to MariaDB only (its DDL types the columns).
     out, source = tmp_path / "parquet", {**_source(broker, topic), "filter": "*.*,!cf.nums"}
-    applied = run_apply(spark, "", CODEC, out, tmp_path / "ck-apply", source=source, available_now=True)
+    applied = apply(spark, source, ParquetSnapshotSink(out), tmp_path / "ck-apply", available_now=True)
     expected = reference_snapshot(tmp_path / "reference")
     del expected["cf.nums"]
     assert read_snapshot(out) == expected
     assert applied.rows == rows - sum(isinstance(e, RowChange) and e.table == "nums" for e in captured())
     assert applied.checkpoint_ts == captured()[-1].commit_ts
-    again = run_apply(spark, "", CODEC, out, tmp_path / "ck-apply", source=source, available_now=True)
+    again = apply(spark, source, ParquetSnapshotSink(out), tmp_path / "ck-apply", available_now=True)
     assert again.batches == 0
+
+    # The topic merged into a storage directory (any source into any sink): each row once, in commit order.
+    copy = tmp_path / "storage"
+    canal = CodecOptions(protocol="canal-json", enable_tidb_extension=True)
+    ck = tmp_path / "ck-storage"
+    stored = apply(spark, _source(broker, topic), StorageWriter(copy, canal), ck, available_now=True)
+    assert stored.checkpoint_ts == captured()[-1].commit_ts
+    read_back = [e for e in StorageReader(copy, canal).poll() if isinstance(e, RowChange)]
+    assert len(read_back) == rows
+    assert [e.commit_ts for e in read_back] == sorted(e.commit_ts for e in read_back)
 
     # `changefeed run` with a kafka:// sink-uri into a second topic, applied to MariaDB.
     cli_topic = f"{topic}-cli"
@@ -88,8 +99,8 @@ def test_capture_to_kafka_then_apply_equals_direct_application(
     config = MySQLSinkConfig(changefeed_id="kafka", checkpoint_schema=ck_schema)
     # Small micro-batches (3 messages per partition): rows wait in the saved merge state for the
     # other partition's watermarks, across batches.
-    args = (spark, {**_source(broker, cli_topic), "maxEventsPerTrigger": "6"}, server.url, tmp_path / "ck-mysql")
-    applied = run_apply_mysql(*args, sink_config=config, available_now=True)
+    source = {**_source(broker, cli_topic), "maxEventsPerTrigger": "6"}
+    applied = apply(spark, source, MySQLSink(server.url, config), tmp_path / "ck-mysql", available_now=True)
     assert applied.batches > 3
     assert applied.rows == rows
     assert dump(server) == direct
@@ -101,10 +112,7 @@ def test_capture_to_kafka_then_apply_equals_direct_application(
     try:
         assert decode_in_tasks(spark)
         config = MySQLSinkConfig(changefeed_id="kafka-tasks", checkpoint_schema=ck_schema)
-        source = {**_source(broker, cli_topic), "maxEventsPerTrigger": "6"}
-        applied = run_apply_mysql(
-            spark, source, server.url, tmp_path / "ck-tasks", sink_config=config, available_now=True
-        )
+        applied = apply(spark, source, MySQLSink(server.url, config), tmp_path / "ck-tasks", available_now=True)
         spark.conf.set(DECODE_CONF, "sometimes")
         with pytest.raises(ConfigError, match="auto, tasks or driver"):
             decode_in_tasks(spark)

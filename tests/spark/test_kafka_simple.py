@@ -19,14 +19,14 @@ from changefeed.codec import CodecOptions
 from changefeed.errors import UnknownSchemaError
 from changefeed.model import RowChange
 from changefeed.sink.kafka import KafkaSink, KafkaSinkConfig
+from changefeed.sink.parquet import ParquetSnapshotSink
 from changefeed.spark.changelog import ChangelogRows
 from changefeed.spark.datasource import KafkaInput, SourceOptions, register
 from changefeed.spark.datasource import kafka as kafka_input
 from changefeed.spark.datasource.kafka import KafkaRange
-from changefeed.spark.jobs import run_apply, run_capture_kafka
 from changefeed.testing import Broker
 
-from .helpers import BINLOG, captured, read_snapshot, reference_snapshot
+from .helpers import apply, capture, captured, read_snapshot, reference_snapshot
 
 SIMPLE = CodecOptions(protocol="simple")
 
@@ -64,15 +64,15 @@ def test_simple_capture_in_two_runs_then_apply_in_small_batches_equals_the_sourc
 
     # Two capture runs: the second one's sink starts afresh (a second BOOTSTRAP per table mid-partition).
     with pytest.raises(StreamingQueryException, match="end of the first capture run"):
-        run_capture_kafka(
-            spark, BINLOG, sink, tmp_path / "ck-capture", max_events=8, available_now=True, hook=stop_after_first
+        capture(
+            spark, KafkaSink(sink), tmp_path / "ck-capture", max_events=8, available_now=True, hook=stop_after_first
         )
-    run_capture_kafka(spark, BINLOG, sink, tmp_path / "ck-capture", max_events=8, available_now=True)
+    capture(spark, KafkaSink(sink), tmp_path / "ck-capture", max_events=8, available_now=True)
 
     # Micro-batches of ~10 messages per partition: most ranges start after their tables' BOOTSTRAP/DDL.
     out = tmp_path / "parquet"
     source = _source(broker, topic, protocol="simple", maxEventsPerTrigger="20")
-    applied = run_apply(spark, "", SIMPLE, out, tmp_path / "ck-apply", source=source, available_now=True)
+    applied = apply(spark, source, ParquetSnapshotSink(out), tmp_path / "ck-apply", available_now=True)
     assert applied.batches > 3
     # Simple carries full column types (DECIMAL precision included): every table matches, cf.nums too.
     assert read_snapshot(out) == reference_snapshot(tmp_path / "reference")

@@ -44,13 +44,13 @@ def test_storage_files_published_ahead_of_the_checkpoint_are_read_again(tmp_path
     events = list(captured())
     cut = next(i for i, e in enumerate(events) if isinstance(e, Resolved) and i > len(events) // 2)
     writer = StorageWriter(tmp_path, CODEC)
-    writer.write_all(events[: cut + 1])
+    writer.write(events[: cut + 1])
     writer.flush()
     source = StorageInput(
         SourceOptions.parse({"input": "storage", "path": str(tmp_path), "enable-tidb-extension": "true"})
     )
     metadata = (tmp_path / "metadata").read_bytes()
-    writer.write_all(events[cut + 1 :])
+    writer.write(events[cut + 1 :])
     writer.flush()
     final = (tmp_path / "metadata").read_bytes()
     (tmp_path / "metadata").write_bytes(metadata)  # observed mid-flush: new files, old checkpoint

@@ -35,9 +35,9 @@ def test_ranges_output_decoded_on_the_driver_equals_the_changelog_path(
     codec = CodecOptions(protocol=protocol, enable_tidb_extension=True, include_commit_ts=csv, csv_output_old_value=csv)
     writer = StorageWriter(tmp_path, codec)
     events = list(captured())
-    writer.write_all(events[: len(events) // 2])
+    writer.write(events[: len(events) // 2])
     writer.flush()
-    writer.write_all(events[len(events) // 2 :])
+    writer.write(events[len(events) // 2 :])
     writer.flush()
     options = {"input": "storage", "path": str(tmp_path), "protocol": protocol, "enable-tidb-extension": "true"}
     options.update({"include-commit-ts": str(csv).lower(), "output-old-value": str(csv).lower(), "filter": rules})

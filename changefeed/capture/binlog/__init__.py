@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 from datetime import UTC, tzinfo
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ...model.ddlschema import DDLCatalog
 from ...mysqlclient import connect as mysql_connect
@@ -30,6 +30,8 @@ __all__ = [
     "file_capture",
     "live_capture",
 ]
+
+_S = TypeVar("_S")  # what an ``open_source`` opens
 
 
 def file_capture(
@@ -89,7 +91,7 @@ def live_capture(
     sid = server_id if server_id is not None else random_server_id()
     stop = threading.Event()
 
-    def open_source(at: BinlogPosition) -> ReplicaStream:
+    def open_replica(at: BinlogPosition) -> ReplicaStream:
         return ReplicaStream(
             address,
             at,
@@ -99,6 +101,8 @@ def live_capture(
             stop=stop,
             require_full_metadata=not track_schema,
         )
+
+    open_source: Callable[[BinlogPosition], ReplicaStream] = open_replica
 
     tracker = None
     catalog: DDLCatalog | None = None
@@ -139,12 +143,12 @@ def live_capture(
 
 
 def _seed_on_first_open(
-    open_source: Callable[[BinlogPosition], Any], catalog: DDLCatalog, connect: Callable[[], Any]
-) -> Callable[[BinlogPosition], Any]:
+    open_source: Callable[[BinlogPosition], _S], catalog: DDLCatalog, connect: Callable[[], Any]
+) -> Callable[[BinlogPosition], _S]:
     """``open_source`` that first fills ``catalog`` from information_schema, once, before any event is read."""
     seeded = threading.Event()
 
-    def open_seeded(at: BinlogPosition) -> Any:
+    def open_seeded(at: BinlogPosition) -> _S:
         if not seeded.is_set():
             seeded.set()
             from .tracker import snapshot_catalog  # noqa: PLC0415

@@ -319,8 +319,8 @@ def _timestamp2_utc_converter(fsp: int) -> Converter:
         day = doy - (153 * mp + 2) // 5 + 1
         month = np.where(mp < 10, mp + 3, mp - 9)
         year = yoe + era * 400 + (month <= 2)
-        parts = [year, month, day, secs // 3600, secs // 60 % 60, secs % 60]
-        parts = tuple(np.where(zero, 0, p) for p in parts)
+        fields = [year, month, day, secs // 3600, secs // 60 % 60, secs % 60]
+        parts = tuple(np.where(zero, 0, p) for p in fields)
         return _text_array(_datetime_chars(len(pos), fsp, parts, frac), valid)
 
     return convert
@@ -826,7 +826,7 @@ class ArrowCapture(BinlogCapture):
         self._builders: dict[tuple[str, str], tuple[Any, ArrowBatchBuilder]] = {}
         self._ready: list[pa.RecordBatch] = []
 
-    def _rows(self, ev: RowsEvent, ts: int, where: str) -> Iterator[Any]:  # type: ignore[override]
+    def _rows(self, ev: RowsEvent, ts: int, where: str) -> Iterator[Any]:
         tm = self.effective_map(ev.table_map, where)
         ts_schema = self.table_schema_for(tm, where)
         name = (tm.schema, tm.table)

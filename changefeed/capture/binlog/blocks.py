@@ -72,7 +72,7 @@ class BlockCapture(BinlogCapture):
         self._rows_in_block = 0
         self._txn: tuple[Mapping[str, Any] | None, int] = (None, 0)  # (transaction start, ordinal fix-up)
 
-    def _rows(self, ev: RowsEvent, ts: int, where: str) -> Iterator[Any]:  # type: ignore[override]
+    def _rows(self, ev: RowsEvent, ts: int, where: str) -> Iterator[Any]:
         tm = self.effective_map(ev.table_map, where)
         yield _RowsMark(ev, tm, self.table_schema_for(tm, where), ts, where)
 

@@ -209,8 +209,7 @@ class BinlogCapture:
     def _handle(self, raw: RawEvent) -> Iterator[Event]:
         where = f"{raw.file}:{raw.pos}"
         ev = self.parser.parse(raw.data, where)
-        kind = type(ev)
-        if kind is RowsEvent:
+        if type(ev) is RowsEvent:
             if self._group is None:  # rows outside BEGIN..COMMIT: treat as their own group
                 self._group = _Group(self.savepoint)
             tm = ev.table_map
@@ -220,35 +219,35 @@ class BinlogCapture:
                 self._group.items.append((ev, where))
             return
         end = raw.pos + len(raw.data)
-        if kind is XidEvent:
+        if type(ev) is XidEvent:
             yield from self._commit(raw.file, end, ev.header.timestamp)
-        elif kind is QueryEvent:
+        elif type(ev) is QueryEvent:
             yield from self._query(ev, raw, end, where)
-        elif kind is MariaGtidEvent or kind is GtidEvent:
+        elif type(ev) is MariaGtidEvent or type(ev) is GtidEvent:
             if self._unanchored and self._group is None:
                 self.savepoint = replace(self.savepoint, file=raw.file, pos=raw.pos)
                 self._unanchored = False
             self._gtid_event = ev
-            if kind is MariaGtidEvent and not ev.standalone:
+            if type(ev) is MariaGtidEvent and not ev.standalone:
                 self._group = _Group(self.savepoint)  # MariaDB: a transactional GTID stands in for BEGIN
-        elif kind is RotateEvent:
+        elif type(ev) is RotateEvent:
             artificial = ev.header.flags & LOG_EVENT_ARTIFICIAL_F or ev.header.log_pos == 0
             if self._group is None and (not artificial or not self.savepoint.file):
                 self.savepoint = replace(self.savepoint, file=ev.next_file, pos=ev.position)
-        elif kind is MariaGtidListEvent:
+        elif type(ev) is MariaGtidListEvent:
             if self._gtid is None or (isinstance(self._gtid, MariaGtidState) and not self._gtid):
                 state = MariaGtidState()
                 for domain, server, seq in ev.gtids:
                     state.update(domain, server, seq)
                 self._gtid = state
-        elif kind is PreviousGtidsEvent:
+        elif type(ev) is PreviousGtidsEvent:
             if self._gtid is None or (isinstance(self._gtid, MySQLGtidSet) and not self._gtid):
                 gset = MySQLGtidSet()
                 for sid, intervals in ev.gtid_set.items():
                     for lo, hi in intervals:
                         gset.add_interval(sid, lo, hi)
                 self._gtid = gset
-        elif kind is IncidentEvent:
+        elif type(ev) is IncidentEvent:
             raise CaptureError(
                 f"INCIDENT event {ev.incident} ({ev.message!r}): the source lost events; resync needed", where=where
             )

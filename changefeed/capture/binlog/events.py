@@ -327,7 +327,7 @@ class EventParser:
         if etype == EventType.MARIA_GTID_LIST:
             count = int.from_bytes(data[p : p + 4], "little") & 0x0FFFFFFF  # top 4 bits are flags
             gtids = [struct.unpack_from("<IIQ", data, p + 4 + 16 * i) for i in range(count)]
-            return MariaGtidListEvent(header, [tuple(g) for g in gtids])  # type: ignore[misc]
+            return MariaGtidListEvent(header, [tuple(g) for g in gtids])
         if etype == EventType.PREVIOUS_GTIDS:
             return PreviousGtidsEvent(header, _parse_gtid_set(data, p))
         if etype == EventType.ANNOTATE_ROWS:

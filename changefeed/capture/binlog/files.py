@@ -123,7 +123,7 @@ class BinlogFileReader:
             yield RawEvent(name, 4, fde)
             pos = max(pos, 4 + len(fde))
             f.seek(pos)
-            last_type = EventType.FORMAT_DESCRIPTION
+            last_type: int = EventType.FORMAT_DESCRIPTION
             while True:
                 data = self._read_event(f, name, pos)
                 if data is None:

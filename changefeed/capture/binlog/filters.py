@@ -56,7 +56,7 @@ class BlockAllowList:
     ) -> BlockAllowList | None:
         """A filter, or None when every argument is empty (no filtering at all)."""
         ops = frozenset(Op(o.lower()) for o in ignore_ops)
-        lists = [list(do_dbs), list(ignore_dbs), list(do_tables), list(ignore_tables)]
+        lists = (list(do_dbs), list(ignore_dbs), list(do_tables), list(ignore_tables))
         if not any(lists) and not ops and not ignore_ddl:
             return None
         return cls(*lists, ignore_ops=ops, ignore_ddl=ignore_ddl)

@@ -19,10 +19,10 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 import pymysql
-import pymysql.connections
+from pymysql.cursors import Cursor
 
 from ...errors import CaptureError, ConfigError
-from ...mysqlclient import TLS_OPTIONS, TLSOptions, connect
+from ...mysqlclient import TLS_OPTIONS, PyMySQLConnection, TLSOptions, connect
 from ...secrets import mask_secrets
 from .capture import SourceDisconnectedError
 from .constants import CHECKSUM_LEN, HEADER_LEN, EventType
@@ -49,6 +49,13 @@ def _disconnected_or_fatal(what: str, exc: pymysql.err.MySQLError) -> CaptureErr
     if isinstance(exc, pymysql.err.OperationalError) and code not in _FATAL_ERRORS:
         return SourceDisconnectedError(f"{what}: {exc}")
     return CaptureError(f"{what}: {exc}")
+
+
+def _one_row(cur: Cursor) -> tuple[Any, ...]:
+    """The row of a ``SELECT`` of server variables (always exactly one)."""
+    row = cur.fetchone()
+    assert row is not None
+    return row
 
 
 @dataclass(frozen=True)
@@ -161,14 +168,14 @@ class ReplicaStream:
         self.collations: dict[int, tuple[str, str]] | None = None
         self.mariadb = False
         self.checksum = False
-        self._conn: pymysql.connections.Connection | None = None
+        self._conn: PyMySQLConnection | None = None
         self._buf = bytearray()
         self._off = 0
         self._last_data = 0.0
 
     # ------------------------------------------------------------------ setup
 
-    def _connect(self) -> pymysql.connections.Connection:
+    def _connect(self) -> PyMySQLConnection:
         try:
             return connect(
                 **self.address.connect_kwargs(),
@@ -179,17 +186,17 @@ class ReplicaStream:
         except pymysql.err.MySQLError as exc:
             raise _disconnected_or_fatal(f"cannot connect to {self.address}", exc) from None
 
-    def _prepare(self, conn: pymysql.connections.Connection) -> BinlogPosition:
+    def _prepare(self, conn: PyMySQLConnection) -> BinlogPosition:
         """Check the server's settings, announce what we understand, pick the start file."""
         with conn.cursor() as cur:
             cur.execute("SELECT VERSION(), @@global.binlog_checksum, @@global.binlog_format")
-            version, checksum, fmt = cur.fetchone()
+            version, checksum, fmt = _one_row(cur)
             self.mariadb = "mariadb" in str(version).lower()
             if str(fmt).upper() != "ROW":
                 raise CaptureError(f"{self.address} has binlog_format={fmt}; capture needs ROW")
             try:
                 cur.execute("SELECT @@global.binlog_row_metadata")
-                metadata = str(cur.fetchone()[0]).upper()
+                metadata = str(_one_row(cur)[0]).upper()
             except pymysql.err.MySQLError:
                 metadata = "NONE"  # MySQL < 8.0.1 / MariaDB < 10.5
             if metadata != "FULL" and self.require_full_metadata:
@@ -227,12 +234,12 @@ class ReplicaStream:
                     start = BinlogPosition(str(rows[0][0]), 4, start.gtid, start.clock)
         return start
 
-    def _command(self, conn: pymysql.connections.Connection, payload: bytes) -> None:
+    def _command(self, conn: PyMySQLConnection, payload: bytes) -> None:
         # A command is one packet with sequence id 0: 3-byte length, 1-byte sequence, payload.
         conn._next_seq_id = 0
         conn.write_packet(payload)
 
-    def _register(self, conn: pymysql.connections.Connection) -> None:
+    def _register(self, conn: PyMySQLConnection) -> None:
         # COM_REGISTER_SLAVE: server_id(4) hostname user password (1-byte length each) port(2) rank(4) master_id(4)
         host = socket.gethostname().encode()[:60]
         payload = (
@@ -248,7 +255,7 @@ class ReplicaStream:
         self._command(conn, payload)
         conn._read_packet()  # OK, or raises the server's error
 
-    def _dump(self, conn: pymysql.connections.Connection, start: BinlogPosition) -> None:
+    def _dump(self, conn: PyMySQLConnection, start: BinlogPosition) -> None:
         # COM_BINLOG_DUMP: pos(4) flags(2) server_id(4) filename; MariaDB GTID mode sends an empty name.
         flags = 0 if self.blocking else BINLOG_DUMP_NON_BLOCK
         if not start.file and start.gtid and not self.mariadb:

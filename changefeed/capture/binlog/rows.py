@@ -313,7 +313,7 @@ def _datetime2_reader(fsp: int) -> Step:
         ymd = packed >> 17
         ym = ymd >> 5
         hms = packed & 0x1FFFF
-        parts = (ym // 13, ym % 13, ymd & 31, hms >> 12, (hms >> 6) & 63, hms & 63)
+        parts: tuple[int, ...] = (ym // 13, ym % 13, ymd & 31, hms >> 12, (hms >> 6) & 63, hms & 63)
         if fb:
             parts += (int.from_bytes(buf[pos + 5 : pos + size], "big") * scale // div,)
         out.append(fmt % parts)

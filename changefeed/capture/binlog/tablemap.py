@@ -38,6 +38,11 @@ _ONE_BYTE_META = BLOB_TYPES | {
     ColumnType.DATETIME2,
     ColumnType.TIME2,
 }
+_FSP_TYPES = frozenset({ColumnType.TIMESTAMP2, ColumnType.DATETIME2, ColumnType.TIME2})
+MAX_FSP = 6
+MAX_DECIMAL_PRECISION = 65
+MAX_DECIMAL_SCALE = 30
+MARIADB_MAX_DECIMAL_SCALE = 38  # since MariaDB 10.2.1 (38 fraction digits still fit 65 digits with a leading 0)
 _TWO_BYTE_META = frozenset(
     {
         ColumnType.VARCHAR,
@@ -149,6 +154,9 @@ def parse_table_map_body(body: bytes, mariadb: bool = False) -> TableMap:
             b0, b1 = body[pos], body[pos + 1]
             pos += 2
             _two_byte_meta(col, tp, b0, b1)
+        bad = _out_of_range(col, mariadb)
+        if bad:
+            raise ValueError(f"{schema}.{table} column {i + 1}: {bad}")
         if tp in BLOB_TYPES:
             col.real_type = (ColumnType.TINY_BLOB, ColumnType.BLOB, ColumnType.MEDIUM_BLOB, ColumnType.LONG_BLOB)[
                 max(1, min(col.meta, 4)) - 1
@@ -166,6 +174,26 @@ def parse_table_map_body(body: bytes, mariadb: bool = False) -> TableMap:
     if pos < len(body):
         _parse_optional_metadata(tm, body, pos, mariadb)
     return tm
+
+
+def _out_of_range(col: ColumnMeta, mariadb: bool) -> str | None:
+    """Why a column's metadata is outside what the server writes, for the types whose decoders trust it.
+
+    A fractional seconds precision above 6 or a DECIMAL beyond 65 digits would index past the
+    decoders' tables or decode a wrong value (digits no codec accepts, a misread row image).
+    """
+    tp = col.binlog_type
+    if tp in _FSP_TYPES and col.meta > MAX_FSP:
+        return f"{ColumnType(tp).name} of fractional seconds precision {col.meta}; fsp is 0 to {MAX_FSP}"
+    max_scale = MARIADB_MAX_DECIMAL_SCALE if mariadb else MAX_DECIMAL_SCALE
+    if tp == ColumnType.NEWDECIMAL and not (
+        0 < col.precision <= MAX_DECIMAL_PRECISION and col.scale <= min(col.precision, max_scale)
+    ):
+        return (
+            f"DECIMAL({col.precision}, {col.scale}); {'MariaDB' if mariadb else 'MySQL'}'s DECIMAL(M, D) has "
+            f"1 <= M <= {MAX_DECIMAL_PRECISION}, D <= {max_scale} and D <= M"
+        )
+    return None
 
 
 def _two_byte_meta(col: ColumnMeta, tp: int, b0: int, b1: int) -> None:

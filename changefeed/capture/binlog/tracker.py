@@ -196,6 +196,7 @@ class SchemaTracker:
 
     def _load(self, schema: str | None = None, table: str | None = None) -> dict[tuple[str, str], TableInfo]:
         """information_schema rows of every user table, or of one table."""
+        args: tuple[object, ...]
         if schema is None:
             where, args = "TABLE_SCHEMA NOT IN %s", (_SYSTEM_SCHEMAS,)
         else:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from decimal import Context, Decimal
+from typing import cast
 
 from ...errors import CaptureError
 
@@ -186,7 +187,7 @@ def _decimal_reader(precision: int, frac: int) -> _DecimalReader:
     lines += [f"u = {horner}", f"return _D(-u if neg else u).scaleb({-frac}, _WIDE), end"]
     env = {"_int": int.from_bytes, "_D": Decimal, "_WIDE": _WIDE, "_bad_group": _bad_group, "_truncated": _truncated}
     exec("def read(buf, pos):\n    " + "\n    ".join(lines) + "\n", env)  # integers and fixed names only
-    reader: _DecimalReader = env["read"]
+    reader = cast(_DecimalReader, env["read"])  # exec-generated above
     _READERS[precision << 8 | frac] = reader
     return reader
 

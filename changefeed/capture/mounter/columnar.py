@@ -323,7 +323,9 @@ class VectorDecoder:
         else:
             handle = self.decoder.handle_position
             # PKIsHandle: the key's handle wins, a stored PK cell is never read (as in the reference)
-            vec_cells = [(p, None, None) if c is None or p == handle else (p, self.vectors[p], c) for p, c in cells]
+            vec_cells: list[tuple[int, Vector | None, V2Cell | None]] = [
+                (p, None, None) if c is None or p == handle else (p, self.vectors[p], c) for p, c in cells
+            ]
             plan = _Layout(vec_cells, [p for p in nulls if p != handle], n_notnull, large)
         if len(self.layouts) >= 1024:
             self.layouts.clear()

@@ -42,6 +42,7 @@ def decode_datum(buf: bytes, pos: int) -> tuple[int, Any, int]:
     pos += 1
     if flag == NIL_FLAG:
         return flag, None, pos
+    v: Any  # the raw value, of the flag's type (see above)
     if flag == VARINT_FLAG:
         v, pos = decode_varint(buf, pos)
     elif flag == UVARINT_FLAG:

@@ -170,36 +170,38 @@ def decode_batch(batch: Any, mounter: Mounter, source: str = "batch", first_row:
         return list(mounter.mount_all(batch_records(batch, source, first_row), where=source + " row {loc}"))
     n = batch.num_rows
 
-    def column(name: str) -> list[Any] | None:
-        if name not in names:
-            return None
+    def column(name: str) -> list[Any]:  # op, key and commit_ts are there (checked above)
         arr = batch.column(name)
         if name in ("key", "value", "old_value") and not (
             pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type)
         ):
             raise _TextColumnError
-        return arr.to_pylist()
+        values: list[Any] = arr.to_pylist()
+        return values
+
+    def optional(name: str) -> list[Any] | None:
+        return column(name) if name in names else None
 
     try:
-        keys, values, olds = column("key"), column("value"), column("old_value")
+        keys, values, olds = column("key"), optional("value"), optional("old_value")
     except _TextColumnError:
         return list(mounter.mount_all(batch_records(batch, source, first_row), where=source + " row {loc}"))
     ops = [op if op in _CANONICAL_OPS else _checked_op(op, source, first_row + i) for i, op in enumerate(column("op"))]
     commits = column("commit_ts")
-    tss = column("ts")
+    tss = optional("ts")
     if tss is not None:  # resolved markers may carry their ts in `ts`
         commits = [c if t is None else t for c, t in zip(commits, tss, strict=True)]
     if None in commits:
         raise CaptureError("record has no commit_ts", where=f"{source} row {first_row + commits.index(None)}")
-    none = [None] * n
+    none: list[Any] = [None] * n
     return mounter.mount_columns(
         ops,
         keys,
         values if values is not None else none,
         olds if olds is not None else none,
-        column("start_ts") or none,
+        optional("start_ts") or none,
         commits,
-        column("region_id") or none,
+        optional("region_id") or none,
         where=source + " row {loc}",
         first=first_row,
     )

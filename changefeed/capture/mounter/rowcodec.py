@@ -430,8 +430,8 @@ def origin_default(col: Column, raw: Any, raw_bit: str | None, tz: tzinfo | None
         v = float(text)
         return to_float32(v) if tc is TypeCode.FLOAT else v
     if tc is TypeCode.DECIMAL:
-        d = Decimal(text)
-        return d if col.decimal is None else d.quantize(Decimal(1).scaleb(-col.decimal), context=_DEC_CTX)
+        dec = Decimal(text)
+        return dec if col.decimal is None else dec.quantize(Decimal(1).scaleb(-col.decimal), context=_DEC_CTX)
     if tc in (TypeCode.DATE, TypeCode.NEWDATE):
         y, mo, d, *_ = parse_datetime_text(text)
         return f"{y:04d}-{mo:02d}-{d:02d}"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta, timezone, tzinfo
+from typing import Literal
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ...errors import CaptureError, ConfigError
@@ -120,7 +121,7 @@ class ZoneConverter:
         self._minutes: dict[int, str | None] = {}
 
     def text(self, packed: int, fsp: int) -> str:
-        prefix = self._minutes.get(packed >> 30, False)  # key: date, hour, minute
+        prefix: str | Literal[False] | None = self._minutes.get(packed >> 30, False)  # key: date, hour, minute
         if prefix is False:
             prefix = self.prefix(packed)
         if prefix is None:
@@ -137,7 +138,7 @@ class ZoneConverter:
 
     def prefix(self, packed: int) -> str | None:
         """The local ``YYYY-MM-DD HH:MM:`` of the UTC minute of ``packed`` (cached); None: no shared prefix."""
-        prefix = self._minutes.get(packed >> 30, False)
+        prefix: str | Literal[False] | None = self._minutes.get(packed >> 30, False)
         if prefix is False:
             prefix = self._prefix(packed)
             if len(self._minutes) >= _CACHE_LIMIT:
@@ -196,7 +197,9 @@ def parse_datetime_text(text: str) -> tuple[int, int, int, int, int, int, int]:
     return y, mo, d, h, mi, s, us
 
 
-def utc_to_zone(fields: tuple[int, int, int, int, int, int, int], tz: tzinfo | None) -> tuple[int, ...]:
+def utc_to_zone(
+    fields: tuple[int, int, int, int, int, int, int], tz: tzinfo | None
+) -> tuple[int, int, int, int, int, int, int]:
     if tz is None or not any(fields[:3]):
         return fields
     local = datetime(*fields, tzinfo=UTC).astimezone(tz)

@@ -45,7 +45,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -177,7 +177,7 @@ def value_texts(column: Column, values: pa.Array) -> pa.Array | None:
 
 # ------------------------------------------------------------------ assembling messages
 
-Part = str | pa.Array | list  # constant text, one string per row, or parts to concatenate
+Part: TypeAlias = str | pa.Array | list[Any]  # constant text, one string per row, or parts to concatenate
 
 
 def _flat(parts: Sequence[Part], into: list[Any]) -> None:

@@ -11,7 +11,7 @@ import codecs
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -171,7 +171,7 @@ def _compile_renderer(
         unpack = "".join(f"    v{i} = image[{p}]\n" for i, p in enumerate(positions))
     src = f"def render(image):\n{unpack}    return _dumps({{{', '.join(members)}}})\n"
     exec(compile(src, f"<canal-json renderer {len(names)} columns>", "exec"), env)
-    return env["render"]
+    return cast(Callable[[tuple[Any, ...]], bytes], env["render"])  # exec-generated above
 
 
 # ------------------------------------------------------------------ per-table plans

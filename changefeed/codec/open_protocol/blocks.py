@@ -16,7 +16,7 @@ path's rows are raised in message order, the first one first.
 from __future__ import annotations
 
 from binascii import a2b_base64
-from codecs import escape_decode  # type: ignore[attr-defined]
+from codecs import escape_decode
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby, repeat
@@ -94,22 +94,23 @@ class OpenProtocolBlockDecoder:
 
     def decode(
         self, messages: Sequence[Message], wheres: Sequence[str], positions: Sequence[Mapping[str, Any]]
-    ) -> list[list[Event]]:
+    ) -> list[list[Event | RowBlock]]:
         """Each message's events (`RowBlock`s for the rows the fast path took), in order.
 
         ``wheres`` name each message in errors; ``positions`` are given to its events (the row
         decoder's caller sets the same on each of its events).
         """
-        out: list[list[Event]] = [[] for _ in messages]
+        out: list[list[Event | RowBlock]] = [[] for _ in messages]
         chunk: list[tuple[int, _Frames]] = []
         for i, message in enumerate(messages):
             frames = self._frames(message)
             if frames is None:
                 self._chunk(chunk, out, wheres, positions)
                 chunk = []
-                out[i] = self.decoder.decode(message, wheres[i])
-                for ev in out[i]:
+                events = self.decoder.decode(message, wheres[i])
+                for ev in events:
                     ev.position = dict(positions[i])
+                out[i] = list(events)
             else:
                 chunk.append((i, frames))
         self._chunk(chunk, out, wheres, positions)
@@ -129,7 +130,7 @@ class OpenProtocolBlockDecoder:
         values: list[bytes] = []
         cache = self._keys
         for k, v in frames:
-            head = cache.get(k, False)
+            head: _Head | Literal[False] | None = cache.get(k, False)
             if head is False:
                 head = _key(k)
                 if len(cache) >= _KEY_CACHE:
@@ -144,7 +145,7 @@ class OpenProtocolBlockDecoder:
     def _chunk(
         self,
         chunk: list[tuple[int, _Frames]],
-        out: list[list[Event]],
+        out: list[list[Event | RowBlock]],
         wheres: Sequence[str],
         positions: Sequence[Mapping[str, Any]],
     ) -> None:
@@ -256,8 +257,13 @@ class _Shape:
             if vtype is None:
                 raise _SlowPathError
             # "h" as the row decoder compares it (c.get("h")): absent and null are None.
-            handle = [("h", Literal[h])] if h is not None else []
-            member = [("t", Literal[t]), ("f", Literal[f]), *handle, ("v", vtype | None, None)]
+            handle: list[tuple[str, Any]] = [("h", Literal[h])] if h is not None else []
+            member: list[tuple[str, Any] | tuple[str, Any, Any]] = [
+                ("t", Literal[t]),
+                ("f", Literal[f]),
+                *handle,
+                ("v", vtype | None, None),
+            ]
             if h is None:
                 member.append(("h", None, None))
             # Unknown members are errors, not skipped: skipped text is not checked as strictly as
@@ -386,12 +392,12 @@ def _events(
     groups: Mapping[tuple[str, str], _Group],
     cursor: dict[tuple[str, str], int],
     position: Mapping[str, Any],
-) -> list[Event]:
+) -> list[Event | RowBlock]:
     """One message's events: fast rows as one RowBlock per run of them, other events as they are.
 
     A block holds one `TableRows` slice per run of one table's rows and one segment per commit ts.
     """
-    events: list[Event] = []
+    events: list[Event | RowBlock] = []
     tables: list[TableRows] = []
     segments: list[Segment] = []
     span: tuple[tuple[str, str], int, int] | None = None  # (table, first row in its group, rows)

@@ -15,7 +15,7 @@ import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 
 Render = Callable[[Any], str]
 Rendered = tuple[list[bytes | None], list[bytes | None]]
-Piece = str | pa.Array  # a constant text, or one text per row
+Piece: TypeAlias = str | pa.Array  # a constant text, or one text per row
 
 _I32_MAX = (1 << 31) - 1
 _B64_ALPHABET = np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", np.uint8)
@@ -191,7 +191,7 @@ def _join(*pieces: Piece, n: int) -> pa.Array:
         elif p != "":
             merged.append(p)
     if all(isinstance(p, str) for p in merged):  # e.g. only NULL-typed columns
-        return pa.array(["".join(merged)] * n, pa.string())  # type: ignore[arg-type]
+        return pa.array(["".join(merged)] * n, pa.string())
     return pc.binary_join_element_wise(*merged, "")
 
 
@@ -318,7 +318,7 @@ def _base64(arr: pa.Array) -> pa.Array:
         padded[np.arange(len(data), dtype=np.int32) + np.repeat(shift, lengths)] = data
     else:
         padded = data
-    out = np.frombuffer(bytearray(binascii.b2a_base64(padded, newline=False)), np.uint8)
+    out = np.frombuffer(bytearray(binascii.b2a_base64(padded.data, newline=False)), np.uint8)
     ends = 4 * starts[1:]
     out[ends[rest != 0] - 1] = ord("=")
     out[ends[rest == 1] - 2] = ord("=")
@@ -404,7 +404,8 @@ class _Runes:
                     self._state[c] = 2
                     self._escapes[c] = text
             state = self._state[code]
-        return state == 2
+        escaped: np.ndarray = state == 2
+        return escaped
 
     def tokens(self, code: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         distinct, which = np.unique(code, return_inverse=True)

@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -250,7 +250,7 @@ def _compile_reader(plan: _Plan, image_sig: Signature) -> Reader:
         out[pos] = f"v{k}"
     lines.append(f"    return ({', '.join(out)},)")
     exec("\n".join(lines) + "\n", ns)  # source built from integers and fixed text only
-    return ns["read"]
+    return cast(Reader, ns["read"])  # exec-generated above
 
 
 def _image_signature(image: Any, label: str) -> Signature:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain
-from typing import Any
+from typing import Any, cast
 
 from ...errors import CodecError, ConfigError, MessageTooLargeError
 from ...model import ABSENT, ColumnFlag, DDLEvent, Op, Resolved, RowChange, TableSchema, TypeCode
@@ -115,7 +115,7 @@ def _compile_image(cols: Sequence[PlanColumn], width: int) -> ImageRenderer:
         f"    return {' + '.join(terms)} + '}}'\n"
     )
     exec(source, ns)  # source built from integers and fixed text only
-    return ns["render"]
+    return cast(ImageRenderer, ns["render"])  # exec-generated above
 
 
 @dataclass(slots=True)

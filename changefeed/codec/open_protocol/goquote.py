@@ -108,7 +108,7 @@ def go_unquote(text: str) -> bytes:
     if "\\" not in text and '"' not in text and "\n" not in text:
         return text.encode("utf-8")
     if _BYTE_ESCAPES_ONLY.fullmatch(text):
-        return codecs.escape_decode(text.encode("utf-8"))[0]  # type: ignore[attr-defined]
+        return codecs.escape_decode(text.encode("utf-8"))[0]
     out = bytearray()
     pos = 0
     for m in _UNQUOTE_TOKEN.finditer(text):

@@ -16,7 +16,7 @@ import math
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from fastavro import parse_schema, schemaless_reader, schemaless_writer
 
@@ -49,7 +49,7 @@ from .message import INT_TEXT, parse_decimal
 from .schema_cache import SchemaCache
 
 SCHEMA_PATH = Path(__file__).with_name("message.avsc")
-SCHEMA: list[dict[str, Any]] = parse_schema(json.loads(SCHEMA_PATH.read_text(encoding="utf-8")))
+SCHEMA = cast(list[dict[str, Any]], parse_schema(json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))))
 """The parsed top-level union (parsed once: fastavro re-parses an unparsed schema per call)."""
 
 MESSAGE_BRANCH = 11
@@ -152,9 +152,11 @@ def table_schema_avro(ts: TableSchema) -> dict[str, Any]:
 
 
 def _render(cols: list[PlanColumn], image: tuple[Any, ...]) -> tuple[str, dict[str, Any]]:
+    # AvroFormat._plan gives every column a renderer (value_renderer never returns None here)
+    rendered = cast(list[tuple[str, int, Callable[[Any], Any]]], cols)
     return (
         "map",
-        {name: (None if v is None else render(v)) for name, i, render in cols if (v := image[i]) is not ABSENT},
+        {name: (None if v is None else render(v)) for name, i, render in rendered if (v := image[i]) is not ABSENT},
     )
 
 
@@ -163,7 +165,7 @@ class AvroFormat(FormatBase):
 
     def _plan(self, ts: TableSchema) -> TablePlan:
         # Columns in table order (TiCDC's Go map order is random; Avro maps carry no order rule).
-        cols = [(c.name, i, value_renderer(c, self.location)) for i, c in enumerate(ts.columns)]
+        cols: list[PlanColumn] = [(c.name, i, value_renderer(c, self.location)) for i, c in enumerate(ts.columns)]
         return TablePlan(ts, cols, table_schema_avro(ts))
 
     # -------------------------------------------------------------- encode
@@ -218,7 +220,8 @@ class AvroFormat(FormatBase):
         buf = io.BytesIO(value)
         buf.seek(1)
         try:
-            msg = schemaless_reader(buf, _MESSAGE_SCHEMA, None, return_record_name=True)
+            # the Message schema is a record: fastavro reads it as a dict
+            msg = cast(dict[str, Any], schemaless_reader(buf, _MESSAGE_SCHEMA, None, return_record_name=True))
         except Exception as exc:  # fastavro raises EOFError, ValueError, IndexError, UnicodeDecodeError...
             raise fail(where, f"invalid Avro data: {type(exc).__name__}: {exc}") from None
         if buf.tell() != len(value):
@@ -314,7 +317,8 @@ class AvroFormat(FormatBase):
 
 def _branch(raw: Any) -> str:
     if isinstance(raw, tuple):
-        return raw[0].rsplit(".", 1)[-1]
+        record_name: str = raw[0]
+        return record_name.rsplit(".", 1)[-1]
     return {bool: "boolean", int: "long", float: "float/double", str: "string", bytes: "bytes"}.get(
         type(raw), type(raw).__name__
     )
@@ -388,7 +392,8 @@ def value_parser(col: Column) -> Callable[[Any], Any]:
 
         def parse_ts(raw: Any) -> str:
             if type(raw) is tuple and raw[0] == TIMESTAMP:
-                return raw[1]["value"]
+                text: str = raw[1]["value"]
+                return text
             if type(raw) is str:
                 return raw
             raise bad(raw, "Timestamp")

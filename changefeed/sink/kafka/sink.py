@@ -18,14 +18,15 @@ import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 from ...codec import CodecOptions, Message, make_encoder
 from ...dispatch import DispatchRule
 from ...errors import ConfigError, SinkError
 from ...model import DDLEvent, Event, Resolved, TableSchema
+from ...model.rowblock import RowBlock
 from ...ops import metrics
+from ..base import SinkContext
 from .bootstrap import BootstrapPolicy
 from .encode import KafkaEncoder, KafkaItem, MessageGroup
 from .progress import AckTracker, FlushedPosition
@@ -77,14 +78,16 @@ class KafkaSinkConfig:
 _REBUILD_HINT = "the sink stays failed: create a new KafkaSink and re-send every event after its `flushed` position"
 
 
-class KafkaSink:
-    """One changefeed's Kafka writer.
+class KafkaSink(SinkContext):
+    """One changefeed's Kafka writer (a `Sink`: changefeed/sink/base.py).
 
     Recovery is the caller's job, by design: after any delivery failure (a broker restart that
     lost data, a stalled or fatal idempotent producer) the sink raises SinkError and stays failed,
     because only the caller still holds the events after ``flushed``. It builds a new sink and
     re-sends from there; the consumer drops the overlap (docs/kafka.md, "Broker restarts").
     """
+
+    kind = "kafka"
 
     def __init__(self, config: KafkaSinkConfig) -> None:
         from confluent_kafka import Producer  # noqa: PLC0415
@@ -112,14 +115,13 @@ class KafkaSink:
         producer_conf["message.max.bytes"] = limit
         self.codec = replace(config.codec, max_message_bytes=limit)
         self._producer: Producer = Producer(producer_conf)
-        self._admin = AdminClient(
-            {
-                "bootstrap.servers": config.bootstrap_servers,
-                "logger": log,
-                "allow.auto.create.topics": False,
-                **config.client_config,
-            }
-        )
+        admin_conf: dict[str, Any] = {  # "logger" is a Logger: beyond the stubs' str | int | float | bool
+            "bootstrap.servers": config.bootstrap_servers,
+            "logger": log,
+            "allow.auto.create.topics": False,
+            **config.client_config,
+        }
+        self._admin = AdminClient(admin_conf)
         self.topics = TopicManager(
             self._admin,
             auto_create=config.auto_create_topic,
@@ -155,10 +157,19 @@ class KafkaSink:
 
     # ------------------------------------------------------------------ public
 
-    def write(self, events: Iterable[Event]) -> None:
-        """Send ``events`` (commit order). Raises SinkError on any earlier delivery failure."""
+    def open(self) -> int:
+        """Look up (or create) the default topic, so a missing one fails now; returns 0.
+
+        The topic keeps no checkpoint of this writer: each consumer keeps its own, and drops what
+        a replayed batch sends again (docs/kafka.md).
+        """
+        self.topic_partitions(self.config.topic)
+        return 0
+
+    def write(self, batch: Iterable[Event | RowBlock]) -> None:
+        """Send ``batch`` (commit order). Raises SinkError on any earlier delivery failure."""
         self._raise_if_failed()
-        self.write_encoded(self.encoder.encode(events, self.topic_partitions, self._last_resolved))
+        self.write_encoded(self.encoder.encode(batch, self.topic_partitions, self._last_resolved))
 
     def write_encoded(self, items: Iterable[KafkaItem]) -> None:
         """Send what `KafkaEncoder.encode` made (here or in an executor), in its order.
@@ -190,12 +201,16 @@ class KafkaSink:
         """The newest Resolved ts written (-1: none); an encoder elsewhere starts from it."""
         return self._last_resolved
 
-    def flush(self, timeout_s: float | None = None) -> FlushedPosition | None:
-        """Wait until every message sent is acknowledged (or fail with SinkError)."""
+    def flush(self, timeout_s: float | None = None) -> int:
+        """Wait until every message sent is acknowledged (or fail with SinkError).
+
+        Returns the commit ts of `flushed` (0: no transaction complete yet).
+        """
         self._build()
         self._wait_acks(timeout_s)
         self._maybe_check_metadata(force=False)
-        return self.flushed
+        flushed = self.flushed
+        return flushed.commit_ts if flushed is not None else 0
 
     @property
     def flushed(self) -> FlushedPosition | None:
@@ -208,21 +223,8 @@ class KafkaSink:
         return self._acks.flushed()
 
     def close(self) -> None:
-        """Flush and release the producer; raises SinkError if something was not delivered."""
-        try:
-            if self._failed is None:
-                self.flush()
-        finally:
-            self._producer.flush(0)
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if exc_type is None:
-            self.close()
+        """Release the producer without waiting: what was not flushed is not promised (`Sink`)."""
+        self._producer.flush(0)
 
     # ------------------------------------------------------------------ events
 
@@ -339,7 +341,9 @@ class KafkaSink:
 
     def _on_delivery(self, err: KafkaError | None, msg: KafkaMessage) -> None:
         # The idempotent producer reports a partition's messages in the order they were produced.
-        key = (msg.topic(), msg.partition())
+        topic, partition = msg.topic(), msg.partition()
+        assert topic is not None and partition is not None  # a delivery report names its partition
+        key = (topic, partition)
         seq = self._inflight[key].popleft()
         if err is None:
             self._acks.acked(seq)

@@ -319,7 +319,7 @@ def render_inserts(
     ascii_only = not data.size or int(data.max()) < 0x80
     lengths = np.diff(offsets) if ascii_only else pc.utf8_length(items).to_numpy().astype(np.int64)
     ends = np.cumsum(lengths)  # ends[i]: chars of items 0..i, commas included
-    text = memoryview(data)
+    text = data.data  # memoryview(data): the same view, typed (numpy declares __buffer__ for 3.12+ only)
     base = len(prefix)
     start = 0
     while start < n:

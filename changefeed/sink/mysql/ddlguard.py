@@ -138,8 +138,9 @@ class _Lexer:
         executable = sql.startswith("!", body) or sql.startswith("M!", body)
         if executable:
             body += 2 if sql[body] == "M" else 1
-            while body < len(sql) and sql[body].isdigit():
-                body += 1  # the version: MySQL 5 digits, MariaDB 5 or 6
+            while body < len(sql) and "0" <= sql[body] <= "9":
+                body += 1  # the version: MySQL 5 digits, MariaDB 5 or 6; ASCII only (my_isdigit), so
+                # a Unicode digit such as "５" starts the body as part of a word, as the server reads it
             self.executable_end = sql.find("*/", body)
             if self.executable_end < 0:
                 raise UnsafeDDLError(f"an executable comment at offset {i} is not closed")

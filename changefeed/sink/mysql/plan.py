@@ -83,6 +83,12 @@ def _full(tsql: TableSQL, image: Sequence[Any]) -> bool:
     return tsql.full(image)
 
 
+def _new(row: RowChange) -> tuple[Any, ...]:
+    """The new image of an INSERT or UPDATE (`RowChange` requires one)."""
+    assert row.new is not None
+    return row.new
+
+
 class _Appender:
     """Appends ops, extending the last one when it has the same shape (multi-row statements)."""
 
@@ -140,7 +146,7 @@ def plan_rows(rows: Sequence[Entry], safe: bool, mysql_json: bool = False) -> li
         trows = expand(entries)
         tsql = table_sql(trows[0].table_schema, mysql_json)
         if (safe or tsql.batch_updates) and all(
-            r.op is Op.INSERT and r.table_schema is tsql.table and tsql.full(r.new) for r in trows
+            r.op is Op.INSERT and r.table_schema is tsql.table and tsql.full(_new(r)) for r in trows
         ):
             # Only whole-row inserts (initial loads, append-only tables): one multi-row statement
             # in upstream order is exactly the row-by-row result, duplicates and replays included.
@@ -159,7 +165,9 @@ def _plan_ordered(rows: list[RowChange], out: _Appender, mysql_json: bool, repla
     for row in rows:
         tsql = table_sql(row.table_schema, mysql_json)
         if row.op is Op.INSERT:
-            out.add("replace" if replace else "insert", tsql, row.new, tsql.present(row.new))
+            new = row.new
+            assert new is not None  # an INSERT carries its new image
+            out.add("replace" if replace else "insert", tsql, new, tsql.present(new))
             continue
         if not tsql.handle:
             if row.op is Op.DELETE:
@@ -175,14 +183,16 @@ def _plan_ordered(rows: list[RowChange], out: _Appender, mysql_json: bool, repla
                 raise ValueError(f"DELETE without handle key values on {_where(row)}")
             out.add("delete_keys", tsql, old_key)
         else:
-            new_key = _key(tsql, row.new)
+            new = row.new
+            assert new is not None  # an UPDATE carries its new image
+            new_key = _key(tsql, new)
             key = old_key or new_key
             if key is None:
                 raise ValueError(f"UPDATE without handle key values on {_where(row)}")
             if tsql.batch_updates and key == new_key:
-                out.add("update_batch", tsql, (row.new, key), tsql.present(row.new))
+                out.add("update_batch", tsql, (new, key), tsql.present(new))
             else:
-                out.add("update", tsql, (row.new, key))
+                out.add("update", tsql, (new, key))
 
 
 def _plan_safe(rows: list[RowChange], out: _Appender, mysql_json: bool) -> None:
@@ -214,10 +224,12 @@ def _plan_safe(rows: list[RowChange], out: _Appender, mysql_json: bool) -> None:
             state[key] = (tsql, None)
             continue
         new = row.new
+        assert new is not None  # an INSERT or UPDATE carries its new image
         new_key = _key(tsql, new)
         old_key = _key(tsql, row.old) if row.op is Op.UPDATE else None
         if not _full(tsql, new):
-            base = state.get(old_key or new_key) if (old_key or new_key) is not None else None
+            found = old_key or new_key
+            base = state.get(found) if found is not None else None
             if base is not None and base[1] is not None and row.op is Op.UPDATE:
                 # A partial image (MINIMAL binlog) over a full one seen earlier in the batch.
                 new = tuple(b if v is ABSENT else v for v, b in zip(new, base[1], strict=True))
@@ -260,7 +272,9 @@ def _plan_compact(rows: list[RowChange], out: _Appender, mysql_json: bool) -> No
                     continue
                 if kind == "del":
                     out.add("delete_keys", tsql, key)
-                elif kind == "upd":
+                    continue
+                assert image is not None  # only a "del" has no image
+                if kind == "upd":
                     out.add("update_batch", tsql, (image, key), tsql.present(image))
                 else:
                     out.add("insert" if kind == "ins" else "replace", tsql, image, tsql.present(image))
@@ -299,6 +313,7 @@ def _plan_compact(rows: list[RowChange], out: _Appender, mysql_json: bool) -> No
             delete(key, tsql)
             continue
         new = row.new
+        assert new is not None  # an INSERT or UPDATE carries its new image
         old_key = _key(tsql, row.old) if row.op is Op.UPDATE else None
         if not _full(tsql, new):
             base = state.get(old_key or _key(tsql, new) or ())

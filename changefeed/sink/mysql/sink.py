@@ -27,8 +27,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from queue import Queue
-from types import TracebackType
-from typing import Any, Self
+from typing import Any
 
 import pymysql
 import pymysql.connections
@@ -39,6 +38,7 @@ from ...errors import ConfigError, SinkError
 from ...model import ActionType, DDLEvent, Event, Index, Resolved, RowChange, TableSchema
 from ...model.rowblock import RowBlock, TableRows
 from ...ops import metrics
+from ..base import SinkContext
 from ..replay import ResolvedGuard
 from .causality import Causality, row_keys
 from .checkpoint import Checkpoint, CheckpointTable
@@ -239,12 +239,14 @@ class _Session:
         return rows
 
 
-class MySQLSink:
+class MySQLSink(SinkContext):
     """Applies `Event`s to a MySQL/MariaDB database; see the module doc.
 
-    Use as a context manager (a clean exit flushes, an exception aborts without committing), or
-    call `open`, `write`/`write_event`, `flush` and `close`.
+    A `Sink`: use as a context manager (a clean exit flushes, an exception closes without
+    committing), or call `open`, `write`/`write_event`, `flush` and `close`.
     """
+
+    kind = "mysql"
 
     def __init__(self, target: str | MySQLParams, config: MySQLSinkConfig | None = None, **options: Any) -> None:
         if config is None:
@@ -288,14 +290,17 @@ class MySQLSink:
 
     # --- lifecycle ---------------------------------------------------------------------------------
 
-    def open(self) -> Self:
-        """Connect, create the checkpoint table if needed, read the checkpoint, start safe mode."""
+    def open(self) -> int:
+        """Connect, create the checkpoint table if needed, read the checkpoint, start safe mode.
+
+        Returns the checkpoint ts held downstream (0: none).
+        """
         if self._failed is not None:
             # Rows of the failed batch are gone from the buffer: accepting more would let a later
-            # checkpoint claim them. Restart: abort(), then resume the source at load_checkpoint().
-            raise SinkError(f"the sink failed earlier ({self._failed}); abort() and resume from load_checkpoint()")
+            # checkpoint claim them. Restart: close(), then resume the source at load_checkpoint().
+            raise SinkError(f"the sink failed earlier ({self._failed}); close() and resume from load_checkpoint()")
         if self._opened:
-            return self
+            return self._checkpoint_ts
         conn = self._with_retry(self._coordinator, "connect", lambda c: c)
         with conn.cursor() as cur:
             cur.execute("SELECT VERSION()")
@@ -322,7 +327,7 @@ class MySQLSink:
             self._checkpoint_ts,
             extra={"changefeed": self.config.changefeed_id, "checkpoint_ts": self._checkpoint_ts},
         )
-        return self
+        return self._checkpoint_ts
 
     def load_checkpoint(self) -> Checkpoint | None:
         """Where the job must resume its source; turns safe mode on for ``safe_mode_duration``."""
@@ -340,14 +345,6 @@ class MySQLSink:
         return self.config.safe_mode or time.monotonic() < self._safe_until
 
     def close(self) -> None:
-        """Flush what is buffered, then disconnect."""
-        try:
-            if self._opened and self._failed is None:
-                self.flush()
-        finally:
-            self.abort()
-
-    def abort(self) -> None:
         """Disconnect without flushing: uncommitted work is rolled back by the server."""
         if self._pool is not None:
             self._pool.shutdown(wait=True)
@@ -361,17 +358,6 @@ class MySQLSink:
         self._buffer_ts = 0
         self._pending_ts = 0
         self._pending_pos = None
-
-    def __enter__(self) -> Self:
-        return self.open()
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if exc_type is None:
-            self.close()
-        else:
-            self.abort()
 
     def connection_ids(self) -> dict[str, int | None]:
         """Server thread ids of the sink's sessions (for operators and for fault tests)."""
@@ -463,8 +449,8 @@ class MySQLSink:
             if position is not None:
                 self._pending_pos = position
 
-    def flush(self) -> None:
-        """Apply every buffered row and make the checkpoint durable.
+    def flush(self) -> int:
+        """Apply every buffered row and make the checkpoint durable; returns its commit ts.
 
         The caller asserts the buffer ends on an upstream transaction boundary (a micro-batch of
         whole transactions, or a Resolved event seen); a batch is the unit of downstream commit.
@@ -473,7 +459,7 @@ class MySQLSink:
         rows, self._buffer = self._buffer, []
         count, self._buffer_rows = self._buffer_rows, 0
         if self._pending_ts <= self._checkpoint_ts:
-            return  # nothing new (rows always advance the pending ts)
+            return self._checkpoint_ts  # nothing new (rows always advance the pending ts)
         pending = Checkpoint(
             self._pending_ts, self._pending_pos if self._pending_pos is not None else _last_pos(self._checkpoint)
         )
@@ -502,6 +488,7 @@ class MySQLSink:
             self.safe_mode,
             time.monotonic() - started,
         )
+        return self._checkpoint_ts
 
     # --- internals ---------------------------------------------------------------------------------
 
@@ -635,9 +622,7 @@ class MySQLSink:
             raise errors[0]
 
     def _read_unique_indexes(self, schema: str, table: str) -> tuple[Index, ...]:
-        return self._with_retry(  # type: ignore[no-any-return]
-            self._coordinator, "read unique keys", lambda c: read_unique_indexes(c, schema, table)
-        )
+        return self._with_retry(self._coordinator, "read unique keys", lambda c: read_unique_indexes(c, schema, table))
 
     def _apply_ddl(self, ddl: DDLEvent) -> None:
         where = _where(ddl.commit_ts, ddl.position)

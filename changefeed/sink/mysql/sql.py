@@ -14,17 +14,14 @@ from typing import Any
 
 from pymysql.converters import escape_string
 
-try:  # PyMySQL's escape_string is str.translate with this table; calling it directly saves a call per value
-    from pymysql.converters import _escape_table
-
-    _ESCAPE_TABLE: dict[int, str] | None = _escape_table
-except ImportError:  # pragma: no cover - another PyMySQL layout
-    _ESCAPE_TABLE = None
-
 from ...model import ABSENT, Column, TableSchema, TypeCode
 from ...model.rowblock import TableRows
 from ...model.types import INTEGER_TYPES, STRING_TYPES
 from .columns import Gather, render_inserts
+
+# PyMySQL's escape_string is str.translate with a private 128-entry table (ASCII code -> text); the
+# same table built from the public function lets the hot path translate without a call per value.
+_ESCAPE_TABLE: list[str] = [escape_string(chr(c)) for c in range(128)]
 
 _INT_LIKE = INTEGER_TYPES | {TypeCode.YEAR, TypeCode.SET}
 _TEXT_LIKE = STRING_TYPES | {
@@ -109,7 +106,7 @@ class Literal:
         if column.is_bytes:
             return lambda v: "X'" + v.hex() + "'" if type(v) is bytes else generic(v)
         if tc in _TEXT_LIKE:
-            if _ESCAPE_TABLE is not None and not self.no_backslash_escapes:
+            if not self.no_backslash_escapes:
                 table = _ESCAPE_TABLE
                 return lambda v: "'" + v.translate(table) + "'" if type(v) is str else generic(v)
             text = self.text
@@ -309,7 +306,11 @@ class TableSQL:
                 )
             )
         except (ValueError, TypeError, ArithmeticError):
-            images = [new for t in rows.tables() for new, _ in t.images()]
+            images: list[tuple[Any, ...]] = []
+            for t in rows.tables():
+                for new, _ in t.images():
+                    assert new is not None  # every row is an INSERT: its new image is present
+                    images.append(new)
             yield from self.insert(images, positions, replace, literal, max_rows, max_bytes)
             return
         yield from statements

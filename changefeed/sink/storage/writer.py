@@ -35,6 +35,7 @@ from ...codec import CodecOptions, Encoder, make_encoder
 from ...errors import ConfigError, SinkError, ascii_digits
 from ...model import DDLEvent, Event, Resolved, RowChange, TableSchema
 from ...model.rowblock import OP_NAMES, RowBlock
+from ..base import SinkContext
 from ..paths import join_under, table_label
 from ..replay import ResolvedGuard
 from .layout import (
@@ -251,9 +252,12 @@ class StorageEncoder:
 
     def header(self, ts: TableSchema) -> bytes:
         if self.codec.protocol == "csv" and self.codec.output_field_header:
+            from ...codec.csv import CSVEncoder  # noqa: PLC0415 - loaded by make_encoder for csv anyway
+
             if self._encoder is None:
                 self._encoder = make_encoder(self.codec)
-            return self._encoder.header(ts)  # type: ignore[attr-defined, no-any-return]
+            assert isinstance(self._encoder, CSVEncoder)  # make_encoder's encoder for protocol "csv"
+            return self._encoder.header(ts)
         return b""
 
 
@@ -287,8 +291,13 @@ class _SegmentBuilder:
         )
 
 
-class StorageWriter:
-    """Writes model events (or pre-encoded `DataSegment`s) into ``root`` in TiCDC's storage-sink layout."""
+class StorageWriter(SinkContext):
+    """Writes model events (or pre-encoded `DataSegment`s) into ``root`` in TiCDC's storage-sink layout.
+
+    A `Sink` (changefeed/sink/base.py); constructing it already recovers a crashed flush.
+    """
+
+    kind = "storage"
 
     def __init__(
         self,
@@ -316,18 +325,25 @@ class StorageWriter:
 
     # ------------------------------------------------------------------ writing
 
+    def open(self) -> int:
+        """The published checkpoint ts (the crashed flush was recovered when the writer was made)."""
+        return self.checkpoint_ts
+
+    def close(self) -> None:
+        """Drop what was written and not flushed (a failed batch's rows); files stay as published."""
+        self._buffers.clear()
+        self._ddl_without_schema.clear()
+        self._pending_checkpoint = self.checkpoint_ts
+
     @property
     def replay_ts(self) -> int:
         """The checkpoint stored when this writer started: rows at or below it are a restart's
         replay and skipped (an encoder may drop them before they reach `write_encoded`)."""
         return self._guard.stored
 
-    def write_all(self, events: Iterable[Event]) -> None:
-        """Encode ``events`` (commit order) and buffer them: `StorageEncoder` then `write_encoded`."""
-        self.write_encoded(self.encoder.encode(events, self.replay_ts))
-
-    def write(self, event: Event) -> None:
-        self.write_all((event,))
+    def write(self, batch: Iterable[Event | RowBlock]) -> None:
+        """Encode ``batch`` (commit order) and buffer it: `StorageEncoder` then `write_encoded`."""
+        self.write_encoded(self.encoder.encode(batch, self.replay_ts))
 
     def write_encoded(self, items: Iterable[StorageItem]) -> None:
         """Buffer what `StorageEncoder.encode` made (here or in an executor), in its (commit) order."""

@@ -66,7 +66,7 @@ class _BatchReader(DataSourceReader):
         return self.source.partitions(start, end, self.changelog)
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        return partition.rows()  # type: ignore[attr-defined, no-any-return]
+        return partition.rows()  # type: ignore[attr-defined]
 
 
 class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -97,7 +97,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self.source.partitions(start, end, self.changelog)
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
-        return partition.rows()  # type: ignore[attr-defined, no-any-return]
+        return partition.rows()  # type: ignore[attr-defined]
 
     def commit(self, end: dict) -> None:
         """Nothing to do: the sink's own checkpoint, not this call, makes a batch durable."""

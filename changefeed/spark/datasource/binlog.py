@@ -83,7 +83,7 @@ class _ScanCapture(BinlogCapture):
         self.found: TableSchema | None = None
         self.rows = 0
 
-    def _rows(self, ev: Any, ts: int, where: str) -> Iterator[RowChange]:  # type: ignore[override]
+    def _rows(self, ev: Any, ts: int, where: str) -> Iterator[RowChange]:
         tm = self.effective_map(ev.table_map, where)
         counter: ArrowBatchBuilder | None = tm.cache.get("counter")
         if counter is None:

@@ -50,7 +50,7 @@ DECODED_SCHEMA = pa.schema(
 DECODED_DDL = "part int, offset long, meta binary, tables array<binary>"
 _RAW = "raw"
 
-Decoded = tuple[int, int, list[Event], int]
+Decoded = tuple[int, int, Sequence[Event | RowBlock], int]
 """(partition, offset, events of that message, its bytes)."""
 
 
@@ -78,7 +78,7 @@ def _table_ipc(rows: TableRows) -> bytes:
 
 
 def pack(
-    partition: int, offsets: Sequence[int], sizes: Sequence[int], decoded: Sequence[list[Event]]
+    partition: int, offsets: Sequence[int], sizes: Sequence[int], decoded: Sequence[Sequence[Event | RowBlock]]
 ) -> pa.RecordBatch:
     """One run of a partition's decoded messages as a `DECODED_SCHEMA` row."""
     roots: dict[int, int] = {}  # id of a decoded table -> its index in ``tables``
@@ -137,7 +137,7 @@ def _error(obj: dict[str, Any]) -> ChangefeedError:
     cls = getattr(errors, str(obj.get("class")), None)
     if not (isinstance(cls, type) and issubclass(cls, ChangefeedError)):
         cls = ChangefeedError
-    return cls(str(obj.get("message")), where=obj.get("where"))  # type: ignore[no-any-return]
+    return cls(str(obj.get("message")), where=obj.get("where"))
 
 
 def _runs(obj: Any) -> Runs | None:
@@ -162,7 +162,7 @@ def _unpack_run(topic: str, partition: int, meta: dict[str, Any], ipcs: list[byt
     ]
     for offset, size, items in zip(meta["offsets"], meta["sizes"], meta["messages"], strict=True):
         position = {"topic": topic, "partition": partition, "offset": offset}
-        events: list[Event] = []
+        events: list[Event | RowBlock] = []
         for item in items:
             if isinstance(item, str):
                 ev = reader.parse(item.encode(), where=f"{topic}[{partition}]@{offset}")
@@ -172,7 +172,7 @@ def _unpack_run(topic: str, partition: int, meta: dict[str, Any], ipcs: list[byt
             slices, segments = item
             tables = [roots[index].slice(at, n) for index, at, n in slices]
             segs = [Segment(table, rows, ts, position, skip=None) for table, rows, ts in segments]
-            events.append(RowBlock(tables, segs))  # type: ignore[arg-type]
+            events.append(RowBlock(tables, segs))
         out.append((partition, offset, events, size))
 
 

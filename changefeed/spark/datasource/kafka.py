@@ -18,9 +18,10 @@ from ...codec import CodecOptions, Message
 from ...errors import CaptureError, ChangefeedError, ConfigError, UnknownSchemaError
 from ...kafkasecurity import KAFKA_SECURITY_PARAMS, KafkaSecurity
 from ...model import Event, TableSchema
+from ...model.rowblock import RowBlock
 from ..changelog import ChangelogRows, EventFilter
 from ..envelope import ENVELOPE_DDL, unwrap, wrap
-from .decoded import DECODED, DECODED_DDL, DecodedReader, columnar, pack, pack_error
+from .decoded import DECODED, DECODED_DDL, Decoded, DecodedReader, columnar, pack, pack_error
 from .options import CHANGELOG, Input, SourceOptions
 
 if TYPE_CHECKING:
@@ -235,7 +236,7 @@ class _PartitionDecoder:
 
     def decode_run(
         self, offsets: Sequence[int], keys: Sequence[bytes | None], values: Sequence[bytes | None]
-    ) -> list[list[Event]]:
+    ) -> Sequence[Sequence[Event | RowBlock]]:
         """The events of consecutive messages of this partition (rows as `RowBlock`s where the
         protocol has a columnar decoder), positioned at their message."""
         if self.blocks is None:
@@ -296,7 +297,7 @@ class MessageDecoder:
         self._decoders: dict[int, _PartitionDecoder] = {}
         self.columnar = True  # rows as RowBlocks where the protocol has a columnar decoder
 
-    def decode(self, messages: pa.Table) -> list[tuple[int, int, list[Event], int]]:
+    def decode(self, messages: pa.Table) -> list[Decoded]:
         """``(partition, offset, events, bytes)`` per message of a `MESSAGE_SCHEMA` table (or of the
         ``output=messages`` rows that carry one, `ENVELOPE_SCHEMA`), in (partition, offset) order."""
         if "ipc" in messages.schema.names:
@@ -314,7 +315,7 @@ class MessageDecoder:
         keep = self._keep
         key_bytes, value_bytes = (pc.binary_length(messages.column(c)).fill_null(0) for c in ("key", "value"))
         sizes = pc.add(key_bytes, value_bytes).to_pylist()
-        out: list[tuple[int, int, list[Event], int]] = []
+        out: list[Decoded] = []
         try:
             start = 0
             while start < len(partitions):

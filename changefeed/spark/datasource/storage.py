@@ -15,6 +15,7 @@ from pyspark.sql.datasource import InputPartition
 from ...codec import CodecOptions
 from ...errors import CaptureError, ConfigError, ascii_digits
 from ...model import DDLEvent, Event, Resolved, TableSchema
+from ...model.rowblock import RowBlock
 from ...sink.storage.layout import (
     DATA_FILE_RE,
     EXTENSIONS,
@@ -134,10 +135,10 @@ class StorageRangeDecoder:
         self.codec = codec
         self.changelog = changelog
 
-    def events(self, batches: Iterable[pa.RecordBatch]) -> list[Event]:
+    def events(self, batches: Iterable[pa.RecordBatch]) -> list[Event | RowBlock]:
         """Every event of the ranges described in ``batches`` (`RANGE_SCHEMA`), range after range."""
         keep = EventFilter(self.changelog)
-        out: list[Event] = []
+        out: list[Event | RowBlock] = []  # an `OrderedStage` batch: this decoder gives no blocks
         for batch in batches:
             for text in batch.column("range").to_pylist():
                 out.extend(e for e in self._range(text).events() if keep(e))

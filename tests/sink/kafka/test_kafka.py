@@ -68,7 +68,8 @@ def test_sink_to_source_roundtrip(broker: Broker, name: str) -> None:
     resolved = [e for e in events if isinstance(e, Resolved)]
     with make_sink(broker, topic, codec) as sink:
         sink.write(events)
-        flushed = sink.flush()
+        assert sink.flush() == resolved[-1].commit_ts
+        flushed = sink.flushed
     assert flushed == FlushedPosition(resolved[-1].commit_ts, resolved[-1].position)
 
     with make_source(broker, topic, codec) as source:

@@ -100,6 +100,7 @@ def test_broker_restart_mid_stream_loses_nothing(persistent_broker: Broker, name
 
     if mode == "continue":
         sink.write(events[cut:])
+        sink.flush()
         sink.close()
     else:  # the job restarted too: a new sink re-sends everything after the flushed position
         resume = resume_index(events, sink)
@@ -111,6 +112,7 @@ def test_broker_restart_mid_stream_loses_nothing(persistent_broker: Broker, name
             rebuilt = make_sink(broker, topic, codec, delivery_timeout_s=10.0, flush_timeout_s=20.0)
             try:
                 rebuilt.write(events[resume:])
+                rebuilt.flush()
                 rebuilt.close()
                 break
             except SinkError:

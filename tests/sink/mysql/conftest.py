@@ -45,4 +45,4 @@ def make_sink(db: str) -> Iterator[Callable[..., MySQLSink]]:
         yield make
     finally:
         for sink in made:
-            sink.abort()
+            sink.close()

@@ -259,9 +259,9 @@ def test_errors_name_the_statement_and_never_the_password(
     # A failed sink refuses more events (their checkpoint would claim the lost batch) until restarted.
     with pytest.raises(SinkError, match="failed earlier"):
         sink.write([RowChange(Op.INSERT, table, 7, new=(2, None, 1, None))])
-    sink.abort()
+    sink.close()
     assert sink.load_checkpoint() is None
-    sink.abort()
+    sink.close()
     # Wrong password / unreachable server: masked URL in the error.
     for bad in (url.replace(secret, secret + "x"), f"mysql://cfsink:{secret}@127.0.0.1:1/"):
         with pytest.raises(SinkError) as exc:

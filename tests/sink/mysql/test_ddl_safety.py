@@ -112,6 +112,25 @@ def test_quotes_read_as_the_session_reads_them() -> None:
     assert [t.kind for t in tokenize('"x"', "ANSI")] == ["ident"]
 
 
+@pytest.mark.parametrize("version", ["５0700", "٥0700", "5０700", "²"])
+def test_executable_comment_version_is_ascii_digits_only(version: str) -> None:
+    """The server reads a /*!NNNNN version with my_isdigit (ASCII): a Unicode digit is body text."""
+    text = f"CREATE TABLE t (a int) /*!{version} COMMENT 'x' */"
+    assert check_ddl(text) == "CREATE TABLE"
+    tokens = tokenize(text)
+    ascii_prefix = version[: len(version) - len(version.lstrip("0123456789"))]
+    body = [(t.kind, t.text, t.segment) for t in tokens if t.segment == 1]
+    assert body == [("word", version[len(ascii_prefix) :], 1), ("word", "COMMENT", 1), ("string", "'x'", 1)]
+    assert [t.text for t in tokenize("CREATE TABLE t (a int) /*!50700 COMMENT 'x' */") if t.segment == 1] == [
+        "COMMENT",
+        "'x'",
+    ]
+    with pytest.raises(UnsafeDDLError, match="DATA DIRECTORY"):
+        check_ddl(f"CREATE TABLE t (a int) /*!{version} DATA DIRECTORY='/tmp' */")
+    with pytest.raises(UnsafeDDLError, match="2 statements"):
+        check_ddl(f"CREATE TABLE t (a int) /*!{version}; SET sql_mode='' */")
+
+
 def test_local_infile_is_refused_in_urls() -> None:
     with pytest.raises(ConfigError, match=r"local-infile.*LOAD DATA LOCAL"):
         parse_mysql_url("mysql://u:hidden@h/?local-infile=1")

@@ -44,7 +44,7 @@ def test_in_run_contradiction_raises_and_restart_replay_is_skipped(
     sink.flush()
     with pytest.raises(ResolvedContradictionError, match="after Resolved 20"):
         sink.write([row(table, 20, 21)])
-    sink.abort()
+    sink.close()
 
     # A restart (a new run): everything replayed from the start; at or below the stored checkpoint is skipped.
     with make_sink(mariadb_downstream) as again:
@@ -53,7 +53,7 @@ def test_in_run_contradiction_raises_and_restart_replay_is_skipped(
         assert again.stats["skipped"] == 2
     assert sorted(read_kv(mariadb_downstream, table)) == [10, 20, 30]
 
-    # The same sink object after abort() + open(): a new run too (what a job does after a failed batch).
+    # The same sink object after close() + open(): a new run too (what a job does after a failed batch).
     sink.open()
     sink.write(stream(table, 20, 30, 40))
     sink.flush()
