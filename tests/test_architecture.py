@@ -117,14 +117,7 @@ def test_the_scan_sees_the_package() -> None:
 
 # --------------------------------------------------------------------------------------------- pyspark
 
-# Today's violations: the CLI's `run` command names Spark types itself (under TYPE_CHECKING) and
-# catches Spark's streaming failure with a lazy import. Only shrink this set.
-KNOWN_PYSPARK: frozenset[Edge] = frozenset(
-    {
-        ("changefeed.cli.run", "pyspark.errors"),
-        ("changefeed.cli.run", "pyspark.sql"),
-    }
-)
+KNOWN_PYSPARK: frozenset[Edge] = frozenset()  # none today: keep it so
 
 
 def test_only_the_spark_package_imports_pyspark() -> None:

@@ -18,8 +18,6 @@ from .run import (
     prepare_checkpoint,
     show_progress,
     spark_interval,
-    start_spark,
-    streaming,
     wall_time,
 )
 
@@ -158,7 +156,8 @@ def run(args: argparse.Namespace) -> int:
     from ..codec import CodecOptions  # noqa: PLC0415
     from ..ops.monitor import set_job_context  # noqa: PLC0415
     from ..sink.base import Sink  # noqa: PLC0415
-    from ..spark.jobs import run_job, storage_source  # noqa: PLC0415
+    from ..spark.jobs import run_job, storage_source, streaming  # noqa: PLC0415
+    from ..spark.session import start_spark  # noqa: PLC0415
 
     codec = CodecOptions()
     if urlsplit(args.source).scheme.lower() == "kafka":

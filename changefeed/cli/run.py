@@ -17,11 +17,9 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..errors import ChangefeedError, ConfigError
+from ..errors import ConfigError
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
     from ..config import ChangefeedConfig
 
 log = logging.getLogger(__name__)
@@ -101,20 +99,6 @@ def spark_interval(text: str) -> str:
     return f"{ms} milliseconds"
 
 
-def start_spark(master: str, settings: list[str] | None = None) -> SparkSession:
-    from ..spark import spark_session  # noqa: PLC0415 - only these commands pay for a JVM
-
-    conf: dict[str, str] = {}
-    for item in settings or ():
-        key, sep, value = item.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(f"--spark-conf needs KEY=VALUE, got {item!r}")
-        conf[key.strip()] = value
-    spark = spark_session(master=master, app_name="changefeed", extra_conf=conf)
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
-
-
 def show_progress() -> None:
     """Progress lines (rows/s, position, lag) go to stderr unless --log-level asked for less."""
     logger = logging.getLogger("changefeed.progress")
@@ -128,24 +112,13 @@ def wall_time(tso: int) -> str:
     return datetime.fromtimestamp((tso >> 18) / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
 
 
-def streaming(call: Any) -> Any:
-    """Run a job; Spark's streaming failure becomes one ChangefeedError line (details in the log)."""
-    from pyspark.errors import StreamingQueryException  # noqa: PLC0415
-
-    try:
-        return call()
-    except StreamingQueryException as exc:
-        log.debug("streaming query failed", exc_info=True)
-        text = str(exc).strip().splitlines()
-        raise ChangefeedError(f"streaming query failed: {text[0] if text else type(exc).__name__}") from None
-
-
 def run(args: argparse.Namespace) -> int:
     from ..config import load_config, parse_sink_uri  # noqa: PLC0415
     from ..ops.monitor import set_job_context  # noqa: PLC0415
     from ..secrets import mask_secrets  # noqa: PLC0415
     from ..sink.base import Sink  # noqa: PLC0415
-    from ..spark.jobs import run_job, source_options  # noqa: PLC0415
+    from ..spark.jobs import run_job, source_options, streaming  # noqa: PLC0415
+    from ..spark.session import start_spark  # noqa: PLC0415 - only these commands pay for a JVM
 
     config = load_config(args.config)
     if args.sink_uri:

@@ -419,7 +419,13 @@ def _codec_options(codec: CodecOptions) -> dict[str, str]:
     return out
 
 
-def failed_batch_error(exc: BaseException) -> ChangefeedError:
-    """A streaming failure as one error naming the job (the Spark trace stays in the log)."""
-    text = str(exc).strip().splitlines()
-    return ChangefeedError(f"streaming query failed: {text[0] if text else type(exc).__name__}")
+def streaming(call: Callable[[], JobStats]) -> JobStats:
+    """Run a job; Spark's streaming failure becomes one `ChangefeedError` line (the Spark trace goes to the log)."""
+    from pyspark.errors import StreamingQueryException  # noqa: PLC0415
+
+    try:
+        return call()
+    except StreamingQueryException as exc:
+        log.debug("streaming query failed", exc_info=True)
+        text = str(exc).strip().splitlines()
+        raise ChangefeedError(f"streaming query failed: {text[0] if text else type(exc).__name__}") from None

@@ -95,3 +95,18 @@ def spark_session(
     for key, value in conf.items():
         builder = builder.config(key, _conf_value(value))
     return builder.getOrCreate()
+
+
+def start_spark(master: str, settings: Iterable[str] | None = None) -> SparkSession:
+    """The CLI's session: ``--master`` and ``--spark-conf KEY=VALUE`` settings, Spark's own logging quiet."""
+    from ..errors import ConfigError  # noqa: PLC0415
+
+    conf: dict[str, str] = {}
+    for item in settings or ():
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--spark-conf needs KEY=VALUE, got {item!r}")
+        conf[key.strip()] = value
+    spark = spark_session(master=master, app_name="changefeed", extra_conf=conf)
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
