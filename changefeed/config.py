@@ -41,6 +41,7 @@ from .dispatch.router import DispatchRule
 from .dispatch.tablefilter import TableFilter
 from .errors import ConfigError, ascii_digits, true_false
 from .kafkasecurity import KAFKA_SECURITY_PARAMS, KafkaSecurity
+from .mysqlclient import TLS_OPTIONS
 from .secrets import mask_secrets, resolve_password
 from .sink.storage.writer import StorageOptions
 from .timezones import zone
@@ -529,7 +530,7 @@ def _source(src: dict[str, Any], base: Path) -> SourceConfig:
     return source
 
 
-_SOURCE_TLS_PARAMS = ("ssl-mode", "ssl-ca", "ssl-cert", "ssl-key")
+_SOURCE_TLS_PARAMS = tuple(name.replace("_", "-") for name in TLS_OPTIONS)  # mysqlclient.TLS_OPTIONS
 
 
 def _source_url_options(url: str, base: Path) -> tuple[str, dict[str, str]]:

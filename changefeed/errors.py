@@ -68,6 +68,13 @@ def ascii_digits(text: str) -> bool:
     return text.isascii() and text.isdigit()
 
 
+def positive_int(value: str, what: str) -> int:
+    """``value`` as an integer >= 1 written in ASCII digits; anything else is a ConfigError naming ``what``."""
+    if not ascii_digits(value) or int(value) < 1:
+        raise ConfigError(f"{what} must be a positive integer, got {clip(value)}")
+    return int(value)
+
+
 def true_false(value: str, what: str) -> bool:
     """``"true"``/``"false"`` (any case) as a bool; anything else is a ConfigError naming ``what``."""
     if value.lower() not in ("true", "false"):

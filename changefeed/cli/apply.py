@@ -10,18 +10,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from ..errors import ConfigError, ascii_digits, true_false
+from ..errors import ConfigError, positive_int, true_false
 from ..secrets import mask_secrets
-from .run import (
-    add_spark_options,
-    default_checkpoint,
-    prepare_checkpoint,
-    show_progress,
-    spark_interval,
-    wall_time,
-)
+from .run import add_spark_options, default_checkpoint, launch, wall_time
 
 if TYPE_CHECKING:
+    from ..sink.base import Sink
     from ..sink.mysql import MySQLSinkConfig
 
 # Storage-layout parameters of a sink-uri: the reader finds the layout itself, so they are accepted
@@ -120,9 +114,7 @@ def mysql_target(uri: str, changefeed_id: str, time_zone: str = "UTC") -> tuple[
         elif name == "safe_mode":
             settings[name] = true_false(value, "mysql sink-uri safe-mode")
         else:
-            if not ascii_digits(value) or int(value) < 1:
-                raise ConfigError(f"mysql sink-uri {key} must be a positive integer, got {value!r}")
-            settings[name] = int(value)
+            settings[name] = positive_int(value, f"mysql sink-uri {key}")
     url = urlunsplit(parts._replace(query=urlencode(kept)))
     parse_mysql_url(url)  # validates host and connection options now, not inside the job
     return url, MySQLSinkConfig(**settings)
@@ -155,9 +147,7 @@ def kafka_source(uri: str) -> dict[str, str]:
 def run(args: argparse.Namespace) -> int:
     from ..codec import CodecOptions  # noqa: PLC0415
     from ..ops.monitor import set_job_context  # noqa: PLC0415
-    from ..sink.base import Sink  # noqa: PLC0415
-    from ..spark.jobs import run_job, storage_source, streaming  # noqa: PLC0415
-    from ..spark.session import start_spark  # noqa: PLC0415
+    from ..spark.jobs import storage_source  # noqa: PLC0415
 
     codec = CodecOptions()
     if urlsplit(args.source).scheme.lower() == "kafka":
@@ -190,15 +180,7 @@ def run(args: argparse.Namespace) -> int:
         checkpoint = args.checkpoint or target / "_spark_checkpoint"
         make_sink = partial(ParquetSnapshotSink, target)
         where = f"snapshots in {target}"
-    checkpoint = prepare_checkpoint(checkpoint)
-    show_progress()
-    spark = start_spark(args.master, args.spark_conf)
-    interval = spark_interval(args.trigger_interval or "1s")
-    stats = streaming(
-        lambda: run_job(
-            spark, options, make_sink(), checkpoint, trigger_interval=interval, available_now=args.available_now
-        )
-    )
+    stats = launch(args, options, make_sink, checkpoint, job="apply", interval=args.trigger_interval or "1s")
     print(
         f"apply: {stats.rows} rows in {stats.batches} batches ({stats.seconds:.1f} s); "
         f"checkpoint ts {stats.checkpoint_ts} ({wall_time(stats.checkpoint_ts)}); {where}",

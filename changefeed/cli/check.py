@@ -12,7 +12,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 import orjson
 
-from ..errors import ConfigError, ascii_digits, clip
+from ..errors import ConfigError, clip, positive_int
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -112,9 +112,7 @@ def broker_target(args: argparse.Namespace) -> tuple[str, str | None, int | None
         topic = topic or parts.path.strip("/") or None
         num = dict(query).get("partition-num")
         if partitions is None and num is not None:
-            if not ascii_digits(num) or int(num) == 0:
-                raise ConfigError(f"--broker: partition-num must be a positive integer, got {clip(num)}")
-            partitions = int(num)
+            partitions = positive_int(num, "--broker: partition-num")
     for attr, name in _SECURITY_OPTIONS.items():
         value = getattr(args, attr, None)
         if value in (None, False):

@@ -21,6 +21,8 @@ from ..errors import ConfigError
 
 if TYPE_CHECKING:
     from ..config import ChangefeedConfig
+    from ..sink.base import Sink
+    from ..spark.jobs import JobStats
 
 log = logging.getLogger(__name__)
 _INTERVAL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
@@ -116,9 +118,7 @@ def run(args: argparse.Namespace) -> int:
     from ..config import load_config, parse_sink_uri  # noqa: PLC0415
     from ..ops.monitor import set_job_context  # noqa: PLC0415
     from ..secrets import mask_secrets  # noqa: PLC0415
-    from ..sink.base import Sink  # noqa: PLC0415
-    from ..spark.jobs import run_job, source_options, streaming  # noqa: PLC0415
-    from ..spark.session import start_spark  # noqa: PLC0415 - only these commands pay for a JVM
+    from ..spark.jobs import source_options  # noqa: PLC0415
 
     config = load_config(args.config)
     if args.sink_uri:
@@ -168,23 +168,35 @@ def run(args: argparse.Namespace) -> int:
             preflight(config, checkpoint)
         make_sink = partial(StorageWriter, out, config.codec_options(), config.storage_options())
         where = f"storage {out}"
-    prepare_checkpoint(checkpoint)
-    show_progress()
-    spark = start_spark(args.master, args.spark_conf)
-    interval = spark_interval(args.trigger_interval or config.flush_interval or "1s")
-    stats = streaming(
-        lambda: run_job(
-            spark,
-            source,
-            make_sink(),
-            checkpoint,
-            job="capture",
-            trigger_interval=interval,
-            available_now=args.available_now,
-        )
-    )
+    interval = args.trigger_interval or config.flush_interval or "1s"
+    stats = launch(args, source, make_sink, checkpoint, job="capture", interval=interval)
     _summary(config.changefeed_id, stats, where)
     return 0
+
+
+def launch(
+    args: argparse.Namespace,
+    source: dict[str, str],
+    make_sink: Callable[[], Sink],
+    checkpoint: Path,
+    *,
+    job: str,
+    interval: str,
+) -> JobStats:
+    """What `run` and `apply` share once they chose a source and a sink: the checkpoint directory,
+    progress lines, Spark, the job; a streaming failure becomes one error line."""
+    from ..spark.jobs import run_job, streaming  # noqa: PLC0415
+    from ..spark.session import start_spark  # noqa: PLC0415 - only these commands pay for a JVM
+
+    trigger = spark_interval(interval)
+    checkpoint = prepare_checkpoint(checkpoint)
+    show_progress()
+    spark = start_spark(args.master, args.spark_conf)
+    return streaming(
+        lambda: run_job(
+            spark, source, make_sink(), checkpoint, job=job, trigger_interval=trigger, available_now=args.available_now
+        )
+    )
 
 
 def preflight(

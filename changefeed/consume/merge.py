@@ -509,27 +509,13 @@ class PartitionMerger:
                 self._settle(part, partition, group, resend=False)
                 return self._place(part, partition, group, identity, offset, row_of, unit)
             rep.cursors = _cap(moved)
-        self._hold(part, group, rep, identity, kind, offset, lambda: row, unit)
-        if len(seq) in rep.cursors:
-            self._settle(part, partition, group, resend=True)
-        return _HOLD
-
-    def _hold(
-        self,
-        part: _Partition,
-        group: _Group,
-        rep: _Replay,
-        identity: Any,
-        kind: int,
-        offset: int,
-        row_of: Callable[[], RowChange],
-        unit: Callable[[], RowChange | _Piece],
-    ) -> None:
         self._seq += 1
         part.pending[offset] = part.pending.get(offset, 0) + 1
         rep.held.append((unit(), identity, kind, self._seq, offset))
-        if group.index is not None:
-            group.index.add(identity, row_of(), None)
+        index.add(identity, row, None)
+        if len(seq) in rep.cursors:
+            self._settle(part, partition, group, resend=True)
+        return _HOLD
 
     def _settle(self, part: _Partition, partition: PartitionKey, group: _Group, *, resend: bool) -> None:
         """Decide ``group``'s replay: a resend (every row it holds dropped) or not (kept, but for

@@ -127,8 +127,7 @@ class DDLCatalog:
 
     def put(self, tdef: TableDef) -> None:
         """Know a table from elsewhere (an information_schema snapshot); replaces what was known."""
-        indexes = [x for x in tdef.indexes if x.primary] + [x for x in tdef.indexes if not x.primary]
-        self._set((tdef.schema, tdef.table), _Table(list(tdef.columns), indexes))
+        self._set((tdef.schema, tdef.table), _Table(list(tdef.columns), list(tdef.indexes)))  # freeze orders them
 
     def forget(self, schema: str, table: str) -> None:
         key = self._key(schema, table)
@@ -465,17 +464,18 @@ def _warn(query: str, default_schema: str, reason: str, where: str | None) -> bo
     if not ddl_tables(query, default_schema)[0][1]:
         log.debug("statement names no table; nothing to learn query=%r", _clip(query))
         return False  # GRANT, ALTER DATABASE, ...: nothing a table's keys depend on
+    why, text = _clip(reason), _clip(" ".join(query.split()))
     log.warning(
         "DDL not understood; keeping what was known of its table reason=%r schema=%r query=%r where=%s",
-        _clip(reason),
+        why,
         default_schema,
-        _clip(" ".join(query.split())),
+        text,
         where or "-",
         extra={
             "event": "ddl_not_understood",
-            "reason": _clip(reason),
+            "reason": why,
             "ddl_schema": default_schema,
-            "query": _clip(" ".join(query.split())),
+            "query": text,
             "where": where,
         },
     )

@@ -131,12 +131,12 @@ class ParquetSnapshotSink(SinkContext):
 
     def _precise(self, ts: TableSchema) -> TableSchema:
         """``ts`` with the precision and scale of DECIMAL columns it lacks, when DDL seen in the stream gives them."""
-        if not any(c.type_code is TypeCode.DECIMAL and c.length is None for c in ts.columns):
-            return ts
-        hit = self._precise_cache.get(id(ts))
+        hit = self._precise_cache.get(id(ts))  # every row comes here: the column scan runs once per schema
         if hit is not None and hit[0] is ts and hit[1] == self._catalog.generation:
             return hit[2]
-        precise = decimals_for(ts, self._catalog.table(ts.schema, ts.table))
+        precise = ts
+        if any(c.type_code is TypeCode.DECIMAL and c.length is None for c in ts.columns):
+            precise = decimals_for(ts, self._catalog.table(ts.schema, ts.table))
         if precise is not ts:
             self._learned.add((ts.schema, ts.table))
         if len(self._precise_cache) > 4096:
@@ -201,15 +201,15 @@ class ParquetSnapshotSink(SinkContext):
             self._pending_checkpoint = max(self._pending_checkpoint, event.commit_ts)
             self._guard.saw(event.commit_ts)
             return
-        if isinstance(event, DDLEvent) and event.query:  # also a replayed one: the definitions it sets still hold
-            self._catalog.apply(event.query, event.schema, where=f"DDL at commit ts {event.commit_ts}")
         if isinstance(event, DDLEvent):
+            if event.query:  # also a replayed one: the definitions it sets still hold
+                self._catalog.apply(event.query, event.schema, where=f"DDL at commit ts {event.commit_ts}")
             if event.commit_ts > self.checkpoint_ts:  # else already in the published snapshot
                 self._apply_ddl(event)
             return
         # A replay below the stored checkpoint is already in the published snapshot; a row below a
         # Resolved of this run is a broken stream (ResolvedContradictionError).
-        if self._guard.skip(event.commit_ts, f"{event.schema}.{event.table}", event.position):
+        if self._guard.skip(event.commit_ts, event.schema, event.table, event.position):
             return
         state = self._state(event.table_schema)
         image = event.new

@@ -46,16 +46,18 @@ class ResolvedGuard:
             self.resolved = resolved_ts
             self.what = what
 
-    def skip(self, commit_ts: int, table: str, position: Mapping[str, Any] | None = None) -> bool:
-        """True: a replayed row (at or below the stored checkpoint); raises for a contradicted one."""
+    def skip(self, commit_ts: int, schema: str, table: str, position: Mapping[str, Any] | None = None) -> bool:
+        """True: a replayed row (at or below the stored checkpoint); raises for a contradicted one.
+
+        Every row goes through here: the table's name is only put together for the error."""
         if commit_ts <= self.stored:
             return True
         if commit_ts <= self.resolved:
-            raise contradiction(self.sink, table, commit_ts, position, self.resolved, self.what)
+            raise _contradiction(self.sink, f"{schema}.{table}", commit_ts, position, self.resolved, self.what)
         return False
 
 
-def contradiction(
+def _contradiction(
     sink: str,
     table: str,
     commit_ts: int,

@@ -319,12 +319,11 @@ def plan(spark: SparkSession, source: Mapping[str, str], sink: Sink, checkpoint:
     opts = SourceOptions.parse(options)
     encoder = _encoder(sink)
     if opts.input == "binlog":
+        decoder = RangeDecoder.from_options(options)
         if encoder is not None:
             encode, write = encoder
-            events = RangeDecoder.from_options(options).events
             stream = _stream(spark, options, output=BINLOG_RANGES)
-            return Plan(stream, lambda df, batch_id: encode(df, events), write)
-        decoder = RangeDecoder.from_options(options)
+            return Plan(stream, lambda df, batch_id: encode(df, decoder.events), write)
         # Ranges come in binlog order, each in commit order: no sort (a block may span commit ts).
         stage = OrderedStage(BINLOG_RANGES, lambda table: list(decoder.events(table.to_batches())), sort=False)
         return _staged(spark, options, stage, sink)

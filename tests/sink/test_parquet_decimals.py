@@ -67,6 +67,20 @@ def _snapshot(root: Path) -> pa.Table:
     return pq.read_table(root / "s/t/snapshot.parquet")
 
 
+def _applied(root: Path, events: list[Event]) -> pa.Table:
+    """The snapshot a fresh sink at ``root`` publishes after ``events``."""
+    sink = ParquetSnapshotSink(root)
+    sink.write(events)
+    sink.flush()
+    return _snapshot(root)
+
+
+def _assert_precise(table: pa.Table) -> None:
+    """DECIMAL(12,3) typed from what the stream told, and every value exact."""
+    assert table.schema.field("d").type == pa.decimal128(12, 3)
+    assert [(r["id"], r["d"], r["n"]) for r in sorted(table.to_pylist(), key=lambda r: r["id"])] == VALUES
+
+
 def test_open_protocol_decimal_precision_from_the_create_table(tmp_path: Path) -> None:
     events = _through("open-protocol", _stream(with_ddl=True))
     rows = [e for e in events if isinstance(e, RowChange)]
@@ -153,12 +167,7 @@ def test_canal_json_decimals(tmp_path: Path, content_compatible: bool, with_ddl:
     rows = [e for e in events if isinstance(e, RowChange)]
     carried = (rows[0].table_schema.column("d").length, rows[0].table_schema.column("d").decimal)
     assert carried == ((12, 3) if content_compatible else (None, None))
-    sink = ParquetSnapshotSink(tmp_path)
-    sink.write(events)
-    sink.flush()
-    table = _snapshot(tmp_path)
-    assert table.schema.field("d").type == pa.decimal128(12, 3)
-    assert [(r["id"], r["d"], r["n"]) for r in sorted(table.to_pylist(), key=lambda r: r["id"])] == VALUES
+    _assert_precise(_applied(tmp_path, events))
 
 
 def test_open_protocol_columnar_blocks_get_the_precision_too(tmp_path: Path) -> None:
@@ -176,9 +185,4 @@ def test_open_protocol_columnar_blocks_get_the_precision_too(tmp_path: Path) -> 
     )
     events = [ev for evs in decoded for ev in evs] + [Resolved(20)]
     assert any(type(ev).__name__ == "RowBlock" for ev in events)
-    sink = ParquetSnapshotSink(tmp_path)
-    sink.write(events)
-    sink.flush()
-    table = _snapshot(tmp_path)
-    assert table.schema.field("d").type == pa.decimal128(12, 3)
-    assert [(r["id"], r["d"], r["n"]) for r in sorted(table.to_pylist(), key=lambda r: r["id"])] == VALUES
+    _assert_precise(_applied(tmp_path, events))

@@ -104,29 +104,18 @@ def live_capture(
 
     open_source: Callable[[BinlogPosition], ReplicaStream] = open_replica
 
+    def connect() -> Any:
+        return mysql_connect(**address.connect_kwargs(), connect_timeout=10, charset="utf8mb4", autocommit=True)
+
     tracker = None
     catalog: DDLCatalog | None = None
     if track_schema:
-        import pymysql  # noqa: PLC0415
-
         from .tracker import SchemaTracker  # noqa: PLC0415
-
-        def connect() -> pymysql.connections.Connection:
-            return mysql_connect(
-                **address.connect_kwargs(),
-                connect_timeout=10,
-                charset="utf8mb4",
-                autocommit=True,
-            )
 
         tracker = SchemaTracker(connect)
     else:  # no tracker: keys from one information_schema snapshot at start, then from the DDL text
         catalog = DDLCatalog()
-        open_source = _seed_on_first_open(
-            open_source,
-            catalog,
-            lambda: mysql_connect(**address.connect_kwargs(), connect_timeout=10, charset="utf8mb4", autocommit=True),
-        )
+        open_source = _seed_on_first_open(open_source, catalog, connect)
 
     capture = BinlogCapture(
         open_source,

@@ -412,7 +412,7 @@ class MySQLSink(SinkContext):
 
         Skipped: a restart's replay, at or below the checkpoint stored when this run opened. At or
         below a Resolved (or a checkpoint) of this run: `ResolvedContradictionError`."""
-        if self._guard.skip(ts, table.qualified_name, position):
+        if self._guard.skip(ts, table.schema, table.table, position):
             self.stats["skipped"] += rows  # replayed: already applied downstream
             return False
         if ts != self._buffer_ts:

@@ -366,14 +366,11 @@ class StorageWriter(SinkContext):
         # Replayed rows (at or below the checkpoint stored when the writer started) are already
         # published: the checkpoint is only written after the data. Rows at or below a Resolved of
         # this run are a broken stream: ResolvedContradictionError.
-        if seg.commit_ts and min(seg.commit_ts) <= self._guard.resolved:
-            table = f"{seg.schema_file.schema}.{seg.schema_file.table}"
-            for ts in seg.commit_ts:
-                self._guard.skip(ts, table)
         if seg.commit_ts and min(seg.commit_ts) <= self.replay_ts:
             seg = seg.select([ts > self.replay_ts for ts in seg.commit_ts])
         if not seg.commit_ts:
             return
+        self._guard.skip(min(seg.commit_ts), seg.schema_file.schema, seg.schema_file.table)  # raises if contradicted
         self._ensure_schema_file(seg.schema_file, seg.table_id)
         self._headers[seg.base] = seg.header
         self._buffers.setdefault(seg.base, []).append(seg)

@@ -145,7 +145,7 @@ def _runs(obj: Any) -> Runs | None:
 
 
 def _table(ipc: bytes, info: dict[str, Any], schema: TableSchema) -> TableRows:
-    batch = pa.ipc.open_stream(ipc).read_all().combine_chunks().to_batches()[0]
+    batch = pa.ipc.open_stream(ipc).read_next_batch()  # ipc_bytes writes one batch
     raw = None
     if info["raw"]:
         raw = batch.column(batch.num_columns - 1).to_pylist()
