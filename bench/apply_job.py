@@ -202,13 +202,13 @@ def jsonl_apply(spark: Any, source: dict[str, str], server: MariaDBServer, check
     stage = MergeStage(checkpoint / "changefeed-merge", kafka.topic, kafka.partition_ids())
     reader = EventReader(source="batch")
 
-    def collect(df: Any, batch_id: int) -> list[Any]:
+    def collect(df: Any, batch_id: int) -> tuple[list[Any]]:
         lines = df.select("event").toArrow().column("event").to_pylist()
         events = [reader.parse(line) for line in lines if line]
         messages: dict[tuple[int, int], list[Any]] = {}
         for ev in events:
             messages.setdefault((int(ev.position["partition"]), int(ev.position["offset"])), []).append(ev)
-        return stage.merge([(p, o, evs) for (p, o), evs in sorted(messages.items())], batch_id)
+        return (stage.merge([(p, o, evs) for (p, o), evs in sorted(messages.items())], batch_id),)
 
     register(spark)
     reader_ = spark.readStream.format("changefeed")

@@ -23,7 +23,8 @@ include-commit-ts = true
 
 Every table and key is checked: an unknown key is an error naming it (a typo must not silently
 fall back to a default). Relative paths (``[source] path``, ``file://`` sink URIs without a
-leading ``/``) are resolved against the config file's directory. docs/configuration.md lists the keys.
+leading ``/``, the TLS and password files of URLs) are resolved against the config file's directory,
+by one rule (`_config_path`). docs/configuration.md lists the keys.
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ from .codec.csv import CSVFormat
 from .dispatch.router import DispatchRule
 from .dispatch.tablefilter import TableFilter
 from .errors import ConfigError, ascii_digits, true_false
-from .kafkasecurity import KAFKA_SECURITY_PARAMS, KafkaSecurity
+from .kafkasecurity import KAFKA_SECURITY_PARAMS, KAFKA_WRITE_PARAMS, KafkaSecurity, KafkaURI
 from .mysqlclient import TLS_OPTIONS
 from .secrets import mask_secrets, resolve_password
 from .sink.storage.writer import StorageOptions
@@ -49,7 +50,7 @@ from .timezones import zone
 if TYPE_CHECKING:
     from .capture.binlog.replica import ServerAddress
     from .sink.kafka import KafkaSinkConfig
-    from .sink.mysql import MySQLSinkConfig
+    from .sink.mysql import MySQLParams, MySQLSinkConfig
 
 SOURCE_TYPES = ("binlog-files", "mysql", "kv")
 _SOURCE_KEYS = {
@@ -73,18 +74,8 @@ FILE_URI_PARAMS = frozenset(
 )
 #: sink-uri query parameters of a ``kafka://`` sink (TiCDC's names; TLS and SASL: `changefeed.kafkasecurity`).
 KAFKA_URI_PARAMS = (
-    frozenset(
-        {
-            "protocol",
-            "partition-num",
-            "replication-factor",
-            "max-message-bytes",
-            "max-batch-size",
-            "enable-tidb-extension",
-            "auto-create-topic",
-            "flush-interval",
-        }
-    )
+    frozenset({"protocol", "max-message-bytes", "max-batch-size", "enable-tidb-extension"})
+    | KAFKA_WRITE_PARAMS
     | KAFKA_SECURITY_PARAMS
 )
 KAFKA_PROTOCOLS = ("canal-json", "open-protocol", "simple")
@@ -269,8 +260,8 @@ class ChangefeedConfig:
             client_config=security.client_config(),
         )
 
-    def mysql_sink(self) -> tuple[str, MySQLSinkConfig]:
-        """The ``mysql://USER[:PASS]@HOST:PORT/?worker-count=N&safe-mode=...`` sink: connection URL and sink settings.
+    def mysql_sink(self) -> tuple[MySQLParams, MySQLSinkConfig]:
+        """The ``mysql://USER[:PASS]@HOST:PORT/?worker-count=N&safe-mode=...`` sink: connection and sink settings.
 
         TiCDC's sink parameters (worker-count, safe-mode, max-txn-row) become `MySQLSinkConfig`; the
         checkpoint row is keyed by the changefeed id; TIMESTAMP values are written in ``time-zone``.
@@ -322,6 +313,8 @@ def parse_sink_uri(uri: str, base_dir: Path | None = None) -> SinkURI:
     """``file://DIR?...``, ``kafka://HOST:PORT/TOPIC?...``, ``mysql://`` and ``tidb://``; others are refused."""
     parts = urlsplit(uri)
     scheme = parts.scheme.lower()
+    if scheme == "kafka":
+        return _kafka_uri(KafkaURI.parse(uri), base_dir)
     params: dict[str, str] = {}
     for key, value in parse_qsl(parts.query, keep_blank_values=True):
         if key in params:
@@ -338,8 +331,6 @@ def parse_sink_uri(uri: str, base_dir: Path | None = None) -> SinkURI:
         return SinkURI(scheme, parts.netloc + parts.path, anchored, uri)
     if scheme in ("mysql+ssl", "tidb+ssl"):
         raise ConfigError(f"write {scheme[:-4]}://...?ssl-ca=FILE&ssl-cert=FILE&ssl-key=FILE for TLS, not {scheme}://")
-    if scheme == "kafka":
-        return _kafka_uri(uri, parts.netloc, parts.path, _anchored(params, _KAFKA_FILE_PARAMS, base_dir))
     if scheme in ("kafka+ssl", "pulsar"):
         raise ConfigError(f"the {scheme} sink is not wired into `changefeed run` yet; use file:// or kafka://")
     if scheme != "file":
@@ -347,9 +338,7 @@ def parse_sink_uri(uri: str, base_dir: Path | None = None) -> SinkURI:
     location = parts.netloc + parts.path
     if not location:
         raise ConfigError(f"sink-uri {uri!r} names no directory")
-    path = Path(location)
-    if not path.is_absolute():
-        path = ((base_dir or Path.cwd()) / path).resolve()
+    path = _config_path(location, base_dir)
     unknown = set(params) - FILE_URI_PARAMS
     if unknown:
         raise ConfigError(
@@ -367,21 +356,26 @@ _MYSQL_FILE_PARAMS = frozenset({"ssl-ca", "ssl-cert", "ssl-key", "password-file"
 _KAFKA_FILE_PARAMS = frozenset({"ca", "cert", "key", "sasl-password-file"})
 
 
+def _config_path(value: str, base: Path | None) -> Path:
+    """The one rule for a path in the config file: a relative one is relative to the file's directory
+    ``base`` (None: the current directory, for a URI given on the command line), made absolute and
+    normalised (`Path.resolve`); an absolute one stays as written."""
+    path = Path(value)
+    return path if path.is_absolute() else ((base or Path.cwd()) / path).resolve()
+
+
 def _anchored(params: Mapping[str, str], names: frozenset[str], base: Path | None) -> dict[str, str]:
-    """``params`` with the relative file paths among ``names`` made absolute against ``base``."""
+    """``params`` with the file paths among ``names`` made absolute against ``base`` (`_config_path`)."""
     out = dict(params)
     for key, value in params.items():
-        if key.replace("_", "-").lower() in names and value and not Path(value).is_absolute():
-            out[key] = str((base or Path.cwd()) / value)
+        if key.replace("_", "-").lower() in names and value:
+            out[key] = str(_config_path(value, base))
     return out
 
 
-def _kafka_uri(uri: str, netloc: str, path: str, params: dict[str, str]) -> SinkURI:
-    topic = path.strip("/")
-    if not netloc or not topic or "/" in topic:
-        raise ConfigError(
-            f"a kafka sink-uri is kafka://HOST:PORT[,HOST:PORT]/TOPIC?protocol=..., got {mask_secrets(uri)!r}"
-        )
+def _kafka_uri(kafka: KafkaURI, base_dir: Path | None) -> SinkURI:
+    """The sink's reading of a `KafkaURI`: its parameters (file paths anchored), its protocols."""
+    params = _anchored(kafka.params, _KAFKA_FILE_PARAMS, base_dir)
     unknown = set(params) - KAFKA_URI_PARAMS
     if unknown:
         raise ConfigError(
@@ -390,7 +384,7 @@ def _kafka_uri(uri: str, netloc: str, path: str, params: dict[str, str]) -> Sink
         )
     if params.get("protocol") not in (None, *KAFKA_PROTOCOLS):
         raise ConfigError(f"a kafka:// sink writes {', '.join(KAFKA_PROTOCOLS)}, not {params['protocol']!r}")
-    return SinkURI("kafka", f"{netloc}/{topic}", params)
+    return SinkURI("kafka", f"{kafka.servers}/{kafka.topic}", params)
 
 
 def parse_config(text: str, base_dir: Path | None = None, where: str = "<config>") -> ChangefeedConfig:
@@ -508,7 +502,7 @@ def _source(src: dict[str, Any], base: Path) -> SourceConfig:
             if value and options.get(key):
                 raise ConfigError(f"[source] {key} is given twice: as a key and in url {mask_secrets(url)!r}")
             if value and key == "password-file":
-                value = str(_config_path(value, "[source] password-file", base))
+                value = str(_config_path(value, base))
             setattr(source, key.replace("-", "_"), value or options.get(key, ""))
         from .capture.binlog.replica import ServerAddress  # noqa: PLC0415
 
@@ -522,11 +516,11 @@ def _source(src: dict[str, Any], base: Path) -> SourceConfig:
     if "path" not in src:
         what = "the KV change records (file or directory)" if kind == "kv" else "the directory of binlog files"
         raise ConfigError(f"[source] path is required: {what}")
-    source.path = _config_path(src["path"], "[source] path", base)
+    source.path = _config_path(_typed(src["path"], str, "[source] path"), base)
     if kind == "kv":
         if "catalog" not in src:
             raise ConfigError('[source] catalog is required for type "kv": the TiDB table info file')
-        source.catalog = _config_path(src["catalog"], "[source] catalog", base)
+        source.catalog = _config_path(_typed(src["catalog"], str, "[source] catalog"), base)
     return source
 
 
@@ -552,12 +546,6 @@ def _source_url_options(url: str, base: Path) -> tuple[str, dict[str, str]]:
             )
     kept = list(_anchored(dict(kept), _MYSQL_FILE_PARAMS, base).items())
     return urlunsplit(parts._replace(query=urlencode(kept))), _anchored(options, _MYSQL_FILE_PARAMS, base)
-
-
-def _config_path(value: Any, key: str, base: Path) -> Path:
-    """A path from the config file; relative paths are relative to the file's directory."""
-    path = Path(_typed(value, str, key))
-    return path if path.is_absolute() else (base / path).resolve()
 
 
 def _table(doc: dict[str, Any], name: str) -> dict[str, Any]:

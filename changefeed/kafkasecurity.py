@@ -22,17 +22,29 @@ on; with no parameter at all nothing is added (librdkafka's PLAINTEXT). As in Ti
 The password is read when the parameters are (a missing variable or an unsafe file fails then),
 and `KafkaSecurity`'s repr never shows it; `changefeed.secrets.mask_secrets` masks
 ``sasl-password=`` and ``sasl.password`` in any text.
+
+`KafkaURI` is the one parser of the URI itself (servers, topic, parameters), for all who read one: the
+sink's config (`changefeed.config`), ``changefeed apply --from`` (a source) and ``changefeed check
+--broker``. Each of them keeps its own set of accepted parameters.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from urllib.parse import parse_qsl, urlsplit
 
 from .errors import ConfigError, true_false
-from .secrets import password_from_env, password_from_file
+from .secrets import mask_secrets, resolve_password
 
-__all__ = ["KAFKA_SECURITY_PARAMS", "SASL_MECHANISMS", "KafkaSecurity"]
+__all__ = [
+    "KAFKA_SECURITY_PARAMS",
+    "KAFKA_URI_FORM",
+    "KAFKA_WRITE_PARAMS",
+    "SASL_MECHANISMS",
+    "KafkaSecurity",
+    "KafkaURI",
+]
 
 #: The sink-uri / data source parameters read here (TiCDC's names, plus the password sources).
 KAFKA_SECURITY_PARAMS = frozenset(
@@ -50,6 +62,11 @@ KAFKA_SECURITY_PARAMS = frozenset(
     }
 )
 SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+#: Sink-uri parameters that shape the topic and the writing, not the messages: a reader of the
+#: topic (``apply --from`` the capture's sink-uri as is) accepts and ignores them.
+KAFKA_WRITE_PARAMS = frozenset({"partition-num", "replication-factor", "auto-create-topic", "flush-interval"})
+#: The form of a Kafka sink-uri, as errors show it.
+KAFKA_URI_FORM = "a kafka sink-uri is kafka://HOST:PORT[,HOST:PORT]/TOPIC?protocol=..."
 
 
 def _flag(params: Mapping[str, str], name: str) -> bool | None:
@@ -91,16 +108,14 @@ class KafkaSecurity:
             raise ConfigError(
                 f"{where}: sasl-mechanism must be one of {', '.join(SASL_MECHANISMS)}, got {params['sasl-mechanism']!r}"
             )
-        sources = [k for k in ("sasl-password", "sasl-password-env", "sasl-password-file") if params.get(k)]
-        if len(sources) > 1:
-            raise ConfigError(f"{where}: the SASL password is given by {' and '.join(sources)}; give it in one place")
-        password: str | None = None
-        if params.get("sasl-password"):
-            password = params["sasl-password"]
-        elif params.get("sasl-password-env"):
-            password = password_from_env(params["sasl-password-env"], f"{where} sasl-password-env")
-        elif params.get("sasl-password-file"):
-            password = password_from_file(params["sasl-password-file"], f"{where} sasl-password-file")
+        sources = ("sasl-password", "sasl-password-env", "sasl-password-file")
+        inline, env, file = (params.get(k) for k in sources)
+        password = (
+            resolve_password(
+                inline, env=env, file=file, where=where, names=sources, what="SASL password", fallback=None
+            )
+            or None
+        )
         user = params.get("sasl-user") or None
         if mechanism is None and (user or password):
             raise ConfigError(f"{where}: sasl-user/sasl-password need sasl-mechanism ({', '.join(SASL_MECHANISMS)})")
@@ -154,3 +169,31 @@ class KafkaSecurity:
             out["sasl-user"] = self.sasl_user or ""
             out["sasl-password"] = self.sasl_password or ""
         return out
+
+
+@dataclass(frozen=True)
+class KafkaURI:
+    """``kafka://HOST:PORT[,HOST:PORT]/TOPIC?name=value&...`` split into its parts, the parameters as written.
+
+    Only the form is checked here (a ``kafka`` scheme, servers, a topic without ``/``, no parameter
+    twice); which parameters are accepted is the reader's rule, and the TLS/SASL ones are read by
+    `KafkaSecurity.from_params`. ``params`` may hold ``sasl-password``: no repr.
+    """
+
+    servers: str
+    topic: str  # '' when the URI names none (a reader that does not need one: ``check --broker``)
+    params: dict[str, str] = field(repr=False)
+
+    @classmethod
+    def parse(cls, uri: str, *, need_topic: bool = True, form: str = KAFKA_URI_FORM) -> KafkaURI:
+        """Split ``uri``; a URI of another form is an error saying ``form`` and the URI, its secrets masked."""
+        parts = urlsplit(uri)
+        topic = parts.path.strip("/")
+        if parts.scheme.lower() != "kafka" or not parts.netloc or "/" in topic or (need_topic and not topic):
+            raise ConfigError(f"{form}, got {mask_secrets(uri)!r}")
+        params: dict[str, str] = {}
+        for key, value in parse_qsl(parts.query, keep_blank_values=True):
+            if key in params:
+                raise ConfigError(f"sink-uri parameter {key!r} given twice")
+            params[key] = value
+        return cls(parts.netloc, topic, params)

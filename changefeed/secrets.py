@@ -5,8 +5,10 @@ the capture, the sinks, ``ops`` (the log filter, the status file) and the CLI's 
 
 Passwords for MySQL connections come from exactly one of: the URL (``mysql://u:PW@h``), the
 environment variable a ``password-env=NAME`` option names, the file a ``password-file=PATH``
-option names, or, when none is given, ``MYSQL_PWD`` (the MySQL client's convention). A password
-file must not be readable by group or others (ssh refuses private keys the same way).
+option names, or, when none is given, ``MYSQL_PWD`` (the MySQL client's convention). A Kafka SASL
+password comes from one of ``sasl-password``, ``sasl-password-env`` and ``sasl-password-file``, by the
+same function (`resolve_password`) under those names. A password file must not be readable by group
+or others (ssh refuses private keys the same way).
 """
 
 from __future__ import annotations
@@ -87,11 +89,13 @@ def url_passwords(texts: Iterable[str]) -> set[str]:
     return found
 
 
-def password_from_env(name: str, where: str, environ: Mapping[str, str] | None = None) -> str:
-    """The value of environment variable ``name``; a variable that is not set is an error."""
+def password_from_env(
+    name: str, where: str, environ: Mapping[str, str] | None = None, option: str = "password-env"
+) -> str:
+    """The value of environment variable ``name`` (given by ``option``); a variable that is not set is an error."""
     value = (os.environ if environ is None else environ).get(name)
     if value is None:
-        raise ConfigError(f"{where}: password-env names {name!r}, but that environment variable is not set")
+        raise ConfigError(f"{where}: {option} names {name!r}, but that environment variable is not set")
     return value
 
 
@@ -119,6 +123,10 @@ def password_from_file(path: str | Path, where: str) -> str:
     return password
 
 
+#: What `resolve_password` calls its three places by default: a MySQL URL's.
+_MYSQL_SOURCES = ("the URL", "password-env", "password-file")
+
+
 def resolve_password(
     inline: str | None,
     *,
@@ -126,19 +134,27 @@ def resolve_password(
     file: str | Path | None = None,
     where: str,
     environ: Mapping[str, str] | None = None,
+    names: tuple[str, str, str] = _MYSQL_SOURCES,
+    what: str = "password",
+    fallback: str | None = MYSQL_PWD,
 ) -> str:
-    """The password from the one place that gives it: inline (the URL), ``env``, ``file``, else ``MYSQL_PWD``.
+    """The password from the one place that gives it: inline (the URL), ``env``, ``file``, else ``fallback``.
 
     Two places at once is an error rather than a precedence rule: a stale password in one of
-    them would otherwise be used silently. Without any, the result may be ``''`` (no password).
+    them would otherwise be used silently. Without any, the result is the ``fallback`` variable's
+    value (``MYSQL_PWD``; none for Kafka SASL), else ``''`` (no password). ``names`` are the three
+    places as the caller's user writes them, ``what`` the password's name, both for errors; no
+    error ever shows the password itself.
     """
-    given = [n for n, v in (("the URL", inline), ("password-env", env), ("password-file", file)) if v]
+    given = [n for n, v in zip(names, (inline, env, file), strict=True) if v]
     if len(given) > 1:
-        raise ConfigError(f"{where}: the password is given by {' and '.join(given)}; give it in one place")
+        raise ConfigError(f"{where}: the {what} is given by {' and '.join(given)}; give it in one place")
     if inline:
         return inline
     if env:
-        return password_from_env(env, where, environ)
+        return password_from_env(env, where, environ, option=names[1])
     if file:
         return password_from_file(file, where)
-    return (os.environ if environ is None else environ).get(MYSQL_PWD, "")
+    if fallback is None:
+        return ""
+    return (os.environ if environ is None else environ).get(fallback, "")

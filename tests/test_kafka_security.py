@@ -22,9 +22,9 @@ import pytest
 
 from changefeed.cli.apply import kafka_source
 from changefeed.codec import CodecOptions
-from changefeed.config import parse_config
+from changefeed.config import parse_config, parse_sink_uri
 from changefeed.errors import ChangefeedError, ConfigError
-from changefeed.kafkasecurity import KafkaSecurity
+from changefeed.kafkasecurity import KafkaSecurity, KafkaURI
 from changefeed.ops.jobfile import STATUS_FILE, JobStatusWriter
 from changefeed.ops.preflight import check_broker
 from changefeed.secrets import mask_secrets
@@ -165,6 +165,48 @@ def test_sink_uri_and_apply_source_take_the_parameters(tmp_path: Path, monkeypat
         parse_config(
             f'sink-uri = "kafka://h:1/t?sasl-mechanism=PLAIN&sasl-password={SECRET}"\n[source]\npath = "p"\n', tmp_path
         )
+
+
+def test_the_password_lookup_is_the_mysql_one_under_kafka_names(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`secrets.resolve_password` under the SASL names: one wording, and no MYSQL_PWD fallback."""
+    monkeypatch.delenv("CF_UNSET_SASL", raising=False)
+    monkeypatch.setenv("MYSQL_PWD", SECRET)
+    base = {"sasl-mechanism": "PLAIN", "sasl-user": "u"}
+    with pytest.raises(ConfigError) as info:
+        KafkaSecurity.from_params({**base, "sasl-password-env": "CF_UNSET_SASL"}, where="kafka sink-uri")
+    assert info.value.message == (
+        "kafka sink-uri: sasl-password-env names 'CF_UNSET_SASL', but that environment variable is not set"
+    )
+    with pytest.raises(ConfigError, match="needs sasl-user and a password"):
+        KafkaSecurity.from_params(base)  # MYSQL_PWD is a MySQL client's, never a SASL password
+    assert KafkaSecurity.from_params({}).sasl_password is None
+
+
+def test_one_parser_of_the_kafka_uri(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`KafkaURI.parse`: the form and no parameter twice, for the sink, ``apply --from`` and ``check --broker``."""
+    uri = KafkaURI.parse("kafka://b1:9092,b2:9092/cdc?protocol=canal-json&partition-num=3")
+    assert (uri.servers, uri.topic, uri.params) == (
+        "b1:9092,b2:9092",
+        "cdc",
+        {"protocol": "canal-json", "partition-num": "3"},
+    )
+    assert KafkaURI.parse("kafka://b:9092/", need_topic=False).topic == ""
+    for bad in ("kafka://b:9092", "kafka:///t", "kafka://b:9092/a/b", "http://b:9092/t"):
+        with pytest.raises(ConfigError, match=r"a kafka sink-uri is kafka://HOST:PORT\[,HOST:PORT\]/TOPIC"):
+            KafkaURI.parse(bad)
+    with pytest.raises(ConfigError) as info:
+        KafkaURI.parse(f"kafka://b:9092/a/b?sasl-password={SECRET}")
+    assert SECRET not in str(info.value) and SECRET not in repr(KafkaURI.parse(f"kafka://b:1/t?sasl-password={SECRET}"))
+    twice = "kafka://b:9092/t?protocol=simple&protocol=canal-json"
+    for read in (parse_sink_uri, kafka_source):  # the sink and the source read it alike
+        with pytest.raises(ConfigError, match="sink-uri parameter 'protocol' given twice"):
+            read(twice)
+        with pytest.raises(ConfigError, match="TOPIC"):
+            read("kafka://b:9092/a/b?protocol=canal-json")
+    # the source ignores the sink's topic and writing parameters; the sink refuses what it does not know
+    assert "partition-num" not in kafka_source("kafka://b:1/t?protocol=simple&partition-num=3&flush-interval=1s")
+    with pytest.raises(ConfigError, match="unknown kafka sink-uri parameter"):
+        parse_sink_uri("kafka://b:1/t?protocol=simple&table=a.b")
 
 
 # ------------------------------------------------------------------ against the real (plain-text) broker

@@ -8,15 +8,14 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, urlsplit
 
 from ..errors import ConfigError, positive_int, true_false
-from ..secrets import mask_secrets
 from .run import add_spark_options, default_checkpoint, launch, wall_time
 
 if TYPE_CHECKING:
     from ..sink.base import Sink
-    from ..sink.mysql import MySQLSinkConfig
+    from ..sink.mysql import MySQLParams, MySQLSinkConfig
 
 # Storage-layout parameters of a sink-uri: the reader finds the layout itself, so they are accepted
 # (the capture's sink-uri can be passed as is) and ignored.
@@ -96,52 +95,43 @@ def _local_path(uri: str, scheme: str) -> tuple[Path, dict[str, str]]:
     return Path(location), dict(parse_qsl(parts.query, keep_blank_values=True))
 
 
-#: TiCDC mysql sink-uri parameters we map onto MySQLSinkConfig; the rest go to parse_mysql_url.
+#: TiCDC mysql sink-uri parameters we map onto MySQLSinkConfig; the rest are connection options.
 _MYSQL_SINK_PARAMS = {"worker-count": "workers", "safe-mode": "safe_mode", "max-txn-row": "batch_rows"}
 
 
-def mysql_target(uri: str, changefeed_id: str, time_zone: str = "UTC") -> tuple[str, MySQLSinkConfig]:
-    """Split TiCDC's sink parameters (worker-count, safe-mode, max-txn-row) off a mysql:// URI."""
-    from ..sink.mysql import MySQLSinkConfig, parse_mysql_url  # noqa: PLC0415
+def mysql_target(uri: str, changefeed_id: str, time_zone: str = "UTC") -> tuple[MySQLParams, MySQLSinkConfig]:
+    """A mysql:// sink-uri, parsed once: the connection (checked now, not inside the job) and TiCDC's
+    sink parameters (worker-count, safe-mode, max-txn-row) as the sink's settings."""
+    from ..sink.mysql import MySQLSinkConfig  # noqa: PLC0415
+    from ..sink.mysql.url import split_mysql_url  # noqa: PLC0415
 
-    parts = urlsplit(uri)
-    kept: list[tuple[str, str]] = []
+    params, given = split_mysql_url(uri, _MYSQL_SINK_PARAMS)
     settings: dict[str, Any] = {"changefeed_id": changefeed_id, "time_zone": time_zone}
-    for key, value in parse_qsl(parts.query, keep_blank_values=True):
-        name = _MYSQL_SINK_PARAMS.get(key)
-        if name is None:
-            kept.append((key, value))
-        elif name == "safe_mode":
+    for key, value in given.items():
+        name = _MYSQL_SINK_PARAMS[key]
+        if name == "safe_mode":
             settings[name] = true_false(value, "mysql sink-uri safe-mode")
         else:
             settings[name] = positive_int(value, f"mysql sink-uri {key}")
-    url = urlunsplit(parts._replace(query=urlencode(kept)))
-    parse_mysql_url(url)  # validates host and connection options now, not inside the job
-    return url, MySQLSinkConfig(**settings)
-
-
-#: Parameters of a kafka:// sink-uri that shape the topic, not the messages: accepted and ignored.
-_KAFKA_WRITE_PARAMS = frozenset({"partition-num", "replication-factor", "auto-create-topic", "flush-interval"})
+    return params, MySQLSinkConfig(**settings)
 
 
 def kafka_source(uri: str) -> dict[str, str]:
     """``kafka://HOST:PORT/TOPIC?protocol=...`` (the capture's sink-uri as is) -> data source options.
 
-    TLS and SASL parameters (`changefeed.kafkasecurity`) are checked and the SASL password read
-    here; it travels as the ``sasl-password`` option, which Spark redacts wherever it shows options.
+    The sink's topic and writing parameters (`KAFKA_WRITE_PARAMS`) are accepted and ignored; TLS and
+    SASL parameters (`changefeed.kafkasecurity`) are checked and the SASL password read here; it
+    travels as the ``sasl-password`` option, which Spark redacts wherever it shows options.
     """
     from ..codec import CodecOptions  # noqa: PLC0415
-    from ..kafkasecurity import KAFKA_SECURITY_PARAMS, KafkaSecurity  # noqa: PLC0415
+    from ..kafkasecurity import KAFKA_SECURITY_PARAMS, KAFKA_WRITE_PARAMS, KafkaSecurity, KafkaURI  # noqa: PLC0415
 
-    parts = urlsplit(uri)
-    topic = parts.path.strip("/")
-    if not parts.netloc or not topic:
-        raise ConfigError(f"expected kafka://HOST:PORT/TOPIC?protocol=..., got {mask_secrets(uri)!r}")
-    params = {k: v for k, v in parse_qsl(parts.query, keep_blank_values=True) if k not in _KAFKA_WRITE_PARAMS}
-    security = KafkaSecurity.from_params(params, where="--from kafka://")
-    params = {k: v for k, v in params.items() if k not in KAFKA_SECURITY_PARAMS}
+    kafka = KafkaURI.parse(uri)
+    security = KafkaSecurity.from_params(kafka.params, where="--from kafka://")
+    ignored = KAFKA_WRITE_PARAMS | KAFKA_SECURITY_PARAMS
+    params = {k: v for k, v in kafka.params.items() if k not in ignored}
     CodecOptions.from_mapping(params)  # unknown codec parameters fail here, naming the key
-    return {"input": "kafka", "bootstrap.servers": parts.netloc, "topic": topic, **params, **security.params()}
+    return {"input": "kafka", "bootstrap.servers": kafka.servers, "topic": kafka.topic, **params, **security.params()}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -166,11 +156,11 @@ def run(args: argparse.Namespace) -> int:
     if scheme in ("mysql", "tidb"):
         from ..sink.mysql import MySQLSink  # noqa: PLC0415
 
-        url, config = mysql_target(args.target, args.changefeed_id, options.get("time-zone", codec.time_zone))
+        connection, config = mysql_target(args.target, args.changefeed_id, options.get("time-zone", codec.time_zone))
         # Spark's offsets only save re-reading: the downstream checkpoint row is what makes it exactly once.
         checkpoint = args.checkpoint or default_checkpoint("apply", args.changefeed_id)
-        make_sink = partial(MySQLSink, url, config)
-        where = f"{mask_secrets(url)} (changefeed {args.changefeed_id})"
+        make_sink = partial(MySQLSink, connection, config)
+        where = f"{connection} (changefeed {args.changefeed_id})"
     else:
         from ..sink.parquet import ParquetSnapshotSink  # noqa: PLC0415
 

@@ -8,11 +8,10 @@ from __future__ import annotations
 import argparse
 import sys
 from typing import IO
-from urllib.parse import parse_qsl, urlsplit
 
 import orjson
 
-from ..errors import ConfigError, clip, positive_int
+from ..errors import ConfigError, positive_int
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -83,6 +82,9 @@ _SECURITY_OPTIONS = {
 }
 
 
+_BROKER_FORM = "--broker takes HOST:PORT[,HOST:PORT] or kafka://HOST:PORT/TOPIC"
+
+
 def broker_target(args: argparse.Namespace) -> tuple[str, str | None, int | None, dict[str, str]]:
     """``--broker`` and the security options -> bootstrap servers, topic, partitions and librdkafka settings.
 
@@ -91,26 +93,23 @@ def broker_target(args: argparse.Namespace) -> tuple[str, str | None, int | None
     from the options or the URI's parameters (not both for one setting), read by `KafkaSecurity`
     as the sink reads them; a SASL password written on the command line is refused.
     """
-    from ..kafkasecurity import KAFKA_SECURITY_PARAMS, KafkaSecurity  # noqa: PLC0415
+    from ..kafkasecurity import KAFKA_SECURITY_PARAMS, KafkaSecurity, KafkaURI  # noqa: PLC0415
 
     broker: str = args.broker
     topic: str | None = args.topic
     partitions: int | None = args.partitions
     params: dict[str, str] = {}
     if "://" in broker:
-        parts = urlsplit(broker)
-        if parts.scheme.lower() != "kafka" or not parts.netloc:
-            raise ConfigError(f"--broker takes HOST:PORT[,HOST:PORT] or kafka://HOST:PORT/TOPIC, got {clip(broker)}")
-        query = parse_qsl(parts.query, keep_blank_values=True)
-        params = {k: v for k, v in query if k in KAFKA_SECURITY_PARAMS}
+        kafka = KafkaURI.parse(broker, need_topic=False, form=_BROKER_FORM)
+        params = {k: v for k, v in kafka.params.items() if k in KAFKA_SECURITY_PARAMS}
         if "sasl-password" in params:
             raise ConfigError(
                 "--broker: the URI writes the SASL password (sasl-password=...), and a command line is visible to "
                 "every user of the host (ps); give sasl-password-env=NAME or sasl-password-file=PATH instead"
             )
-        broker = parts.netloc
-        topic = topic or parts.path.strip("/") or None
-        num = dict(query).get("partition-num")
+        broker = kafka.servers
+        topic = topic or kafka.topic or None
+        num = kafka.params.get("partition-num")
         if partitions is None and num is not None:
             partitions = positive_int(num, "--broker: partition-num")
     for attr, name in _SECURITY_OPTIONS.items():
@@ -143,7 +142,7 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
         broker=broker,
         topic=topic,
         partitions=partitions,
-        sink=mysql_target(args.sink, "check")[0] if args.sink else None,  # TiCDC's sink parameters split off
+        sink=mysql_target(args.sink, "check")[0] if args.sink else None,  # the connection; sink settings checked
         timeout=args.timeout,
         broker_config=broker_config,
     )

@@ -22,6 +22,7 @@ from ..errors import ConfigError
 if TYPE_CHECKING:
     from ..config import ChangefeedConfig
     from ..sink.base import Sink
+    from ..sink.mysql.url import MySQLParams
     from ..spark.jobs import JobStats
 
 log = logging.getLogger(__name__)
@@ -117,7 +118,6 @@ def wall_time(tso: int) -> str:
 def run(args: argparse.Namespace) -> int:
     from ..config import load_config, parse_sink_uri  # noqa: PLC0415
     from ..ops.monitor import set_job_context  # noqa: PLC0415
-    from ..secrets import mask_secrets  # noqa: PLC0415
     from ..spark.jobs import source_options  # noqa: PLC0415
 
     config = load_config(args.config)
@@ -155,11 +155,11 @@ def run(args: argparse.Namespace) -> int:
     elif config.sink_uri.is_mysql:
         from ..sink.mysql import MySQLSink  # noqa: PLC0415
 
-        url, sink_config = config.mysql_sink()
+        connection, sink_config = config.mysql_sink()
         if not args.skip_preflight:
-            preflight(config, checkpoint, sink=url)
-        make_sink = partial(MySQLSink, url, sink_config)
-        where = f"{mask_secrets(url)} (changefeed {config.changefeed_id})"
+            preflight(config, checkpoint, sink=connection)
+        make_sink = partial(MySQLSink, connection, sink_config)
+        where = f"{connection} (changefeed {config.changefeed_id})"
     else:
         from ..sink.storage.writer import StorageWriter  # noqa: PLC0415
 
@@ -205,7 +205,7 @@ def preflight(
     *,
     broker: tuple[str, str, int | None] | None = None,
     broker_config: Mapping[str, Any] | None = None,
-    sink: str | None = None,
+    sink: MySQLParams | None = None,
 ) -> None:
     """The checks of `changefeed check` that apply to this changefeed; raise `PreflightError` on any error.
 

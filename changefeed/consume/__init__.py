@@ -1,4 +1,6 @@
-"""Consuming TiCDC-protocol topics: ordering, dedupe, resolved-ts gating, schema cache."""
+"""The read side: a storage directory (`storage`), a Kafka topic (`kafka`: the consumer factory and
+offset ranges; `source.KafkaSource`), and the cross-partition merge (`merge`: ordering, dedupe,
+resolved-ts gating)."""
 
 from .merge import MergeStats, PartitionMerger, row_identity
 from .source import KafkaSource, KafkaSourceConfig, KafkaSourceError

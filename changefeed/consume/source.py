@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Self, cast
 from ..codec import CodecOptions, Decoder, Message, make_decoder
 from ..errors import CaptureError, ConfigError
 from ..model import DDLEvent, Event, Resolved, RowChange
+from .kafka import new_consumer
 from .merge import MergeStats, PartitionMerger
 
 if TYPE_CHECKING:
@@ -63,21 +64,12 @@ class KafkaSourceConfig:
 
 class KafkaSource:
     def __init__(self, config: KafkaSourceConfig) -> None:
-        from confluent_kafka import Consumer  # noqa: PLC0415
-
         self.config = config
         self.topic = config.topic
-        conf: dict[str, Any] = {
-            "bootstrap.servers": config.bootstrap_servers,
-            "group.id": config.group_id or "changefeed-unused",
-            "enable.auto.commit": False,  # commit only what the caller made durable
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": "error",  # an offset the broker no longer has is an error, not a skip
-            "allow.auto.create.topics": False,
-            "logger": log,
-            **config.consumer_config,
-        }
-        self._consumer: Consumer = Consumer(conf)
+        # commit only what the caller made durable; a lost offset is an error (`kafka.new_consumer`)
+        self._consumer: Consumer = new_consumer(
+            config.bootstrap_servers, config.consumer_config, group_id=config.group_id
+        )
         self._decoders: dict[int, Decoder] = {}
         self._hold_start: dict[int, int] = {}  # Simple: partition -> first offset of DMLs held for a schema
         self._schemas: Any = None  # Simple: one schema cache shared by every partition's decoder

@@ -123,6 +123,46 @@ class DDLCatalog:
     def __len__(self) -> int:
         return len(self._tables)
 
+    # ------------------------------------------------------------------ copies and transport
+
+    def copy(self) -> DDLCatalog:
+        """An independent catalog with the same knowledge (cheap: tables are replaced, never changed in place)."""
+        out = DDLCatalog()
+        out._tables = dict(self._tables)
+        out.generation = self.generation
+        return out
+
+    def to_compact(self, names: Iterable[TableName] | None = None) -> list[Any]:
+        """The knowledge as JSON-able lists (all tables, or the known ones of ``names``); `from_compact` reads it.
+
+        A table is ``[schema, table, columns, indexes]``; a column ``[name, nullable]`` or
+        ``[name, nullable, precision, scale]``; an index ``[name, columns, kind]`` with kind 2
+        primary, 1 unique, 0 plain, in index-id order.
+        """
+        if names is None:
+            keys: Iterable[TableName] = self._tables
+        else:
+            found = (self._key(*n) for n in names)
+            keys = sorted({k for k in found if k is not None})
+        out: list[Any] = []
+        for key in keys:
+            t = self._tables[key]
+            columns = [[c.name, c.nullable, *c.decimal] if c.decimal else [c.name, c.nullable] for c in t.columns]
+            indexes = [[x.name, list(x.columns), 2 if x.primary else int(x.unique)] for x in t.indexes]
+            out.append([key[0], key[1], columns, indexes])
+        return out
+
+    @classmethod
+    def from_compact(cls, data: Iterable[Any]) -> DDLCatalog:
+        """A catalog from `to_compact`'s lists."""
+        catalog = cls()
+        for schema, table, columns, indexes in data:
+            cols = [ColumnDef(str(c[0]), bool(c[1]), (int(c[2]), int(c[3])) if len(c) > 2 else None) for c in columns]
+            idx = [Index(str(n), tuple(map(str, cs)), primary=kind == 2, unique=kind >= 1) for n, cs, kind in indexes]
+            catalog._tables[(str(schema), str(table))] = _Table(cols, idx)
+        catalog.generation = 1 if catalog._tables else 0
+        return catalog
+
     # ------------------------------------------------------------------ writing
 
     def put(self, tdef: TableDef) -> None:

@@ -449,22 +449,28 @@ def _check_broker(
     from confluent_kafka import KafkaException  # noqa: PLC0415 - only a broker check pays for librdkafka
     from confluent_kafka.admin import AdminClient  # noqa: PLC0415
 
-    # "logger" takes a logging.Logger, which confluent-kafka's config type leaves out
+    # "logger" takes a logging.Logger, which confluent-kafka's config type leaves out. The reason a
+    # connection failed (TLS verification, a missing client certificate) reaches only error_cb.
+    seen: list[str] = []
     config: dict[str, Any] = {
         "bootstrap.servers": ",".join(reachable),
         "logger": log,
         "socket.connection.setup.timeout.ms": 1000,
+        "error_cb": lambda err: seen.append(err.str()),
         **client_config,
     }
     admin = AdminClient(config)
     try:
         metadata = admin.list_topics(timeout=timeout)
     except KafkaException as exc:
+        admin.poll(0)  # serve the error callbacks
+        reasons = "; ".join(dict.fromkeys(x for x in seen if "brokers are down" not in x))
+        why = f" ({mask_secrets(reasons)})" if reasons else ""
         return [
             Finding(
                 "broker-unreachable",
                 "error",
-                f"the bootstrap servers accept connections but return no metadata within {timeout:g} s: {exc}",
+                f"the bootstrap servers accept connections but return no metadata within {timeout:g} s: {exc}{why}",
                 "check that the port is a Kafka listener (not another service), the security protocol / SASL "
                 "settings, and the brokers' advertised.listeners",
                 bootstrap,

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
 
@@ -119,19 +120,38 @@ def _partition_id() -> int:
     return ctx.partitionId() if ctx is not None else 0
 
 
+def _record_batch(rows: list[dict[str, Any]], schema: pa.Schema, part: int, seq: int) -> pa.RecordBatch:
+    """``rows`` (without ``part``/``seq``; missing keys are NULL) as one batch, numbered from ``seq``."""
+    n = len(rows)
+    columns = [
+        pa.array(np.full(n, part, np.int32), f.type)
+        if f.name == "part"
+        else pa.array(np.arange(seq, seq + n, dtype=np.int64), f.type)
+        if f.name == "seq"
+        else pa.array([r.get(f.name) for r in rows], f.type)
+        for f in schema
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
 def _batches(rows: Iterator[dict[str, Any]], schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    """Output rows as envelopes (changefeed/spark/envelope.py) of Arrow batches cut by count and payload size."""
+    """Output rows as envelopes (changefeed/spark/envelope.py) of Arrow batches cut by count and payload size.
+
+    Every row gets ``schema``'s ``part`` (this partition's index) and ``seq`` (its number in the
+    partition).
+    """
     part = _partition_id()
     pending: list[dict[str, Any]] = []
-    size = 0
-    for seq, row in enumerate(rows):
-        pending.append({**row, "part": part, "seq": seq})
-        size += sum(len(v) for v in row.values() if isinstance(v, bytes))
+    size = seq = 0
+    for row in rows:
+        pending.append(row)
+        size += sum([len(v) for v in row.values() if isinstance(v, bytes)])
         if len(pending) >= _BATCH_ITEMS or size >= _BATCH_BYTES:
-            yield wrap(pa.RecordBatch.from_pylist(pending, schema=schema), part)
+            yield wrap(_record_batch(pending, schema, part, seq), part)
+            seq += len(pending)
             pending, size = [], 0
     if pending:
-        yield wrap(pa.RecordBatch.from_pylist(pending, schema=schema), part)
+        yield wrap(_record_batch(pending, schema, part, seq), part)
 
 
 def in_commit_order(df: DataFrame) -> DataFrame:
@@ -151,8 +171,26 @@ def _collect(
     df: DataFrame, fn: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], schema: pa.Schema
 ) -> pa.Table:
     """Run ``fn`` over every partition in executors; its output rows in (partition, sequence) order."""
-    table = unwrap(df.mapInArrow(fn, ENVELOPE_DDL).toArrow(), schema, "encode stage")
-    return table.sort_by([("part", "ascending"), ("seq", "ascending")])
+    return _in_order(df.mapInArrow(fn, ENVELOPE_DDL).toArrow(), schema)
+
+
+def _in_order(envelopes: pa.Table, schema: pa.Schema) -> pa.Table:
+    """The rows of `_batches`' envelopes in (partition, sequence) order.
+
+    An envelope is one partition's rows in sequence order, and a partition's envelopes come in
+    the order it yielded them, so a stable sort of the few envelopes by partition orders the rows
+    without copying each payload. The row order is checked on the two number columns; rows
+    out of order (not expected) are sorted one by one.
+    """
+    parts = envelopes.column("part").to_numpy()
+    if len(parts) > 1 and (np.diff(parts) < 0).any():
+        envelopes = envelopes.take(pa.array(np.argsort(parts, kind="stable")))
+    table = unwrap(envelopes, schema, "encode stage")
+    part, seq = (table.column(name).to_numpy() for name in ("part", "seq"))
+    ordered = (part[1:] > part[:-1]) | ((part[1:] == part[:-1]) & (seq[1:] > seq[:-1]))
+    if not ordered.all():
+        return table.sort_by([("part", "ascending"), ("seq", "ascending")])
+    return table
 
 
 # ---------------------------------------------------------------------------------------------- storage

@@ -40,7 +40,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -105,7 +105,9 @@ class Plan:
     """How one job turns a micro-batch of its source into what its sink takes."""
 
     stream: DataFrame
-    collect: Callable[[DataFrame, int], list[Any]]  # batch DataFrame, batch id -> events or encoded items
+    # Batch DataFrame, batch id -> the batch's events or encoded items, in pieces written as they
+    # come: the sink applies one piece while the next is decoded (`Stage.chunks`).
+    collect: Callable[[DataFrame, int], Iterable[list[Any]]]
     write: Callable[[list[Any]], None]  # the sink's `write`, or its `write_encoded` for encoded items
     stage: Stage | None = None  # state across batches (the Kafka merge): committed after each flush
 
@@ -128,10 +130,14 @@ class _BatchRunner:
 
     def _batch(self, df: DataFrame, batch_id: int) -> None:
         t0 = time.monotonic()
-        events = self.plan.collect(df, batch_id)
-        self.monitor.collected(batch_id, events)  # counted once per batch id, even if the batch fails later
+        events: list[Any] = []
+        try:
+            for piece in self.plan.collect(df, batch_id):
+                self.plan.write(piece)
+                events.extend(piece)
+        finally:
+            self.monitor.collected(batch_id, events)  # counted once per batch id, even if the batch fails later
         rows = row_count(events)
-        self.plan.write(events)
         if self.hook is not None:
             self.hook(batch_id, "written")
         checkpoint = self.sink.flush()
@@ -286,7 +292,7 @@ def _stream(spark: SparkSession, source: Mapping[str, str], **extra: str) -> Dat
 def _staged(spark: SparkSession, source: Mapping[str, str], stage: Stage, sink: Sink) -> Plan:
     """The source hands over its internal ``output``; the stage turns it into events here, on the driver."""
     stream = _stream(spark, source, output=stage.output)
-    return Plan(stream, lambda df, batch_id: stage.run(df.toArrow(), batch_id), sink.write, stage)
+    return Plan(stream, lambda df, batch_id: stage.chunks(df.toArrow(), batch_id), sink.write, stage)
 
 
 Encoder = tuple[Callable[["DataFrame", PartitionEvents], list[Any]], Callable[[list[Any]], None]]
@@ -323,9 +329,9 @@ def plan(spark: SparkSession, source: Mapping[str, str], sink: Sink, checkpoint:
         if encoder is not None:
             encode, write = encoder
             stream = _stream(spark, options, output=BINLOG_RANGES)
-            return Plan(stream, lambda df, batch_id: encode(df, decoder.events), write)
+            return Plan(stream, lambda df, batch_id: (encode(df, decoder.events),), write)
         # Ranges come in binlog order, each in commit order: no sort (a block may span commit ts).
-        stage = OrderedStage(BINLOG_RANGES, lambda table: list(decoder.events(table.to_batches())), sort=False)
+        stage = OrderedStage(BINLOG_RANGES, lambda table: decoder.events(table.to_batches()), sort=False)
         return _staged(spark, options, stage, sink)
     if opts.input == "kafka":
         kafka = KafkaInput(opts)
@@ -339,7 +345,7 @@ def plan(spark: SparkSession, source: Mapping[str, str], sink: Sink, checkpoint:
         return changelog_plan(spark, options, sink)
     encode, write = encoder
     stream = _stream(spark, options, events="true")
-    return Plan(stream, lambda df, batch_id: encode(in_commit_order(df), jsonl_events), write)
+    return Plan(stream, lambda df, batch_id: (encode(in_commit_order(df), jsonl_events),), write)
 
 
 def changelog_plan(spark: SparkSession, source: Mapping[str, str], sink: Sink) -> Plan:
@@ -347,11 +353,11 @@ def changelog_plan(spark: SparkSession, source: Mapping[str, str], sink: Sink) -
     stream = _stream(spark, source, events="true")
     reader = EventReader(source="changelog batch")
 
-    def parsed(df: DataFrame, batch_id: int) -> list[Any]:
+    def parsed(df: DataFrame, batch_id: int) -> tuple[list[Any]]:
         lines = df.select("event").toArrow().column("event").to_pylist()
         events = [reader.parse(line, where=f"batch {batch_id}") for line in lines if line]
         events.sort(key=event_order)
-        return events
+        return (events,)
 
     return Plan(stream, parsed, sink.write)
 

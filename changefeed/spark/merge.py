@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -58,6 +58,8 @@ _PREFIX, _SUFFIX = "merge-", ".jsonl"
 
 Decoded = Iterable[tuple[int, int, Sequence[Event | RowBlock]] | tuple[int, int, Sequence[Event | RowBlock], int]]
 """Decoded messages: (partition, offset, events of that message[, its bytes]), in offset order per partition."""
+#: Rows per piece of a batch handed to the sink while the next is decoded (`Stage.chunks`).
+CHUNK_ROWS = 16384
 #: What the merge may hold for partitions waiting on a slower one, in message bytes, at least.
 MIN_PENDING_BYTES = 512 << 20
 
@@ -114,6 +116,10 @@ class Stage(Protocol):
         """The events to hand to the sink for this batch, in commit order (rows may come in `RowBlock`s)."""
         ...
 
+    def chunks(self, rows: pa.Table, batch_id: int) -> Iterator[list[Event | RowBlock]]:
+        """`run`'s events in pieces, each ready for the sink while the next is decoded."""
+        ...
+
     def commit(self, batch_id: int) -> None:
         """The sink made the batch durable."""
         ...
@@ -124,17 +130,34 @@ class Stage(Protocol):
 class OrderedStage:
     """A source whose micro-batch is complete by itself (storage or binlog ranges): decoded here, in commit order."""
 
-    def __init__(self, output: str, decode: Callable[[pa.Table], list[Event | RowBlock]], *, sort: bool = True) -> None:
+    def __init__(
+        self, output: str, decode: Callable[[pa.Table], Iterable[Event | RowBlock]], *, sort: bool = True
+    ) -> None:
         self.output = output
         self.decode = decode
         self.sort = sort  # False: the decoder gives commit order already (binlog ranges, in binlog order)
         self.intern = SchemaInterner()
 
     def run(self, rows: pa.Table, batch_id: int) -> list[Event | RowBlock]:
-        events = self.decode(rows)
+        return [event for chunk in self.chunks(rows, batch_id) for event in chunk]
+
+    def chunks(self, rows: pa.Table, batch_id: int) -> Iterator[list[Event | RowBlock]]:
+        """Sorted: the whole batch at once; else pieces of about `CHUNK_ROWS` rows, as decoded."""
         if self.sort:
+            events = list(self.decode(rows))
             events.sort(key=event_order)  # a DDL precedes rows of its commit ts; a resolved row follows them
-        return self.intern(events)
+            yield self.intern(events)
+            return
+        piece: list[Event | RowBlock] = []
+        size = 0
+        for event in self.decode(rows):
+            piece.append(event)
+            size += event.num_rows if isinstance(event, RowBlock) else 1
+            if size >= CHUNK_ROWS:
+                yield self.intern(piece)
+                piece, size = [], 0
+        if piece:
+            yield self.intern(piece)
 
     def commit(self, batch_id: int) -> None:
         """Nothing to save: the sink's checkpoint makes a replay skip what it applied."""
@@ -256,34 +279,48 @@ class MergeStage:
 
     def run(self, messages: pa.Table, batch_id: int) -> list[Event | RowBlock]:
         """A batch of the input's rows: decoded (or unpacked) once, then merged (see `merge`)."""
+        return [event for chunk in self.chunks(messages, batch_id) for event in chunk]
+
+    def chunks(self, messages: pa.Table, batch_id: int) -> Iterator[list[Event | RowBlock]]:
+        """`run` in pieces: the partitions' messages decoded a few at a time, round robin, and what
+        each piece lets the merge release handed on at once, so the sink applies it while the next
+        piece is decoded."""
         if self.decoder is None:
             raise ChangefeedError("the merge stage has no message decoder")
-        return self.merge(self.decoder.decode(messages), batch_id)
+        return self._merged(self.decoder.chunks(messages), batch_id)
 
     def merge(self, messages: Decoded, batch_id: int) -> list[Event | RowBlock]:
         """The events now released in commit-ts order, ending with a Resolved when the global ts advanced."""
+        return [event for chunk in self._merged((messages,), batch_id) for event in chunk]
+
+    def _merged(self, pieces: Iterable[Decoded], batch_id: int) -> Iterator[list[Event | RowBlock]]:
+        """What each piece of decoded messages releases; the merger is kept for `commit` once all are fed."""
         merger = self._restore(batch_id)
         known = set(self.partitions)
         merger.max_pending_bytes = self.max_pending_bytes
-        for message in messages:
-            partition, offset, events = message[:3]
-            if partition not in known:
-                raise ChangefeedError(f"kafka topic {self.topic!r}: partition {partition} appeared mid-stream")
-            merger.feed(partition, events, offset, message[3] if len(message) > 3 else 0)
-        out = self.intern(merger.ready())
-        if out and isinstance(out[-1], Resolved):
-            checkpoint: dict[Any, int] = merger.checkpoint()
-            offsets = {str(p): o for p, o in checkpoint.items()}
-            out[-1] = Resolved(out[-1].commit_ts, position={"topic": self.topic, "offsets": offsets})
+        released = 0
+        for piece in pieces:
+            for message in piece:
+                partition, offset, events = message[:3]
+                if partition not in known:
+                    raise ChangefeedError(f"kafka topic {self.topic!r}: partition {partition} appeared mid-stream")
+                merger.feed(partition, events, offset, message[3] if len(message) > 3 else 0)
+            out = self.intern(merger.ready())
+            if out and isinstance(out[-1], Resolved):
+                checkpoint: dict[Any, int] = merger.checkpoint()
+                offsets = {str(p): o for p, o in checkpoint.items()}
+                out[-1] = Resolved(out[-1].commit_ts, position={"topic": self.topic, "offsets": offsets})
+            released += len(out)
+            if out:
+                yield out
         self._merger = merger
         log.debug(
             "kafka merge batch=%d released=%d buffered=%d global_resolved=%d",
             batch_id,
-            len(out),
+            released,
             merger.buffered(),
             merger.global_resolved,
         )
-        return out
 
     def commit(self, batch_id: int) -> None:
         """Save the state after ``batch_id``, once the sink made the batch durable."""

@@ -88,8 +88,14 @@ class Broker(ManagedProcess):
         shutdown_timeout: float = 15.0,
         keep_logs: bool = False,
         name: str = "tansu",
+        advertised_listener: str | None = None,
     ) -> None:
-        """Configure (not start) a broker; ``env`` adds to the inherited environment."""
+        """Configure (not start) a broker; ``env`` adds to the inherited environment.
+
+        ``advertised_listener`` (``HOST:PORT``) is the address tansu puts in its metadata, where
+        clients connect after bootstrapping (e.g. a TLS proxy in front of it: `changefeed.testing.tlsproxy`);
+        by default its own listener.
+        """
         super().__init__(
             name=name, port=port, startup_timeout=startup_timeout, shutdown_timeout=shutdown_timeout, keep=keep_logs
         )
@@ -97,6 +103,7 @@ class Broker(ManagedProcess):
         self._binary = binary
         self._env = dict(env or {})
         self._log_offset = 0
+        self.advertised_listener = advertised_listener
 
     # --- connection details -------------------------------------------------------------------------
 
@@ -193,13 +200,14 @@ class Broker(ManagedProcess):
 
     def _argv(self) -> list[str]:
         listener = f"tcp://{self.host}:{self.port}"
+        advertised = f"tcp://{self.advertised_listener}" if self.advertised_listener else listener
         return [
             self._binary or tansu_binary(),
             "broker",
             "--listener-url",
             listener,
             "--advertised-listener-url",
-            listener,
+            advertised,
             "--storage-engine",
             self.storage_engine,
         ]

@@ -13,8 +13,11 @@ import socket
 import threading
 from pathlib import Path
 
-__all__ = ["free_port", "port_is_open"]
+from changefeed.testing import ServiceError
 
+__all__ = ["HOST", "Endpoint", "free_port", "port_is_open"]
+
+HOST = "127.0.0.1"
 _FALLBACK_EPHEMERAL_LOW = 32768
 _LOW = 15000
 _lock = threading.Lock()
@@ -66,3 +69,20 @@ def port_is_open(host: str, port: int, timeout: float = 0.5) -> bool:
             return True
     except OSError:
         return False
+
+
+class Endpoint:
+    """``host`` and ``port`` of a service listening on `HOST` (the port is known once it started)."""
+
+    name: str
+    _port: int | None
+
+    @property
+    def host(self) -> str:
+        return HOST
+
+    @property
+    def port(self) -> int:
+        if self._port is None:
+            raise ServiceError(f"{self.name} has no port yet: call start()")
+        return self._port

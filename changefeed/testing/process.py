@@ -26,13 +26,12 @@ from types import TracebackType
 from typing import ClassVar, Self
 
 from changefeed.testing import ServiceError
-from changefeed.testing.ports import free_port
+from changefeed.testing.ports import HOST, Endpoint, free_port
 
 __all__ = ["ManagedProcess"]
 
 log = logging.getLogger(__name__)
 
-_HOST = "127.0.0.1"
 _BIND_RETRIES = 3
 
 # --- process plumbing ---------------------------------------------------------------------------------
@@ -134,7 +133,7 @@ def _log_tail(path: Path, lines: int = 40) -> str:
 # --- the lifecycle ------------------------------------------------------------------------------------
 
 
-class ManagedProcess:
+class ManagedProcess(Endpoint):
     """A server process on ``127.0.0.1`` with its own directory, started and stopped the same way for all.
 
     Subclasses set :attr:`program` and :attr:`not_ready` and implement :meth:`_make_dir`, :meth:`_argv`,
@@ -231,16 +230,6 @@ class ManagedProcess:
 
     # --- common surface -------------------------------------------------------------------------------
 
-    @property
-    def host(self) -> str:
-        return _HOST
-
-    @property
-    def port(self) -> int:
-        if self._port is None:
-            raise ServiceError(f"{self.name} has no port yet: call start()")
-        return self._port
-
     def _require_dir(self, what: str) -> Path:
         """The service's directory; before :meth:`start` an error saying it has no ``what`` yet."""
         if self._dir is None:
@@ -304,7 +293,7 @@ class ManagedProcess:
         """First start: a free port can be taken by someone else before we bind, so pick another."""
         for attempt in range(1, _BIND_RETRIES + 1):
             if self._port is None:
-                self._port = free_port(_HOST)
+                self._port = free_port(HOST)
             try:
                 self._launch()
                 return

@@ -120,6 +120,11 @@ def test_the_sink_uri_itself(handed: dict[str, Any], monkeypatch: pytest.MonkeyP
         (["--broker", "kafka://b:9092/t?ca=/a.pem", "--ca", "/b.pem"], "give it in one place"),
         (["--broker", "kafka://b:9092/t?partition-num=0"], "partition-num must be a positive integer"),
         (["--broker", "http://b:9092/t"], "kafka://HOST:PORT/TOPIC"),
+        (["--broker", "kafka://b:9092/t?ca=/a.pem&ca=/b.pem"], "sink-uri parameter 'ca' given twice"),
+        (
+            ["--broker", f"kafka://b:9092/a/b?sasl-password={SECRET}"],
+            "--broker takes HOST:PORT[,HOST:PORT] or kafka://",
+        ),
     ],
 )
 def test_refused(

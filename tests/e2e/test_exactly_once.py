@@ -1,6 +1,6 @@
 """Exactly once under crashes, through storage and through Kafka: 10 SIGKILLs each, then diff equal.
 
-The scenario lives in `changefeed.testing.exactly_once` (shared with ``scripts/soak``, which runs
+The scenario lives in `tests.e2e.exactly_once` (shared with ``scripts/soak``, which runs
 it for hundreds of kills). Replay a failure with ``CHANGEFEED_EO_SEED=<seed printed by the test>``.
 """
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from changefeed.testing import Broker, MariaDBServer
-from changefeed.testing.exactly_once import Outcome, Scenario, describe, run_scenario
+from tests.e2e.exactly_once import Outcome, Scenario, describe, run_scenario
 
 pytestmark = [pytest.mark.mariadb, pytest.mark.spark, pytest.mark.timeout(290)]
 

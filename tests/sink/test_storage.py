@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from changefeed.codec import CodecOptions
+from changefeed.consume.storage import ReaderPosition, StorageReader
 from changefeed.model import (
     ActionType,
     Column,
@@ -25,7 +26,6 @@ from changefeed.model import (
 )
 from changefeed.sink.storage import writer as writer_module
 from changefeed.sink.storage.layout import SchemaFile
-from changefeed.sink.storage.reader import ReaderPosition, StorageReader
 from changefeed.sink.storage.writer import StorageOptions, StorageWriter, read_checkpoint
 from tests.strategies import row_changes, tables
 

@@ -59,8 +59,9 @@ def test_live_example_reads_a_server_into_mysql() -> None:
         "mysql://cdc@127.0.0.1:3306",
         "CDC_SOURCE_PASSWORD",
     )
-    url, sink = cfg.mysql_sink()
-    assert url == "mysql://root@127.0.0.1:3307/" and sink.workers == 4 and sink.changefeed_id == "live-mysql"
+    target, sink = cfg.mysql_sink()
+    assert (target.host, target.port, target.user, target.options) == ("127.0.0.1", 3307, "root", {})
+    assert sink.workers == 4 and sink.changefeed_id == "live-mysql"
 
 
 @pytest.mark.parametrize(
@@ -120,8 +121,14 @@ def test_live_source_and_mysql_sink(monkeypatch: pytest.MonkeyPatch) -> None:
     )
     cfg = parse_config(text)
     assert cfg.source.is_live and cfg.sink_uri.is_mysql and not cfg.sink_uri.is_kafka
-    url, sink = cfg.mysql_sink()
-    assert url == "tidb://app:sink%40pw@10.0.0.2:4000/"
+    target, sink = cfg.mysql_sink()
+    assert (target.user, target.password, target.host, target.port, target.options) == (
+        "app",
+        "sink@pw",
+        "10.0.0.2",
+        4000,
+        {},
+    )
     assert (sink.workers, sink.safe_mode, sink.batch_rows, sink.changefeed_id, sink.time_zone) == (
         8,
         True,
@@ -273,18 +280,19 @@ def test_relative_tls_and_password_files_resolve_against_the_config_file(
     assert cfg.source.password_file == str(conf / "pw")
     assert cfg.source.server().tls.ca == str(conf / "certs/up-ca.pem")
     assert cfg.source.data_source_options()["password"] == "s3cret"
-    cfg.mysql_sink()  # the rewritten URI still parses
+    target, _ = cfg.mysql_sink()
+    assert target.tls.ca == str(conf / "certs/ca.pem") and target.password == "s3cret"
     assert parse_sink_uri(cfg.sink_uri.uri).params["ssl-ca"] == str(conf / "certs/ca.pem")
 
     kafka = conf / "kafka.toml"
     kafka.write_text(
-        'sink-uri = "kafka://b:9092/t?protocol=canal-json&ca=ca.pem&cert=/abs/c.pem&key=k.pem'
+        'sink-uri = "kafka://b:9092/t?protocol=canal-json&ca=ca.pem&cert=/abs/c.pem&key=certs/../k.pem'
         '&sasl-mechanism=PLAIN&sasl-user=u&sasl-password-file=pw"\n[source]\npath = "/b"\n'
     )
     client = load_config(kafka).kafka_sink_config().client_config
     assert client["ssl.ca.location"] == str(conf / "ca.pem")
     assert client["ssl.certificate.location"] == "/abs/c.pem"  # absolute paths stay as they are
-    assert client["ssl.key.location"] == str(conf / "k.pem")
+    assert client["ssl.key.location"] == str(conf / "k.pem")  # made absolute as [source] path is: resolved
     assert client["sasl.password"] == "s3cret"
     # On the command line (--sink-uri), relative means the current directory.
     assert parse_sink_uri("kafka://b:9092/t?ca=ca.pem", Path.cwd()).params["ca"] == str(elsewhere / "ca.pem")

@@ -11,8 +11,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from changefeed.codec import CodecOptions
+from changefeed.consume.storage import StorageReader
 from changefeed.model import RowChange
-from changefeed.sink.storage.reader import StorageReader
 from changefeed.sink.storage.writer import StorageWriter
 from changefeed.spark.datasource import register
 

@@ -11,9 +11,9 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
 from changefeed.codec import CodecOptions
+from changefeed.consume.storage import StorageReader
 from changefeed.model import RowChange
 from changefeed.sink.parquet import ParquetSnapshotSink
-from changefeed.sink.storage.reader import StorageReader
 from changefeed.sink.storage.writer import StorageWriter
 from changefeed.spark.jobs import storage_source
 

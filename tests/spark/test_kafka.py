@@ -11,12 +11,12 @@ from pyspark.sql import SparkSession
 
 from changefeed.cli import main
 from changefeed.codec import CodecOptions
+from changefeed.consume.storage import StorageReader
 from changefeed.errors import ConfigError
 from changefeed.model import RowChange
 from changefeed.sink.kafka import KafkaSink, KafkaSinkConfig
 from changefeed.sink.mysql import MySQLSink, MySQLSinkConfig
 from changefeed.sink.parquet import ParquetSnapshotSink
-from changefeed.sink.storage.reader import StorageReader
 from changefeed.sink.storage.writer import StorageWriter
 from changefeed.spark.datasource import register
 from changefeed.spark.jobs import DECODE_CONF, decode_in_tasks

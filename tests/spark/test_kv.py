@@ -107,8 +107,8 @@ def test_run_kv_source_into_storage_equals_changefeed_mount(
 ) -> None:
     """``[source] type = "kv"`` in `changefeed run`: mounted in Spark tasks, encoded to a storage directory."""
     from changefeed.codec import CodecOptions  # noqa: PLC0415
+    from changefeed.consume.storage import StorageReader  # noqa: PLC0415
     from changefeed.model import RowChange  # noqa: PLC0415
-    from changefeed.sink.storage.reader import StorageReader  # noqa: PLC0415
 
     records = tmp_path / "records.jsonl"
     records.write_bytes(b"\n".join(orjson.dumps(r) for r in _records()))

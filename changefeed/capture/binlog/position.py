@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -74,6 +75,7 @@ class BinlogPosition:
 _SEQ = re.compile(r"^(.*?)(\d+)$")
 
 
+@functools.lru_cache(maxsize=256)
 def file_key(name: str) -> tuple[str, int]:
     """Sort key of a binlog file name: base name and sequence number (``binlog.000012``)."""
     m = _SEQ.match(name.rsplit("/", 1)[-1])

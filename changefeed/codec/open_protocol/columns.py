@@ -40,6 +40,7 @@ Piece: TypeAlias = str | pa.Array  # a constant text, or one text per row
 _I32_MAX = (1 << 31) - 1
 _B64_ALPHABET = np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", np.uint8)
 _NULL = pa.scalar("null")
+_PADS = pa.array(["", "\0\0", "\0"])  # zero bytes completing a value's last 3-byte group, by length % 3
 # Per count k <= 8: a uint64 whose first k bytes (in memory order) are 1: row masks for _translate.
 _FIRST_BYTES = np.frombuffer(b"".join(bytes([1] * k + [0] * (8 - k)) for k in range(9)), np.uint64)
 
@@ -264,7 +265,11 @@ def _float_texts(arr: pa.Array, render: Render) -> pa.Array:
     plain = ((v >= 1e-6) & (v < 1e21)) | (v == 0)  # not NaN/±Inf either
     if arr.null_count:
         plain |= arr.is_null().to_numpy(zero_copy_only=False)
-    odd = ~plain | pc.fill_null(pc.match_substring(texts, "e"), False).to_numpy(zero_copy_only=False)
+    odd = ~plain
+    off, data = value_bytes(texts)
+    exponent = np.flatnonzero(data == ord("e"))  # any text Arrow wrote with an exponent
+    if len(exponent):
+        odd[np.searchsorted(off, exponent, side="right") - 1] = True
     rows = np.flatnonzero(odd)
     if len(rows):
         values = arr.take(pa.array(rows)).to_pylist()
@@ -301,28 +306,24 @@ def _string_array(arr: pa.Array, off: np.ndarray, data: np.ndarray) -> pa.Array:
 def _base64(arr: pa.Array) -> pa.Array:
     """Standard padded base64 of each value's bytes (TEXT/BLOB/GEOMETRY, spec §1.7).
 
-    Each value is zero-padded to whole 3-byte groups, the lot is encoded in one call, and the
-    characters standing for padding become ``=``: the other characters do not depend on it.
+    Each value is zero-padded to whole 3-byte groups (one Arrow concatenation), the lot is
+    encoded in one call, and the characters standing for padding become ``=``: the other
+    characters do not depend on it.
     """
-    off, data = value_bytes(arr)
-    lengths = np.diff(off)
-    groups = (lengths + 2) // 3
-    starts = np.zeros(len(arr) + 1, np.int64)
-    np.cumsum(groups, out=starts[1:])
+    lengths = pc.fill_null(pc.binary_length(arr), 0).to_numpy(zero_copy_only=False).astype(np.int64)
     rest = lengths % 3
-    if 4 * starts[-1] > _I32_MAX:
+    if 4 * ((int(lengths.sum()) + 2 * len(arr)) // 3) > _I32_MAX:
         raise _NotColumnarError
-    if rest.any():
-        padded = np.zeros(3 * int(starts[-1]), np.uint8)
-        shift = (3 * starts[:-1] - off[:-1]).astype(np.int32)
-        padded[np.arange(len(data), dtype=np.int32) + np.repeat(shift, lengths)] = data
-    else:
-        padded = data
-    out = np.frombuffer(bytearray(binascii.b2a_base64(padded.data, newline=False)), np.uint8)
-    ends = 4 * starts[1:]
+    pads = _PADS if arr.type == pa.string() else _PADS.cast(arr.type)
+    # NULLs stay NULL (no bytes): their texts are filled in later.
+    padded = pc.binary_join_element_wise(arr, pads.take(pa.array(rest)), pads[0])
+    off, data = value_bytes(padded)
+    out = np.frombuffer(bytearray(binascii.b2a_base64(data.data, newline=False)), np.uint8)
+    starts = off // 3 * 4
+    ends = starts[1:]
     out[ends[rest != 0] - 1] = ord("=")
     out[ends[rest == 1] - 2] = ord("=")
-    return _string_array(arr, 4 * starts, out)
+    return _string_array(arr, starts, out)
 
 
 def _translate(
@@ -332,15 +333,19 @@ def _translate(
     sizes: np.ndarray,
     keep: np.ndarray | None = None,
     runes: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None,
+    size: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Replace every byte ``b`` by ``tokens[b, :sizes[b]]`` (tokens up to 8 bytes); new offsets and bytes.
 
-    ``keep``: positions of bytes that stay as they are. ``runes``: (positions, widths, tokens,
-    token sizes) of multi-byte sequences replaced as a whole (a token up to 8 bytes per byte of
-    the sequence). Each byte gets an 8-byte row; the bytes in use, read row by row, are the output.
+    ``keep``: positions (an index array or a mask) of bytes that stay as they are. ``runes``:
+    (positions, widths, tokens, token sizes) of multi-byte sequences replaced as a whole (a token
+    up to 8 bytes per byte of the sequence). Each byte gets an 8-byte row; the bytes in use, read
+    row by row, are the output.
+    ``size``: ``sizes[data]`` if the caller has it (it is modified).
     """
     matrix = tokens.view("<u8")[data, 0].view(np.uint8).reshape(len(data), 8)
-    size = sizes[data]
+    if size is None:
+        size = np.take(sizes, data)
     if keep is not None:
         matrix[keep, 0] = data[keep]
         size[keep] = 1
@@ -422,9 +427,12 @@ def _json_escaped(arr: pa.Array, quote: Render) -> pa.Array:
     """Each string's JSON string body as ``quote`` (ticdc's json-iterator) writes it."""
     tokens, sizes = _json_table(quote)
     off, data = value_bytes(arr)
-    if not len(data) or sizes[data].max() == 1:
+    if not len(data):
+        return arr
+    size = np.take(sizes, data)
+    if size.max() == 1:
         return arr  # nothing to escape (the common case)
-    return _string_array(arr, *_translate(off, data, tokens, sizes))
+    return _string_array(arr, *_translate(off, data, tokens, sizes, size=size))
 
 
 def _go_quoted(arr: pa.Array, quote: Render) -> pa.Array:
@@ -436,12 +444,17 @@ def _go_quoted(arr: pa.Array, quote: Render) -> pa.Array:
     """
     tokens, sizes = _go_table(quote)
     off, data = value_bytes(arr)
-    if not len(data) or sizes[data].max() == 1:
+    if not len(data):
+        return arr.cast(pa.string())
+    size = np.take(sizes, data)
+    if size.max() == 1:
         return arr.cast(pa.string())  # printable ASCII only
     keep = runes = None
+    last = len(data) - 1
     lead = np.flatnonzero((data >= 0xC2) & (data <= 0xF4))
+    # Every valid sequence's second byte is a continuation byte (10xxxxxx): the cheap test first.
+    lead = lead[(data[np.minimum(lead + 1, last)] & 0xC0) == 0x80]
     if len(lead):
-        last = len(data) - 1
         b0 = data[lead]
         b1, b2, b3 = (data[np.minimum(lead + k, last)] for k in (1, 2, 3))
         # Go's utf8.DecodeRune: no overlong forms, no surrogates, nothing above U+10FFFF.
@@ -467,12 +480,11 @@ def _go_quoted(arr: pa.Array, quote: Render) -> pa.Array:
             )
             learnt = _runes(quote)
             escaped = learnt.escaped(code)
-            keep = np.zeros(len(data), bool)
-            for k in range(4):
-                keep[lead[~escaped & (width > k)] + k] = True
+            kept, kept_width = lead[~escaped], width[~escaped]
+            keep = np.concatenate([kept[kept_width > k] + k for k in range(4)])  # positions, not a mask
             if escaped.any():
                 runes = (lead[escaped], width[escaped], *learnt.tokens(code[escaped]))
-    return _string_array(arr, *_translate(off, data, tokens, sizes, keep, runes))
+    return _string_array(arr, *_translate(off, data, tokens, sizes, keep, runes, size))
 
 
 __all__ = ["ColumnRenderer", "Kind", "column_kind", "column_pieces"]

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from itertools import chain
 from typing import Any, cast
 
 from ...errors import CodecError, ConfigError, MessageTooLargeError
@@ -18,7 +17,7 @@ from ...model.rowblock import TableRows
 from ...model.schema import Column
 from ...model.types import BLOB_TYPES, CHAR_TYPES, INTEGER_TYPES
 from ...model.values import b64encode
-from ..base import Encoder, Message
+from ..base import Encoder, Message, Rendered
 from ..claimcheck import ClaimCheckStore, wrap_pair
 from ..compression import compression_codec
 from ..jsonstr import quote_jsoniter, quote_std
@@ -41,16 +40,17 @@ Render = Callable[[Any], str]
 PlanColumn = tuple[int, str, Render]  # (position in the image, '"name":{"t":..,"f":..,"v":', renderer)
 
 
-def _float_json(float32: bool) -> Render:
-    fmt = json_float32 if float32 else json_float64
+def _float64_json(v: float) -> str:
+    if 1e-4 <= abs(v) < 1e16:  # json_float64's fast case inline (never NaN/±Inf): one call less
+        r = repr(v)
+        return r[:-2] if r.endswith(".0") else r
+    # The mounter turns NaN/±Inf into 0 before any encoder sees them (spec §0.4).
+    return "0" if v - v != 0 else json_float64(v)
 
-    def render(v: float) -> str:
-        # The mounter turns NaN/±Inf into 0 before any encoder sees them (spec §0.4).
-        if v - v != 0:  # NaN or ±Inf (cheaper than two math calls)
-            return "0"
-        return fmt(v)
 
-    return render
+def _float32_json(v: float) -> str:
+    # The mounter turns NaN/±Inf into 0 before any encoder sees them (spec §0.4).
+    return "0" if v - v != 0 else json_float32(v)
 
 
 def _b64_json(v: bytes | str) -> str:
@@ -63,7 +63,8 @@ def _renderer(column: Column, quote: Render, binary_quote: Render) -> Render:
     if tc in INTEGER_TYPES or tc in (TypeCode.YEAR, TypeCode.ENUM, TypeCode.SET, TypeCode.BIT):
         return str  # JSON numbers, uint64 written in full
     if tc is TypeCode.FLOAT or tc is TypeCode.DOUBLE:
-        return _float_json(tc is TypeCode.FLOAT)  # float32 columns use float32 shortest digits
+        # float32 columns use float32 shortest digits
+        return _float32_json if tc is TypeCode.FLOAT else _float64_json
     if tc is TypeCode.DECIMAL:
         text = decimal_renderer(column.decimal)
         # DECIMAL is a JSON string of MyDecimal.String(): exactly `scale` fraction digits.
@@ -105,14 +106,14 @@ def _compile_image(cols: Sequence[PlanColumn], width: int) -> ImageRenderer:
     for k, (i, prefix, render) in enumerate(cols):
         ns[f"S{k}"] = ("}," if k else "") + prefix
         ns[f"R{k}"] = render
-        terms.append(f'S{k} + ("null" if v{i} is None else R{k}(v{i}))')
+        terms.append(f"{{S{k}}}{{'null' if v{i} is None else R{k}(v{i})}}")
     absent = " or ".join(f"v{i} is ABSENT" for i, _, _ in cols)
     source = (
         "def render(image):\n"
         f"    {', '.join(f'v{i}' for i in range(width))}, = image\n"
         f"    if {absent}:\n"
         "        return _generic(_cols, image)\n"
-        f"    return {' + '.join(terms)} + '}}'\n"
+        f'    return f"{"".join(terms)}}}}}"\n'  # one f-string: one allocation, not one per "+"
     )
     exec(source, ns)  # source built from integers and fixed text only
     return cast(ImageRenderer, ns["render"])  # exec-generated above
@@ -181,17 +182,43 @@ def _changed(old: Any, new: Any) -> bool:
 
 @dataclass(slots=True)
 class _Batch:
-    """One message being filled: its events' keys and values, framed once, by `build`."""
+    """One message being filled: its events' keys and values, framed once, by `build`.
 
+    ``room`` and ``left`` say what still fits (spec §1.2): events fit while the framed key and
+    value (from the version header) plus Kafka's record overhead stay within max-message-bytes,
+    up to max-batch-size events.
+    """
+
+    room: int  # max-message-bytes - record overhead - framed bytes so far
+    left: int  # events still allowed
     keys: list[bytes] = field(default_factory=list)
     values: list[bytes] = field(default_factory=list)
-    size: int = len(VERSION_HEADER)  # bytes of the framed key and value so far
     commit_ts: int = 0
+
+    @classmethod
+    def open(cls, o: CodecOptions) -> _Batch:
+        return cls(o.max_message_bytes - MAX_RECORD_OVERHEAD - len(VERSION_HEADER), o.max_batch_size, [], [])
+
+
+class _LengthPrefixes(dict[int, bytes]):
+    """u64be(n) per length n, packed once per distinct length (framing packs one per event)."""
+
+    def __missing__(self, n: int) -> bytes:
+        packed = _U64(n)
+        if n < 1 << 16:  # keep the cache small: longer events are rare and cheap to pack
+            self[n] = packed
+        return packed
+
+
+_prefix = _LengthPrefixes().__getitem__
 
 
 def _framed(parts: list[bytes], head: bytes = b"") -> bytes:
     """``head`` then each part after its u64be length (spec §1.1)."""
-    return b"".join(chain((head,), chain.from_iterable(zip(map(_U64, map(len, parts)), parts, strict=True))))
+    out = [head, *parts, *parts]  # 2n + 1 slots, filled below
+    out[1::2] = map(_prefix, map(len, parts))
+    out[2::2] = parts
+    return b"".join(out)
 
 
 class OpenProtocolEncoder(Encoder):
@@ -288,30 +315,45 @@ class OpenProtocolEncoder(Encoder):
     def _compressed(self, value: bytes) -> bytes:
         return value if self._compress is None else self._compress(value)
 
-    def _offer(self, key: bytes, value: bytes, commit_ts: int) -> bytes | None:
-        """Compress ``value`` as configured and queue the event if it fits max-message-bytes on its
-        own (spec §1.9); otherwise queue nothing and return the compressed value."""
-        value = self._compressed(value)
-        if len(key) + len(value) + _SINGLE_EVENT_EXTRA > self.options.max_message_bytes:
-            return value
-        self._push(key, value, commit_ts)
-        return None
-
     def append_row(self, row: RowChange) -> None:
         plan = self._plans.get(row.table_schema)
         key, value = self._encode_row(row, plan)
-        too_large = self._offer(key, value, row.commit_ts)
-        if too_large is not None:
-            self._push(*self._large_message(row, plan, key, too_large), row.commit_ts)
+        # Compressed as configured; queued if it fits max-message-bytes on its own (spec §1.9).
+        if self._compress is not None:
+            value = self._compress(value)
+        if len(key) + len(value) + _SINGLE_EVENT_EXTRA > self.options.max_message_bytes:
+            self._push(*self._large_message(row, plan, key, value), row.commit_ts)
+        else:
+            self._push(key, value, row.commit_ts)
 
     def render_rows(self, rows: TableRows) -> tuple[list[bytes | None], list[bytes | None]] | None:
         """Whole columns at once ([ticdc] only; see `columns`): None for tiflow, only-output-updated-
         columns, partitioned tables and Arrow types it does not render."""
         return self._columns.render(rows)
 
+    def render_table(self, rows: TableRows) -> Rendered | None:
+        """`Encoder.render_table` without its per-row scan: `render_rows` leaves exactly the rows
+        without a full image unrendered."""
+        if rows.table_schema.partitioned:
+            return None
+        rendered = self.render_rows(rows)
+        if rendered is None:
+            return None
+        return Rendered(rendered[0], rendered[1], ~rows.full())
+
     def append_rendered(self, key: bytes, value: bytes, commit_ts: int, row: Callable[[], RowChange]) -> None:
-        if self._offer(key, value, commit_ts) is not None:
+        # `append_row`'s size check: once per row of the columnar path.
+        if self._compress is not None:
+            value = self._compress(value)
+        size = len(key) + len(value) + 16  # the event and its two length prefixes
+        cur = self._cur
+        # An event that fits the open message is not too large for one of its own either.
+        if (cur is None or size > cur.room or not cur.left) and (
+            size + _SINGLE_EVENT_EXTRA - 16 > self.options.max_message_bytes
+        ):
             self.append_row(row())  # large-message handling needs the row: the per-row path does it
+            return
+        self._push(key, value, commit_ts, size)
 
     def _too_large(self, row: RowChange, plan: _Plan, size: int, what: str) -> MessageTooLargeError:
         image = row.image or ()
@@ -348,25 +390,23 @@ class OpenProtocolEncoder(Encoder):
             raise self._too_large(row, plan, size, f"{option} reference of the")
         return key, value
 
-    def _push(self, key: bytes, value: bytes, commit_ts: int) -> None:
-        """Append one row event, opening a new message per spec §1.2."""
+    def _push(self, key: bytes, value: bytes, commit_ts: int, size: int = 0) -> None:
+        """Append one row event (``size``: its bytes with the two length prefixes, if known), opening a
+        new message per spec §1.2."""
         cur = self._cur
-        size = len(key) + len(value) + 16  # the event and its two length prefixes
-        o = self.options
+        size = size or len(key) + len(value) + 16  # the event and its two length prefixes
         # Length() of the open message (+36 record overhead) plus this event, or max-batch-size rows
         # (tiflow checks the rows first, ticdc the bytes; either opens a message).
-        if (
-            cur is None
-            or cur.size + MAX_RECORD_OVERHEAD + size > o.max_message_bytes
-            or len(cur.keys) >= o.max_batch_size
-        ):
+        if cur is None or size > cur.room or not cur.left:
             if cur is not None:
                 self._done.append(cur)
-            cur = self._cur = _Batch()
+            cur = self._cur = _Batch.open(self.options)
         cur.keys.append(key)
         cur.values.append(value)
-        cur.size += size
-        cur.commit_ts = max(cur.commit_ts, commit_ts)
+        cur.room -= size
+        cur.left -= 1
+        if commit_ts > cur.commit_ts:  # noqa: PLR1730 (cheaper than a max() call, once per row)
+            cur.commit_ts = commit_ts
 
     def build(self) -> list[Message]:
         batches = self._done

@@ -115,10 +115,12 @@ class KafkaSink(SinkContext):
         producer_conf["message.max.bytes"] = limit
         self.codec = replace(config.codec, max_message_bytes=limit)
         self._producer: Producer = Producer(producer_conf)
+        admin_reasons: deque[str] = deque(maxlen=16)
         admin_conf: dict[str, Any] = {  # "logger" is a Logger: beyond the stubs' str | int | float | bool
             "bootstrap.servers": config.bootstrap_servers,
             "logger": log,
             "allow.auto.create.topics": False,
+            "error_cb": lambda err: admin_reasons.append(err.str()),
             **config.client_config,
         }
         self._admin = AdminClient(admin_conf)
@@ -127,6 +129,8 @@ class KafkaSink(SinkContext):
             auto_create=config.auto_create_topic,
             partition_num=config.partition_num,
             replication_factor=config.replication_factor,
+            servers=config.bootstrap_servers,
+            reasons=admin_reasons,
         )
         self.encoder = KafkaEncoder(
             self.codec,

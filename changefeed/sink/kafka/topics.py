@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from ...errors import SinkError
+from ...secrets import mask_secrets
 
 if TYPE_CHECKING:
     from confluent_kafka.admin import AdminClient
@@ -32,10 +34,16 @@ class TopicManager:
         partition_num: int | None,
         replication_factor: int = 1,
         timeout_s: float = 30.0,
+        servers: str = "",
+        reasons: Iterable[str] = (),
     ) -> None:
         if partition_num is not None and partition_num <= 0:
             raise SinkError(f"partition-num must be positive, not {partition_num}")
         self._admin = admin
+        self.servers = servers  # named in errors: a metadata failure is about the brokers, not the topic
+        # What the admin client's error_cb saw (TLS verification, a refused certificate): the reason
+        # librdkafka gives nowhere else.
+        self._reasons = reasons
         self.auto_create = auto_create
         self.partition_num = partition_num
         self.replication_factor = replication_factor
@@ -61,7 +69,13 @@ class TopicManager:
         try:
             meta = self._admin.list_topics(topic=topic, timeout=self.timeout_s).topics.get(topic)
         except KafkaException as exc:
-            raise SinkError(f"kafka: cannot read metadata of topic {topic!r}: {exc}", where=topic) from exc
+            self._admin.poll(0)  # serve the error callbacks
+            reasons = "; ".join(dict.fromkeys(r for r in self._reasons if "brokers are down" not in r))
+            why = f" ({mask_secrets(reasons)})" if reasons else ""
+            where = self.servers or topic
+            raise SinkError(
+                f"kafka: cannot read metadata of topic {topic!r} from {where}: {exc}{why}", where=where
+            ) from exc
         if meta is None:
             return None
         if meta.error is not None:

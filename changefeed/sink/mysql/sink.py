@@ -8,10 +8,11 @@ Flow (docs/mysql-sink.md has the whole story):
 * `RowBlock`s are taken segment by segment with the semantics of their `RowChange`s, and stay
   columnar in the buffer: whole-image inserts are rendered from the Arrow columns (columns.py),
   other rows become `RowChange`s at flush;
-* one worker: the batch and the checkpoint upsert commit in ONE transaction (exactly once);
-  several workers: rows are routed by causality (causality.py), each worker commits its share,
-  and the checkpoint is written only after every worker committed (at least once; safe mode
-  makes the replay converge);
+* one worker: the batch and the checkpoint upsert commit in ONE transaction (exactly once),
+  run by an applier thread while the caller goes on decoding and buffering the next rows (one
+  transaction in flight at most, in order; `flush` waits for it); several workers: rows are
+  routed by causality (causality.py), each worker commits its share, and the checkpoint is
+  written only after every worker committed (at least once; safe mode makes the replay converge);
 * DDL is a barrier: flush, run the DDL alone, save the checkpoint at its commit ts;
 * transient errors (lost connection, deadlock, lock wait timeout) roll back, reconnect and re-run
   the whole downstream transaction in safe mode, with exponential backoff.
@@ -239,6 +240,60 @@ class _Session:
         return rows
 
 
+class _Applier:
+    """One thread running the downstream transactions handed to it, in order.
+
+    Why a thread: the server executes a transaction while the caller decodes and buffers the
+    next rows. Exactly once needs what a single connection gives: transactions commit in the
+    order they were handed over, and after one fails none of the later ones runs (each carries a
+    later checkpoint, which would claim the failed rows).
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._queue: Queue[Callable[[], None] | None] = Queue()
+        self._thread: threading.Thread | None = None
+        self._done = threading.Condition()
+        self._pending = 0
+        self._failure: BaseException | None = None
+        self._stopping = False
+
+    def submit(self, transaction: Callable[[], None]) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+            self._thread.start()
+        with self._done:
+            self._pending += 1
+        self._queue.put(transaction)
+
+    def _run(self) -> None:
+        while (transaction := self._queue.get()) is not None:
+            if self._failure is None and not self._stopping:
+                try:
+                    transaction()
+                except BaseException as exc:  # the caller raises it; nothing after it runs
+                    self._failure = exc
+            with self._done:
+                self._pending -= 1
+                self._done.notify_all()
+
+    def wait(self) -> None:
+        """Until every transaction handed over has ended; raises the first failure."""
+        with self._done:
+            self._done.wait_for(lambda: self._pending == 0)
+        if self._failure is not None:
+            raise self._failure
+
+    def close(self) -> None:
+        """Skip what has not started, let a running transaction end (its session is never closed
+        under it), stop the thread."""
+        self._stopping = True
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join()
+            self._thread = None
+
+
 class MySQLSink(SinkContext):
     """Applies `Event`s to a MySQL/MariaDB database; see the module doc.
 
@@ -262,6 +317,8 @@ class MySQLSink(SinkContext):
             for i in range(config.workers)
         ]
         self._pool: ThreadPoolExecutor | None = None
+        self._applier: _Applier | None = None  # one worker: runs the downstream transactions, in order
+        self._claimed: Checkpoint | None = None  # the last checkpoint handed to the applier
         self._opened = False
         self._mysql_json = False
         self._checkpoint: Checkpoint | None = None
@@ -314,6 +371,8 @@ class MySQLSink(SinkContext):
         self._guard = ResolvedGuard("mysql sink", self._checkpoint_ts)  # a new run: replays end here
         if self.config.workers > 1:
             self._pool = ThreadPoolExecutor(self.config.workers, thread_name_prefix="mysql-sink")
+        else:
+            self._applier = _Applier("mysql-sink-apply")
         self._opened = True
         # DM enables safe mode for a while after every (re)start: the previous run may have
         # applied rows beyond its checkpoint.
@@ -345,7 +404,14 @@ class MySQLSink(SinkContext):
         return self.config.safe_mode or time.monotonic() < self._safe_until
 
     def close(self) -> None:
-        """Disconnect without flushing: uncommitted work is rolled back by the server."""
+        """Disconnect without flushing: uncommitted work is rolled back by the server.
+
+        A transaction the applier is running ends first (committed with its checkpoint, or not at
+        all): its session is never closed under it.
+        """
+        if self._applier is not None:
+            self._applier.close()
+            self._applier = None
         if self._pool is not None:
             self._pool.shutdown(wait=True)
             self._pool = None
@@ -395,7 +461,7 @@ class MySQLSink(SinkContext):
                 if event.position is not None:
                     self._pending_pos = event.position
             if self._buffer_rows >= self.config.batch_rows:
-                self.flush()
+                self._transaction()
         elif isinstance(event, DDLEvent):
             self.flush()
             try:
@@ -423,7 +489,7 @@ class MySQLSink(SinkContext):
                     where=_where(ts, position),
                 )
             if self._buffer_rows >= self.config.batch_rows:
-                self.flush()
+                self._transaction()
             self._buffer_ts = ts
         return True
 
@@ -455,31 +521,64 @@ class MySQLSink(SinkContext):
         The caller asserts the buffer ends on an upstream transaction boundary (a micro-batch of
         whole transactions, or a Resolved event seen); a batch is the unit of downstream commit.
         """
+        self._transaction()
+        self._drain()
+        return self._checkpoint_ts
+
+    def _transaction(self) -> None:
+        """The buffered rows (whole upstream transactions) and the checkpoint they reach, as one
+        downstream transaction: handed to the applier with one worker, applied here with several.
+
+        From here on the checkpoint ts counts as claimed (a later Resolved at or below it adds
+        nothing); `_drain` makes it durable or raises the transaction's error.
+        """
         self.open()
         rows, self._buffer = self._buffer, []
         count, self._buffer_rows = self._buffer_rows, 0
         if self._pending_ts <= self._checkpoint_ts:
-            return self._checkpoint_ts  # nothing new (rows always advance the pending ts)
-        pending = Checkpoint(
-            self._pending_ts, self._pending_pos if self._pending_pos is not None else _last_pos(self._checkpoint)
-        )
+            return  # nothing new (rows always advance the pending ts)
+        last = self._claimed or self._checkpoint
+        pending = Checkpoint(self._pending_ts, self._pending_pos if self._pending_pos is not None else _last_pos(last))
         self._pending_ts, self._pending_pos = 0, None
-        started = time.monotonic()
-        try:
-            if self.config.workers == 1:
-                self._apply_transaction(self._workers[0], rows, pending)
-            else:
-                self._apply_parallel(expand(rows))
-                self._fault("checkpoint", {"commit_ts": pending.commit_ts})
-                self._with_retry(self._coordinator, "save checkpoint", lambda c: self._save_checkpoint(c, pending))
-        except BaseException as exc:
-            self._failed = exc
-            metrics.sink_error("mysql", retried=False)
-            raise
-        self._checkpoint = pending
+        if self._applier is not None:
+            self._applier.submit(lambda: self._apply(rows, count, pending))
+            self._claimed = pending
+        else:
+            try:
+                self._apply(rows, count, pending)
+            except BaseException as exc:
+                self._fail(exc)
+                raise
         self._checkpoint_ts = pending.commit_ts
         self._guard.saw(pending.commit_ts, "the checkpoint committed")
-        self.stats["rows"] += count
+
+    def _drain(self) -> None:
+        """Wait for the applier's transactions; the first error fails the sink and is raised here."""
+        if self._applier is None or self._claimed is None:
+            return
+        self._claimed = None
+        try:
+            self._applier.wait()
+        except BaseException as exc:
+            self._fail(exc)
+            raise
+
+    def _fail(self, exc: BaseException) -> None:
+        self._failed = exc
+        metrics.sink_error("mysql", retried=False)
+
+    def _apply(self, rows: list[Entry], count: int, pending: Checkpoint) -> None:
+        """One downstream transaction of ``rows`` reaching ``pending`` (the applier thread's work)."""
+        started = time.monotonic()
+        if self.config.workers == 1:
+            self._apply_transaction(self._workers[0], rows, pending)
+        else:
+            self._apply_parallel(expand(rows))
+            self._fault("checkpoint", {"commit_ts": pending.commit_ts})
+            self._with_retry(self._coordinator, "save checkpoint", lambda c: self._save_checkpoint(c, pending))
+        self._checkpoint = pending  # durable now (`checkpoint`)
+        with self._stats_lock:
+            self.stats["rows"] += count
         log.debug(
             "batch applied changefeed=%s rows=%d checkpoint_ts=%d safe_mode=%s seconds=%.3f",
             self.config.changefeed_id,
@@ -488,7 +587,6 @@ class MySQLSink(SinkContext):
             self.safe_mode,
             time.monotonic() - started,
         )
-        return self._checkpoint_ts
 
     # --- internals ---------------------------------------------------------------------------------
 

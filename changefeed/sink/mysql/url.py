@@ -12,6 +12,7 @@ from the data smuggles in) makes the client upload any file it can read.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -23,7 +24,7 @@ from ...errors import ConfigError
 from ...mysqlclient import TLSOptions, connect
 from ...secrets import mask_secrets, resolve_password
 
-__all__ = ["MySQLParams", "mask_url", "parse_mysql_url"]
+__all__ = ["MySQLParams", "mask_url", "parse_mysql_url", "split_mysql_url"]
 
 _SCHEMES = ("mysql", "mariadb", "tidb")
 _INT_OPTIONS = ("connect_timeout", "read_timeout", "write_timeout")
@@ -95,6 +96,12 @@ def parse_mysql_url(url: str) -> MySQLParams:
     password are percent-decoded. The password is read now: a missing variable or an unsafe file
     fails here, not at the first connection.
     """
+    return split_mysql_url(url, ())[0]
+
+
+def split_mysql_url(url: str, taken: Collection[str]) -> tuple[MySQLParams, dict[str, str]]:
+    """`parse_mysql_url`, handing back the query parameters named in ``taken`` (as written) instead of
+    refusing them as unknown options: a sink-uri's settings (``worker-count``...) next to its connection."""
     try:
         parts = urlsplit(url)
         port = parts.port
@@ -106,9 +113,12 @@ def parse_mysql_url(url: str) -> MySQLParams:
         raise ConfigError(f"MySQL URL {mask_url(url)!r} has no host")
     options: dict[str, Any] = {}
     sources: dict[str, str] = {}
+    given: dict[str, str] = {}
     for key, value in parse_qsl(parts.query, keep_blank_values=True):
         name = key.replace("-", "_").lower()
-        if name in _INT_OPTIONS:
+        if key in taken:
+            given[key] = value
+        elif name in _INT_OPTIONS:
             try:
                 options[name] = int(float(value))
             except ValueError:
@@ -131,7 +141,7 @@ def parse_mysql_url(url: str) -> MySQLParams:
         file=sources.get("password_file"),
         where=f"MySQL URL {mask_url(url)!r}",
     )
-    return MySQLParams(
+    connection = MySQLParams(
         host=parts.hostname,
         port=port or 3306,
         user=unquote(parts.username) if parts.username else "root",
@@ -139,3 +149,4 @@ def parse_mysql_url(url: str) -> MySQLParams:
         database=unquote(parts.path.lstrip("/")) or None,
         options=options,
     )
+    return connection, given

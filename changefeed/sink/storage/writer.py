@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ...codec import CodecOptions, Encoder, make_encoder
+from ...consume.storage import decode_data_file
 from ...errors import ConfigError, SinkError, ascii_digits
 from ...model import DDLEvent, Event, Resolved, RowChange, TableSchema
 from ...model.rowblock import OP_NAMES, RowBlock
@@ -48,7 +49,6 @@ from .layout import (
     metadata_json,
     read_checkpoint,
 )
-from .reader import decode_data_file
 
 log = logging.getLogger(__name__)
 

@@ -2,17 +2,20 @@
 
 One scan/range implementation over a pluggable raw-event source: `BinlogFiles` (a directory of
 binlog files) or `BinlogServer` (the replica protocol of ``mysql://USER@HOST:PORT``, a
-non-blocking dump per read, so every read ends at the last event the server had). Offsets and
-partitions hold binlog positions only; the server's credentials live in the picklable source
-object handed to executors, never in an offset, a log line or an error message.
+non-blocking dump per read, so every read ends at the last event the server had). Offsets hold
+binlog positions only; partitions also carry the DDL catalog (unique and other keys) as of their
+start (`_KeyLog`, docs/capture.md "Keys from DDL text"). The server's credentials live in the
+picklable source object handed to executors, never in an offset, a log line or an error message.
 """
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import logging
 import os
 import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import tzinfo
@@ -28,10 +31,14 @@ from ...capture.binlog import BinlogCapture, BinlogFileReader, BinlogPosition, R
 from ...capture.binlog.arrow import ArrowBatchBuilder
 from ...capture.binlog.blocks import BlockCapture
 from ...capture.binlog.capture import SourceFactory
-from ...capture.binlog.position import reached
+from ...capture.binlog.constants import ROWS_EVENTS, EventType
+from ...capture.binlog.events import TableMapEvent
+from ...capture.binlog.files import RawEvent
+from ...capture.binlog.position import file_key, reached
 from ...capture.binlog.replica import ReplicaStream, ServerAddress, random_server_id
 from ...errors import CaptureError, ConfigError
 from ...model import DDLEvent, Event, Resolved, RowChange, TableSchema
+from ...model.ddlschema import DDLCatalog
 from ...model.rowblock import RowBlock
 from ...sink.mysql.url import MySQLParams
 from ..changelog import ChangelogRows, EventFilter
@@ -45,8 +52,10 @@ EARLIEST, LATEST = "earliest", "latest"
 #: The capture job's hand-over: its encode stage decodes each range where it encodes it
 #: (`RangeDecoder`), so no row crosses a process boundary before it is encoded.
 RANGES = "ranges"
-RANGES_SCHEMA = "start string, end string"
-RANGES_ARROW = pa.schema([pa.field("start", pa.string()), pa.field("end", pa.string())])
+RANGES_SCHEMA = "start string, end string, keys string"
+RANGES_ARROW = pa.schema([pa.field("start", pa.string()), pa.field("end", pa.string()), pa.field("keys", pa.string())])
+#: Planning state kept per input: catalogs at this many boundaries, key logs of this many batches.
+_REMEMBERED = 8
 #: A live source reconnects (from the savepoint) for this long before failing the read.
 _RECONNECT = ReconnectPolicy(initial=0.2, maximum=2.0, max_wait=30.0)
 
@@ -69,19 +78,109 @@ def parse_start(text: str) -> BinlogPosition | str:
     return BinlogPosition.parse(text)
 
 
+PositionKey = tuple[tuple[str, int], int]
+"""A binlog position as a sortable key: (`file_key` of the file, offset)."""
+
+
+def _pkey(file: str, pos: int) -> PositionKey:
+    return (file_key(file), int(pos))
+
+
+def _bound_key(bound: Mapping[str, Any]) -> PositionKey:
+    return _pkey(str(bound.get("file", "")), int(bound.get("pos", 4)))
+
+
+@dataclass
+class _KeyLog:
+    """What a planning scan saw of keys: the DDL catalog before it, after each DDL, and the tables mapped.
+
+    Binlog TABLE_MAPs carry the primary key only; the unique and other indexes come from the
+    DDL text seen since the stream's start (and, live, one information_schema snapshot), as in
+    the non-Spark capture (`model.ddlschema.DDLCatalog`). A range is decoded in a task of its
+    own, so it gets the catalog as of its start (`payload`).
+    """
+
+    initial: DDLCatalog
+    ddls: list[tuple[PositionKey, DDLCatalog]] = field(default_factory=list)  # (QUERY event, catalog after it)
+    maps: list[tuple[PositionKey, tuple[str, str]]] = field(default_factory=list)  # (TABLE_MAP event, table)
+
+    def at(self, key: PositionKey) -> DDLCatalog:
+        """The catalog at a transaction boundary: after every DDL event before it."""
+        i = bisect.bisect_left(self.ddls, key, key=lambda d: d[0])
+        return self.ddls[i - 1][1] if i else self.initial
+
+    def payload(self, start: PositionKey, end: PositionKey) -> str:
+        """The compact catalog a range [start, end) needs (`DDLCatalog.to_compact`), as JSON.
+
+        A range without DDL reads the catalog only for the tables it has rows of, and only a
+        table with an index besides the primary key can differ from its TABLE_MAP: just those.
+        A range with DDL gets the whole catalog (an ALTER, CREATE ... LIKE or RENAME may name
+        any table).
+        """
+        catalog = self.at(start)
+        lo = bisect.bisect_left(self.ddls, start, key=lambda d: d[0])
+        names: list[tuple[str, str]] | None = None
+        if not (lo < len(self.ddls) and self.ddls[lo][0] < end):
+            a = bisect.bisect_left(self.maps, start, key=lambda m: m[0])
+            b = bisect.bisect_left(self.maps, end, key=lambda m: m[0])
+            names = []
+            for table in {table for _, table in self.maps[a:b]}:
+                tdef = catalog.table(*table)
+                if tdef is not None and any(not x.primary for x in tdef.indexes):
+                    names.append(table)
+        return orjson.dumps(catalog.to_compact(names)).decode()
+
+
+def _catalog(keys: str | None) -> DDLCatalog | None:
+    """A range's catalog (`_KeyLog.payload`); None (TABLE_MAP keys only) when the range carries none."""
+    return DDLCatalog.from_compact(orjson.loads(keys)) if keys is not None else None
+
+
 class _ScanCapture(BinlogCapture):
     """A capture that finds transaction boundaries without decoding rows (driver-side planning).
 
     Counts rows by walking each ROWS event's row images (`ArrowBatchBuilder.count`: lengths
     only, no values), so read limits and partition sizes are in rows, whatever the number of
-    rows the server packed into one event. Optionally remembers one table's schema.
+    rows the server packed into one event. Optionally remembers one table's schema. With a
+    catalog it logs the keys' history (`_KeyLog`); ``ddl_only`` skips ROWS events altogether
+    (rebuilding the catalog at a resumed position).
     """
 
-    def __init__(self, *args: Any, want: tuple[str, str] | None = None, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, want: tuple[str, str] | None = None, ddl_only: bool = False, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.want = want
         self.found: TableSchema | None = None
         self.rows = 0
+        self.ddl_only = ddl_only
+        self.keys = _KeyLog(self.catalog.copy() if self.catalog is not None else DDLCatalog())
+        self._mapped_in: BinlogPosition | None = None  # the savepoint when the last TABLE_MAP was logged
+
+    def _handle(self, raw: RawEvent) -> Iterator[Event]:
+        data = raw.data
+        etype = data[4] if len(data) > 4 else -1
+        if self.ddl_only and (etype == EventType.TABLE_MAP or etype in ROWS_EVENTS):
+            return iter(())
+        if etype == EventType.TABLE_MAP and self.catalog is not None:
+            ev = self.parser.parse(data, f"{raw.file}:{raw.pos}")
+            assert isinstance(ev, TableMapEvent)
+            tm = ev.table_map
+            maps, table = self.keys.maps, (tm.schema, tm.table)
+            # One entry per table and transaction (ranges are cut at transaction boundaries only;
+            # the savepoint object is replaced at every boundary).
+            if not maps or maps[-1][1] != table or self._mapped_in is not self.savepoint:
+                maps.append((_pkey(raw.file, raw.pos), table))
+                self._mapped_in = self.savepoint
+            return iter(())
+        return super()._handle(raw)
+
+    def _ddl(self, ev: Any, commit_ms: int, where: str) -> DDLEvent:
+        ddl = super()._ddl(ev, commit_ms, where)
+        if self.catalog is not None:
+            file, _, pos = where.rpartition(":")
+            last = self.keys.ddls[-1][1] if self.keys.ddls else self.keys.initial
+            after = last if last.generation == self.catalog.generation else self.catalog.copy()
+            self.keys.ddls.append((_pkey(file, int(pos)), after))
+        return ddl
 
     def _rows(self, ev: Any, ts: int, where: str) -> Iterator[RowChange]:
         tm = self.effective_map(ev.table_map, where)
@@ -142,7 +241,8 @@ class BinlogServer:
     connection with its own random replica server id: the source kills an older dump that
     registered with the same id, and partitions read in parallel. No schema tracker: a range is
     decoded from the binlog's own TABLE_MAP metadata (binlog_row_metadata=FULL), because today's
-    information_schema need not describe a past range.
+    information_schema need not describe a past range; only the keys TABLE_MAPs lack start from
+    one information_schema snapshot (`key_snapshot`), as `live_capture` without the tracker does.
     """
 
     address: ServerAddress = field(repr=False)  # holds the password: repr and str show user@host:port only
@@ -208,6 +308,12 @@ class BinlogServer:
         a = self.address
         return MySQLParams(host=a.host, port=a.port, user=a.user, password=a.password, options=a.tls.options())
 
+    def key_snapshot(self) -> DDLCatalog:
+        """Every user table's columns and indexes from information_schema now (`tracker.snapshot_catalog`)."""
+        from ...capture.binlog.tracker import snapshot_catalog  # noqa: PLC0415
+
+        return snapshot_catalog(lambda: self.params().connect(autocommit=True))
+
     def check(self) -> None:
         """Refuse a server whose binlog this input cannot decode (the preflight findings, with their fixes)."""
         from ...ops.preflight import binlog_settings  # noqa: PLC0415 - the preflight owns the checks
@@ -228,15 +334,23 @@ def _capture(cls: type[BinlogCapture], source: BinlogSource, start: BinlogPositi
 
 
 def range_events(
-    source: BinlogSource, start: dict[str, Any], end: dict[str, Any], time_zone: str, keep: EventFilter | None = None
+    source: BinlogSource,
+    start: dict[str, Any],
+    end: dict[str, Any],
+    time_zone: str,
+    keep: EventFilter | None = None,
+    keys: str | None = None,
 ) -> Iterator[Event]:
     """The events of one range in binlog (= commit) order, ending with its one `Resolved`.
 
     One resolved event per range, not one per transaction: it closes every batch a sink has open
-    and carries the range's end position, which is what a job checkpoints.
+    and carries the range's end position, which is what a job checkpoints. ``keys``: the DDL
+    catalog as of ``start`` (`_KeyLog.payload`); without it, TABLE_MAP keys only.
     """
     begin, stop = BinlogPosition.from_dict(start), BinlogPosition.from_dict(end)
-    capture = _capture(BinlogCapture, source, begin, zone(time_zone), until=(stop.file, stop.pos))
+    capture = _capture(
+        BinlogCapture, source, begin, zone(time_zone), until=(stop.file, stop.pos), catalog=_catalog(keys)
+    )
     last: Resolved | None = None
     for ev in capture.events():
         if isinstance(ev, Resolved):
@@ -257,6 +371,7 @@ class BinlogRange(InputPartition):
     time_zone: str
     changelog: ChangelogRows
     output: str = CHANGELOG
+    keys: str | None = None  # the DDL catalog as of ``start`` (`_KeyLog.payload`)
 
     def __post_init__(self) -> None:
         InputPartition.__init__(self, None)
@@ -264,11 +379,15 @@ class BinlogRange(InputPartition):
     def rows(self) -> Iterator[tuple[Any, ...] | pa.RecordBatch]:
         if self.output == RANGES:
             yield pa.RecordBatch.from_pydict(
-                {"start": [orjson.dumps(self.start).decode()], "end": [orjson.dumps(self.end).decode()]},
+                {
+                    "start": [orjson.dumps(self.start).decode()],
+                    "end": [orjson.dumps(self.end).decode()],
+                    "keys": [self.keys],
+                },
                 schema=RANGES_ARROW,
             )
             return
-        for ev in range_events(self.source, self.start, self.end, self.time_zone):
+        for ev in range_events(self.source, self.start, self.end, self.time_zone, keys=self.keys):
             row = self.changelog.row(ev)
             if row is not None:
                 yield row
@@ -299,10 +418,18 @@ class RangeDecoder:
         """
         keep = EventFilter(self.changelog)
         for batch in batches:
-            for start, end in zip(batch.column("start").to_pylist(), batch.column("end").to_pylist(), strict=True):
+            starts, ends = batch.column("start").to_pylist(), batch.column("end").to_pylist()
+            keys = batch.column("keys").to_pylist() if "keys" in batch.schema.names else [None] * len(starts)
+            for start, end, catalog in zip(starts, ends, keys, strict=True):
                 begin, stop = BinlogPosition.from_dict(orjson.loads(start)), BinlogPosition.from_dict(orjson.loads(end))
                 capture = _capture(
-                    BlockCapture, self.source, begin, zone(self.time_zone), until=(stop.file, stop.pos), keep=keep.keeps
+                    BlockCapture,
+                    self.source,
+                    begin,
+                    zone(self.time_zone),
+                    until=(stop.file, stop.pos),
+                    keep=keep.keeps,
+                    catalog=_catalog(catalog),
                 )
                 yield from capture.blocks()
 
@@ -351,6 +478,10 @@ class BinlogInput(Input):
         if isinstance(self.start, BinlogPosition) and not self.start.file and isinstance(self.source, BinlogFiles):
             raise ConfigError("startPosition gtid:... needs a live source (url); binlog files start at a FILE:POS")
         self._first: BinlogPosition | None = None
+        # Planning state (this process only; rebuilt after a restart, see `catalog_at`): the DDL
+        # catalog at boundaries planned here, and the key logs of planned batches by (start, end).
+        self._catalogs: dict[PositionKey, DDLCatalog] = {}
+        self._key_logs: dict[tuple[PositionKey, PositionKey], _KeyLog] = {}
 
     def first(self) -> BinlogPosition:
         """Where reading starts without a checkpoint (resolved once: ``latest`` must not move)."""
@@ -372,20 +503,76 @@ class BinlogInput(Input):
     def available_now_target(self) -> dict[str, Any]:
         return self.source.end()
 
+    def catalog_at(self, start: BinlogPosition) -> DDLCatalog:
+        """The DDL catalog (unique and other keys) at a transaction boundary, as the non-Spark capture has it there.
+
+        Planned in this process: remembered from the scan that reached ``start``. Otherwise (the
+        first batch, or a restart from a checkpointed offset) rebuilt: binlog files start from an
+        empty catalog at the stream's first position (`first`, as `file_capture` would) and
+        apply the DDL from there to ``start`` (a DDL-only scan: ROWS events are skipped); a
+        live server's catalog is one information_schema snapshot taken now (as `live_capture`
+        without the schema tracker takes one when it starts), to which the planning scans add
+        the DDL read from ``start`` on.
+        """
+        key = _pkey(start.file, start.pos)
+        catalog = self._catalogs.get(key)
+        if catalog is None:
+            catalog = self._rebuild_catalog(start)
+            self._remember(key, catalog)
+        return catalog
+
+    def _rebuild_catalog(self, start: BinlogPosition) -> DDLCatalog:
+        if isinstance(self.source, BinlogServer):
+            return self.source.key_snapshot()
+        first = self.first()
+        if not start.file or not first.file or reached(first.file, first.pos, (start.file, start.pos)):
+            return DDLCatalog()
+        began = time.monotonic()
+        capture = _capture(
+            _ScanCapture,
+            self.source,
+            first,
+            self.tz,
+            until=(start.file, start.pos),
+            catalog=DDLCatalog(),
+            ddl_only=True,
+        )
+        for _ in capture.events():
+            pass
+        catalog = capture.keys.at(_pkey(start.file, start.pos))
+        log.info(
+            "binlog input rebuilt the DDL catalog at %s from the DDL since %s: %d tables, %d DDL, %.2f s",
+            start,
+            first,
+            len(catalog),
+            len(capture.keys.ddls),
+            time.monotonic() - began,
+        )
+        return catalog
+
+    def _remember(self, key: PositionKey, catalog: DDLCatalog) -> None:
+        self._catalogs[key] = catalog
+        while len(self._catalogs) > _REMEMBERED:
+            del self._catalogs[next(iter(self._catalogs))]
+
     def scan(
         self,
         start: BinlogPosition,
         max_events: int | None = None,
         until: tuple[str, int] | None = None,
         max_bytes: int | None = None,
-    ) -> tuple[BinlogPosition | None, list[dict[str, Any]], TableSchema | None]:
-        """The last transaction boundary after ``start`` (within the limits), split points, and the table's schema.
+    ) -> tuple[BinlogPosition | None, list[dict[str, Any]], TableSchema | None, _KeyLog]:
+        """The last transaction boundary after ``start`` (within the limits), split points, the table's schema,
+        and the keys' history over the scan (`_KeyLog`).
 
         Both limits are soft, as Spark's own read limits: the batch ends at the first boundary at
         or after ``max_events`` rows (+ DDLs) or ``max_bytes`` bytes of binlog, so it holds at
         least one whole transaction.
         """
-        capture = _capture(_ScanCapture, self.source, start, self.tz, until=until, want=self.opts.table)
+        catalog = self.catalog_at(start).copy()
+        capture = _capture(
+            _ScanCapture, self.source, start, self.tz, until=until, want=self.opts.table, catalog=catalog
+        )
         end: BinlogPosition | None = None
         splits: list[dict[str, Any]] = []
         ddls = 0
@@ -415,12 +602,15 @@ class BinlogInput(Input):
             events.close()
         if splits and end is not None and splits[-1] == end.to_dict():
             splits.pop()
-        return end, splits, capture.found
+        if end is not None:
+            key = _pkey(end.file, end.pos)
+            self._remember(key, capture.keys.at(key))
+        return end, splits, capture.found, capture.keys
 
     def table_schema(self) -> TableSchema | None:
         if self.opts.table is None:
             return None
-        _, _, found = self.scan(self.first())
+        _, _, found, _ = self.scan(self.first())
         if found is None:
             schema, table = self.opts.table
             raise ConfigError(f"table {schema}.{table} has no rows in the binlog of {self.source}: shape unknown")
@@ -431,18 +621,42 @@ class BinlogInput(Input):
         until = (str(target["file"]), int(target["pos"])) if target and target.get("file") else None
         if until is not None and begin.file and reached(begin.file, begin.pos, until):
             return start
-        end, splits, _ = self.scan(begin, max_events, until, self.opts.max_bytes)
+        end, splits, _, keys = self.scan(begin, max_events, until, self.opts.max_bytes)
         if end is None or (end.file, end.pos) == (begin.file, begin.pos):
             return start
+        self._key_logs[(_pkey(begin.file, begin.pos), _pkey(end.file, end.pos))] = keys
+        while len(self._key_logs) > _REMEMBERED:
+            del self._key_logs[next(iter(self._key_logs))]
         return {**end.to_dict(), "splits": splits}
+
+    def _key_log(self, start: dict[str, Any], end: dict[str, Any]) -> _KeyLog:
+        """The keys' history over [start, end): from the scan that planned it, or scanned again (after a restart)."""
+        span = (_bound_key(start), _bound_key(end))
+        keys = self._key_logs.get(span)
+        if keys is None:
+            stop = BinlogPosition.from_dict(end)
+            _, _, _, keys = self.scan(BinlogPosition.from_dict(start), until=(stop.file, stop.pos))
+            self._key_logs[span] = keys
+        return keys
 
     def partitions(
         self, start: dict[str, Any], end: dict[str, Any], changelog: ChangelogRows
     ) -> Sequence[InputPartition]:
         bounds = [{k: v for k, v in start.items() if k != "splits"}, *end.get("splits", ())]
         bounds.append({k: v for k, v in end.items() if k != "splits"})
+        pairs = [(a, b) for a, b in itertools.pairwise(bounds) if _bound_key(a) != _bound_key(b)]
+        if not pairs:
+            return []
+        keys = self._key_log(bounds[0], bounds[-1])
         return [
-            BinlogRange(self.source, a, b, self.opts.time_zone, changelog, self.opts.output)
-            for a, b in itertools.pairwise(bounds)
-            if (a.get("file"), a.get("pos")) != (b.get("file"), b.get("pos"))
+            BinlogRange(
+                self.source,
+                a,
+                b,
+                self.opts.time_zone,
+                changelog,
+                self.opts.output,
+                keys.payload(_bound_key(a), _bound_key(b)),
+            )
+            for a, b in pairs
         ]

@@ -15,7 +15,8 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
 from ...codec import CodecOptions, Message
-from ...errors import CaptureError, ChangefeedError, ConfigError, UnknownSchemaError
+from ...consume.kafka import KAFKA_TIMEOUT_S, new_consumer, read_range
+from ...errors import ChangefeedError, ConfigError, UnknownSchemaError
 from ...kafkasecurity import KAFKA_SECURITY_PARAMS, KafkaSecurity
 from ...model import Event, TableSchema
 from ...model.rowblock import RowBlock
@@ -34,10 +35,12 @@ log = logging.getLogger(__name__)
 _KAFKA_KEYS = (
     frozenset({"bootstrap.servers", "kafka.bootstrap.servers", "topic", "startingoffsets"}) | KAFKA_SECURITY_PARAMS
 )
-_KAFKA_TIMEOUT_S = 30.0
 _WATERMARK_FETCH_S = 5.0
 #: Simple protocol: messages read per step when looking back for a schema before a range's start.
 _LOOKBACK_CHUNK = 2000
+#: Messages of each partition per piece of a decoded batch (`MessageDecoder.chunks`): ~8k rows at
+#: TiCDC's 16 rows per Open Protocol message, so the sink starts on the first piece early.
+CHUNK_MESSAGES = 512
 #: ``output=messages``: a range's raw messages, for a job that decodes them itself (the apply job).
 MESSAGES = "messages"
 MESSAGE_SCHEMA = pa.schema(
@@ -45,57 +48,6 @@ MESSAGE_SCHEMA = pa.schema(
 )
 #: Messages per envelope row of the messages output (changefeed/spark/envelope.py).
 _MESSAGES_PER_BATCH = 4096
-
-
-def _consumer(servers: str, client_config: Mapping[str, str], **extra: Any) -> Any:
-    """A consumer of ``servers`` with ``client_config`` (TLS, SASL: `changefeed.kafkasecurity`) and ``extra``."""
-    from confluent_kafka import Consumer  # noqa: PLC0415 - only kafka reads need it
-
-    return Consumer(
-        {
-            "bootstrap.servers": servers,
-            "group.id": "changefeed-spark",  # never joins or commits: assign() only, offsets live in Spark
-            "enable.auto.commit": False,
-            "auto.offset.reset": "error",  # an offset the broker no longer has is an error, not a skip
-            "allow.auto.create.topics": False,
-            "logger": log,
-            **client_config,
-            **extra,
-        }
-    )
-
-
-def _messages(consumer: Any, topic: str, partition: int, start: int, end: int) -> Iterator[Any]:
-    """The messages at offsets [start, end) of one partition, in order (``consumer`` is assigned here)."""
-    from confluent_kafka import KafkaError, TopicPartition  # noqa: PLC0415
-
-    consumer.assign([TopicPartition(topic, partition, start)])
-    deadline = time.monotonic() + _KAFKA_TIMEOUT_S
-    at = start
-    while at < end:
-        # consume() waits for the full count or the timeout: ask for no more than the range holds.
-        batch = consumer.consume(min(1000, end - at), 1.0)
-        if not batch:
-            # Offsets without a deliverable message (transaction markers) end a range early.
-            if consumer.position([TopicPartition(topic, partition)])[0].offset >= end:
-                return
-            if time.monotonic() > deadline:
-                raise CaptureError(
-                    f"kafka: no message at offset {at} of [{start}, {end}) within {_KAFKA_TIMEOUT_S:.0f} s",
-                    where=f"{topic}[{partition}]",
-                )
-            continue
-        deadline = time.monotonic() + _KAFKA_TIMEOUT_S
-        for msg in batch:
-            err = msg.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    continue
-                raise CaptureError(f"kafka: {err.str()}", where=f"{topic}[{partition}]@{at}")
-            if msg.offset() >= end:
-                return
-            at = msg.offset() + 1
-            yield msg
 
 
 @dataclass
@@ -132,9 +84,9 @@ class KafkaRange(InputPartition):
 
     def _changelog(self) -> Iterator[tuple[Any, ...]]:
         decoder = _PartitionDecoder(self.servers, self.topic, self.partition, self.codec, client=self.client_config)
-        consumer = _consumer(self.servers, self.client_config)
+        consumer = new_consumer(self.servers, self.client_config)
         try:
-            for msg in _messages(consumer, self.topic, self.partition, self.start, self.end):
+            for msg in read_range(consumer, self.topic, self.partition, self.start, self.end):
                 for ev in decoder.decode(msg.offset(), msg.key(), msg.value()):
                     row = self.changelog.row(ev)
                     if row is not None:
@@ -149,7 +101,7 @@ class KafkaRange(InputPartition):
         offsets: list[int] = []
         keys: list[bytes | None] = []
         values: list[bytes | None] = []
-        for msg in _messages(consumer, self.topic, self.partition, self.start, self.end):
+        for msg in read_range(consumer, self.topic, self.partition, self.start, self.end):
             offsets.append(msg.offset())
             keys.append(msg.key())
             values.append(msg.value())
@@ -160,7 +112,7 @@ class KafkaRange(InputPartition):
             yield offsets, keys, values
 
     def _raw(self) -> Iterator[pa.RecordBatch]:
-        consumer = _consumer(self.servers, self.client_config)
+        consumer = new_consumer(self.servers, self.client_config)
         try:
             for offsets, keys, values in self._runs(consumer):
                 yield self._batch(offsets, keys, values)
@@ -172,7 +124,7 @@ class KafkaRange(InputPartition):
             self.servers, self.topic, self.partition, self.codec, columnar=True, client=self.client_config
         )
         keep = EventFilter.of(self.changelog)
-        consumer = _consumer(self.servers, self.client_config)
+        consumer = new_consumer(self.servers, self.client_config)
         at = self.start  # the first offset of the run in hand
         try:
             for offsets, keys, values in self._runs(consumer):
@@ -300,10 +252,19 @@ class MessageDecoder:
     def decode(self, messages: pa.Table) -> list[Decoded]:
         """``(partition, offset, events, bytes)`` per message of a `MESSAGE_SCHEMA` table (or of the
         ``output=messages`` rows that carry one, `ENVELOPE_SCHEMA`), in (partition, offset) order."""
+        by_partition: dict[int, list[Decoded]] = {}
+        for piece in self.chunks(messages):
+            for message in piece:
+                by_partition.setdefault(message[0], []).append(message)
+        return [message for partition in sorted(by_partition) for message in by_partition[partition]]
+
+    def chunks(self, messages: pa.Table, per_partition: int = CHUNK_MESSAGES) -> Iterator[list[Decoded]]:
+        """`decode`'s messages in pieces: up to ``per_partition`` messages of each partition in turn
+        (each partition's in offset order), so a merge fed piece by piece can release rows early."""
         if "ipc" in messages.schema.names:
             messages = unwrap_messages(messages)
         if messages.num_rows == 0:
-            return []
+            return
         by = [("partition", "ascending"), ("offset", "ascending")]
         order = pc.sort_indices(messages.select(["partition", "offset"]), by)
         if not np.array_equal(order.to_numpy(), np.arange(messages.num_rows)):  # envelopes mostly come in order
@@ -315,29 +276,37 @@ class MessageDecoder:
         keep = self._keep
         key_bytes, value_bytes = (pc.binary_length(messages.column(c)).fill_null(0) for c in ("key", "value"))
         sizes = pc.add(key_bytes, value_bytes).to_pylist()
-        out: list[Decoded] = []
+        runs: list[list[int]] = []  # [next message, end] of each partition's run
+        start = 0
+        while start < len(partitions):
+            end = start
+            while end < len(partitions) and partitions[end] == partitions[start]:
+                end += 1
+            runs.append([start, end])
+            start = end
         try:
-            start = 0
-            while start < len(partitions):
-                partition = partitions[start]
-                end = start
-                while end < len(partitions) and partitions[end] == partition:
-                    end += 1
-                current = self._decoders.get(partition)
-                if current is None:
-                    current = self._decoders[partition] = _PartitionDecoder(
-                        self.servers, self.topic, partition, self.codec, self.columnar, self.client_config
-                    )
-                run = offsets[start:end]
-                decoded = current.decode_run(run, keys[start:end], values[start:end])
-                for offset, events, size in zip(run, decoded, sizes[start:end], strict=True):
-                    out.append((partition, offset, events if keep is None else keep.events(events), size))
-                current.finish(run[-1] + 1)
-                start = end
+            while runs:
+                piece: list[Decoded] = []
+                for run in runs:
+                    start, end = run[0], min(run[1], run[0] + per_partition)
+                    partition = partitions[start]
+                    current = self._decoders.get(partition)
+                    if current is None:
+                        current = self._decoders[partition] = _PartitionDecoder(
+                            self.servers, self.topic, partition, self.codec, self.columnar, self.client_config
+                        )
+                    at = offsets[start:end]
+                    decoded = current.decode_run(at, keys[start:end], values[start:end])
+                    for offset, events, size in zip(at, decoded, sizes[start:end], strict=True):
+                        piece.append((partition, offset, events if keep is None else keep.events(events), size))
+                    run[0] = end
+                    if end == run[1]:
+                        current.finish(at[-1] + 1)
+                runs = [run for run in runs if run[0] < run[1]]
+                yield piece
         except BaseException:
             self.close()
             raise
-        return out
 
     def close(self) -> None:
         for decoder in self._decoders.values():
@@ -387,13 +356,13 @@ class _SchemaLookback:
 
             # It re-assigns backwards chunk by chunk; a new assignment waits for the fetch in flight,
             # which at the log's end is held for fetch.wait.max.ms (500 ms by default).
-            self._consumer = _consumer(self.servers, self.client_config, **{"fetch.wait.max.ms": 10})
+            self._consumer = new_consumer(self.servers, {**self.client_config, "fetch.wait.max.ms": 10})
             tp = TopicPartition(self.topic, self.partition)
-            self.low = int(self._consumer.get_watermark_offsets(tp, timeout=_KAFKA_TIMEOUT_S)[0])
+            self.low = int(self._consumer.get_watermark_offsets(tp, timeout=KAFKA_TIMEOUT_S)[0])
         high, low = self.start, self.low or 0
         while wanted and high > low:
             begin = max(low, high - _LOOKBACK_CHUNK)
-            for msg in _messages(self._consumer, self.topic, self.partition, begin, high):
+            for msg in read_range(self._consumer, self.topic, self.partition, begin, high):
                 where = f"{self.topic}[{self.partition}]@{msg.offset()}"
                 decoder.learn(Message(key=msg.key(), value=msg.value(), partition=self.partition), where)
             wanted = {key for key in wanted if key not in decoder.schemas}
@@ -490,14 +459,14 @@ class KafkaInput(Input):
 
     def _consumer(self) -> Any:
         if self._client is None:
-            self._client = _consumer(self.servers, self.client_config)
+            self._client = new_consumer(self.servers, self.client_config)
         return self._client
 
     def _partitions(self) -> list[int]:
         from confluent_kafka import KafkaException  # noqa: PLC0415
 
         try:
-            meta = self._consumer().list_topics(self.topic, timeout=_KAFKA_TIMEOUT_S).topics.get(self.topic)
+            meta = self._consumer().list_topics(self.topic, timeout=KAFKA_TIMEOUT_S).topics.get(self.topic)
         except KafkaException as exc:
             raise ConfigError(f"kafka: cannot read metadata of topic {self.topic!r}: {exc}") from exc
         if meta is None or meta.error is not None or not meta.partitions:
@@ -538,7 +507,7 @@ class KafkaInput(Input):
         out: dict[int, tuple[int, int]] = {}
         fetch: list[TopicPartition] = []
         for p in self._partitions():
-            low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=_KAFKA_TIMEOUT_S)
+            low, high = consumer.get_watermark_offsets(TopicPartition(self.topic, p), timeout=KAFKA_TIMEOUT_S)
             out[p] = (low, high)
             if high > low:
                 fetch.append(TopicPartition(self.topic, p, high - 1))

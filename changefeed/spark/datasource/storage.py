@@ -13,6 +13,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from ...codec import CodecOptions
+from ...consume.storage import StorageReader
 from ...errors import CaptureError, ConfigError, ascii_digits
 from ...model import DDLEvent, Event, Resolved, TableSchema
 from ...model.rowblock import RowBlock
@@ -24,7 +25,6 @@ from ...sink.storage.layout import (
     read_checkpoint,
     table_path,
 )
-from ...sink.storage.reader import StorageReader
 from ..changelog import ChangelogRows, EventFilter
 from .options import CHANGELOG, Input, SourceOptions
 

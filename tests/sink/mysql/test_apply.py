@@ -128,6 +128,68 @@ def test_crash_then_resume_from_checkpoint(
     assert report.equal, report
 
 
+def test_one_worker_applies_while_the_caller_buffers(
+    mariadb_downstream: MariaDBServer, db: str, make_sink: SinkFactory
+) -> None:
+    """A downstream transaction runs in the applier thread while `write` goes on buffering the next
+    rows (the next one waits for it: in order); `flush` returns only when all of it is durable."""
+    setup_kv((mariadb_downstream,), db)
+    table = kv_table(db)
+    stream = kv_stream(table, seed=5, txns=120)
+    gate = threading.Event()
+    threads: list[str] = []
+
+    def hook(name: str, info: Mapping[str, Any]) -> None:
+        if name == "commit":
+            threads.append(threading.current_thread().name)
+            if len(threads) == 1:
+                assert gate.wait(30)  # the first transaction holds at its COMMIT
+
+    sink = make_sink(mariadb_downstream, batch_rows=40, fault_hook=hook)
+    with sink:
+        events = iter(stream.events)
+        while sink._claimed is None:  # up to the first transaction handed to the applier
+            sink.write_event(next(events))
+        sink.write([next(events) for _ in range(5)])
+        assert sink._buffer_rows > 0  # the next rows buffered while the first transaction waits
+        with mariadb_downstream.connect() as conn:
+            assert fetch(conn, f"SELECT COUNT(*) FROM {quote_table(db, 'kv')}") == [(0,)]
+        assert sink.checkpoint is None  # nothing is durable yet
+        gate.set()
+        sink.write(events)
+        assert sink.flush() == stream.events[-1].commit_ts
+        assert sink.checkpoint is not None and sink.checkpoint.commit_ts == stream.events[-1].commit_ts
+    assert threads and all(name.startswith("mysql-sink-apply") for name in threads)
+    assert read_kv(mariadb_downstream, table) == stream.final
+
+
+def test_no_transaction_runs_after_one_failed(
+    mariadb_downstream: MariaDBServer, db: str, make_sink: SinkFactory
+) -> None:
+    """Transactions queued behind a failed one never run: each would commit a later checkpoint."""
+    setup_kv((mariadb_downstream,), db)
+    table = kv_table(db)
+    stream = kv_stream(table, seed=9, txns=150)
+    reached: list[str] = []
+
+    def hook(name: str, info: Mapping[str, Any]) -> None:
+        reached.append(name)
+        if name == "commit" and reached.count("commit") == 2:
+            raise CrashError("the second transaction fails at its COMMIT")
+
+    sink = make_sink(mariadb_downstream, batch_rows=20, safe_mode_duration=0, fault_hook=hook)
+    with pytest.raises(CrashError):
+        sink.write(stream.events)  # many transactions queue behind the failing one
+        sink.flush()
+    assert reached.count("commit") == 2 and reached.count("committed") == 1
+    assert sink.checkpoint is not None and sink.checkpoint.commit_ts < stream.events[-1].commit_ts
+    with pytest.raises(SinkError, match="failed earlier"):
+        sink.write(stream.events[-1:])  # a failed sink takes nothing until closed
+    sink.close()
+    resume(make_sink, mariadb_downstream, stream.events, batch_rows=20)
+    assert read_kv(mariadb_downstream, table) == stream.final
+
+
 def test_crash_closing_the_connection_mid_transaction(
     mariadb_downstream: MariaDBServer, db: str, make_sink: SinkFactory
 ) -> None:

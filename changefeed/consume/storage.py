@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...codec import CodecOptions
-from ...codec.canal_json import CanalJSONDecoder
-from ...codec.csv import CSVDecoder
-from ...errors import ConfigError, ascii_digits
-from ...model import DDLEvent, Event, Resolved, RowChange, TableSchema
-from ..paths import join_under, table_label
-from .layout import (
+from ..codec import CodecOptions
+from ..codec.canal_json import CanalJSONDecoder
+from ..codec.csv import CSVDecoder
+from ..errors import ConfigError, ascii_digits
+from ..model import DDLEvent, Event, Resolved, RowChange, TableSchema
+from ..sink.paths import join_under, table_label
+from ..sink.storage.layout import (
     DATA_FILE_RE,
     EXTENSIONS,
     SCHEMA_FILE_RE,

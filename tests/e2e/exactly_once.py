@@ -34,10 +34,9 @@ from typing import Any
 
 from pymysql.cursors import Cursor
 
-from ..diff.compare import Differ, DiffReport
-from ..sink.mysql.url import parse_mysql_url
-from .broker import Broker
-from .mariadb import MariaDBServer
+from changefeed.diff.compare import Differ, DiffReport
+from changefeed.sink.mysql.url import parse_mysql_url
+from changefeed.testing import Broker, MariaDBServer
 
 __all__ = ["Outcome", "Scenario", "ScenarioError", "run_scenario"]
 

@@ -1,7 +1,7 @@
 """``scripts/soak``: the exactly-once scenario for many kills (default 100), then a verdict.
 
 Starts its own services (two MariaDB servers, and the tansu broker with ``--via kafka``) in a work
-directory, runs `changefeed.testing.exactly_once` with one line of progress per kill, and prints
+directory, runs `tests.e2e.exactly_once` with one line of progress per kill, and prints
 the diff's verdict. Exit status: 0 diff equal, 1 diff different, 2 the scenario itself failed (a
 job exited on its own, did not catch up or stop). On failure the work directory (job logs per run,
 checkpoints) is kept and printed.
@@ -18,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import Broker, MariaDBServer, ServiceError
-from .exactly_once import Scenario, ScenarioError, describe, run_scenario
+from changefeed.testing import Broker, MariaDBServer, ServiceError
+from tests.e2e.exactly_once import Scenario, ScenarioError, describe, run_scenario
 
 
 def _parser() -> argparse.ArgumentParser:
