@@ -40,7 +40,7 @@ from .codec import CodecOptions
 from .codec.csv import CSVFormat
 from .dispatch.router import DispatchRule
 from .dispatch.tablefilter import TableFilter
-from .errors import ConfigError, ascii_digits, true_false
+from .errors import ConfigError, ascii_digits, positive_int, true_false
 from .kafkasecurity import KAFKA_SECURITY_PARAMS, KAFKA_WRITE_PARAMS, KafkaSecurity, KafkaURI
 from .mysqlclient import TLS_OPTIONS
 from .secrets import mask_secrets, resolve_password
@@ -266,8 +266,6 @@ class ChangefeedConfig:
         TiCDC's sink parameters (worker-count, safe-mode, max-txn-row) become `MySQLSinkConfig`; the
         checkpoint row is keyed by the changefeed id; TIMESTAMP values are written in ``time-zone``.
         """
-        from .cli.apply import mysql_target  # noqa: PLC0415 - the apply command owns the parameter mapping
-
         return mysql_target(self.sink_uri.uri, self.changefeed_id, self.time_zone)
 
     def codec_options(self) -> CodecOptions:
@@ -553,3 +551,24 @@ def _table(doc: dict[str, Any], name: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ConfigError(f"[{name}] must be a table")
     return value
+
+
+#: TiCDC mysql sink-uri parameters we map onto MySQLSinkConfig; the rest are connection options.
+_MYSQL_SINK_PARAMS = {"worker-count": "workers", "safe-mode": "safe_mode", "max-txn-row": "batch_rows"}
+
+
+def mysql_target(uri: str, changefeed_id: str, time_zone: str = "UTC") -> tuple[MySQLParams, MySQLSinkConfig]:
+    """A mysql:// sink-uri, parsed once: the connection (checked now, not inside the job) and TiCDC's
+    sink parameters (worker-count, safe-mode, max-txn-row) as the sink's settings."""
+    from .sink.mysql import MySQLSinkConfig  # noqa: PLC0415
+    from .sink.mysql.url import split_mysql_url  # noqa: PLC0415
+
+    params, given = split_mysql_url(uri, _MYSQL_SINK_PARAMS)
+    settings: dict[str, Any] = {"changefeed_id": changefeed_id, "time_zone": time_zone}
+    for key, value in given.items():
+        name = _MYSQL_SINK_PARAMS[key]
+        if name == "safe_mode":
+            settings[name] = true_false(value, "mysql sink-uri safe-mode")
+        else:
+            settings[name] = positive_int(value, f"mysql sink-uri {key}")
+    return params, MySQLSinkConfig(**settings)

@@ -7,15 +7,14 @@ import sys
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlsplit
 
-from ..errors import ConfigError, positive_int, true_false
+from ..errors import ConfigError
 from .run import add_spark_options, default_checkpoint, launch, wall_time
 
 if TYPE_CHECKING:
     from ..sink.base import Sink
-    from ..sink.mysql import MySQLParams, MySQLSinkConfig
 
 # Storage-layout parameters of a sink-uri: the reader finds the layout itself, so they are accepted
 # (the capture's sink-uri can be passed as is) and ignored.
@@ -95,27 +94,6 @@ def _local_path(uri: str, scheme: str) -> tuple[Path, dict[str, str]]:
     return Path(location), dict(parse_qsl(parts.query, keep_blank_values=True))
 
 
-#: TiCDC mysql sink-uri parameters we map onto MySQLSinkConfig; the rest are connection options.
-_MYSQL_SINK_PARAMS = {"worker-count": "workers", "safe-mode": "safe_mode", "max-txn-row": "batch_rows"}
-
-
-def mysql_target(uri: str, changefeed_id: str, time_zone: str = "UTC") -> tuple[MySQLParams, MySQLSinkConfig]:
-    """A mysql:// sink-uri, parsed once: the connection (checked now, not inside the job) and TiCDC's
-    sink parameters (worker-count, safe-mode, max-txn-row) as the sink's settings."""
-    from ..sink.mysql import MySQLSinkConfig  # noqa: PLC0415
-    from ..sink.mysql.url import split_mysql_url  # noqa: PLC0415
-
-    params, given = split_mysql_url(uri, _MYSQL_SINK_PARAMS)
-    settings: dict[str, Any] = {"changefeed_id": changefeed_id, "time_zone": time_zone}
-    for key, value in given.items():
-        name = _MYSQL_SINK_PARAMS[key]
-        if name == "safe_mode":
-            settings[name] = true_false(value, "mysql sink-uri safe-mode")
-        else:
-            settings[name] = positive_int(value, f"mysql sink-uri {key}")
-    return params, MySQLSinkConfig(**settings)
-
-
 def kafka_source(uri: str) -> dict[str, str]:
     """``kafka://HOST:PORT/TOPIC?protocol=...`` (the capture's sink-uri as is) -> data source options.
 
@@ -154,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
     set_job_context(args, args.changefeed_id, source=urlsplit(args.source).scheme.lower(), sink=scheme)
     make_sink: Callable[[], Sink]
     if scheme in ("mysql", "tidb"):
+        from ..config import mysql_target  # noqa: PLC0415
         from ..sink.mysql import MySQLSink  # noqa: PLC0415
 
         connection, config = mysql_target(args.target, args.changefeed_id, options.get("time-zone", codec.time_zone))

@@ -124,8 +124,8 @@ def broker_target(args: argparse.Namespace) -> tuple[str, str | None, int | None
 
 
 def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
+    from ..config import mysql_target  # noqa: PLC0415
     from ..ops.preflight import check_all  # noqa: PLC0415 - keep `changefeed --help` light
-    from .apply import mysql_target  # noqa: PLC0415
 
     out = out or sys.stdout
     if not args.source and not args.broker and not args.sink:

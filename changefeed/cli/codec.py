@@ -16,10 +16,10 @@ import orjson
 from ..codec import CodecOptions, Message, make_decoder, make_encoder
 from ..codec.options import PROTOCOLS
 from ..errors import ConfigError, EventFormatError
+from ..files.layout import SchemaFile
 from ..model import DDLEvent, Event, Resolved, RowChange
 from ..model.jsonl import EventReader, dumps_event
 from ..model.values import b64decode, b64encode
-from ..sink.storage.layout import SchemaFile
 
 DEFAULTS = CodecOptions()
 # Rows encoded between two `build()` calls: bounds memory while leaving Open Protocol's batching

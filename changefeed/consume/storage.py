@@ -24,9 +24,7 @@ from ..codec import CodecOptions
 from ..codec.canal_json import CanalJSONDecoder
 from ..codec.csv import CSVDecoder
 from ..errors import ConfigError, ascii_digits
-from ..model import DDLEvent, Event, Resolved, RowChange, TableSchema
-from ..sink.paths import join_under, table_label
-from ..sink.storage.layout import (
+from ..files.layout import (
     DATA_FILE_RE,
     EXTENSIONS,
     SCHEMA_FILE_RE,
@@ -36,6 +34,8 @@ from ..sink.storage.layout import (
     parse_table_path,
     read_checkpoint,
 )
+from ..files.paths import join_under, table_label
+from ..model import DDLEvent, Event, Resolved, RowChange, TableSchema
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,7 @@ class StorageReader:
                 yield ddir
 
     def _parse_dir(self, parts: tuple[str, ...]) -> _DataDir | None:
-        # <schema>/<table>/<version>[/<partition>][/<date>], the names encoded (changefeed/sink/paths.py)
+        # <schema>/<table>/<version>[/<partition>][/<date>], the names encoded (changefeed/files/paths.py)
         if len(parts) < 3 or not ascii_digits(parts[2]):
             log.warning("skipping a directory outside the storage layout", extra={"dir": "/".join(parts)})
             return None

@@ -9,7 +9,7 @@ broken stream and raises (changefeed/sink/replay.py). Tables without a handle ke
 delete removes one identical row.
 
 A snapshot lives at ``<root>/<schema>/<table>/snapshot.parquet`` with the names encoded as the
-storage sink encodes them (changefeed/sink/paths.py: raw unless unsafe), and every path is checked
+storage sink encodes them (changefeed/files/paths.py: raw unless unsafe), and every path is checked
 to resolve under the root: no name, rename or drop reaches a file outside it.
 """
 
@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ..errors import SinkError
+from ..files.paths import encode_name, join_under, table_label
 from ..model import ABSENT, ActionType, DDLEvent, Event, Op, Resolved, TableSchema, TypeCode
 from ..model.arrow import arrow_schema, batch_to_images, images_to_batch
 from ..model.ddl import ddl_tables
@@ -34,7 +35,6 @@ from ..model.ddlschema import ColumnDef, DDLCatalog, TableDef, decimals_for
 from ..model.jsonl import table_schema_from_json, table_schema_to_json
 from ..model.rowblock import RowBlock, expand_blocks
 from .base import SinkContext
-from .paths import encode_name, join_under, table_label
 from .replay import ResolvedGuard
 from .storage.writer import write_atomically
 

@@ -29,12 +29,12 @@ import orjson
 import pyarrow as pa
 
 from ..errors import ChangefeedError, SinkError
+from ..files.layout import SchemaFile
 from ..model import DDLEvent, Event, Resolved, RowChange
 from ..model.jsonl import EventReader, dumps_event, table_schema_from_json, table_schema_to_json
 from ..model.rowblock import RowBlock
 from ..sink.kafka.encode import KafkaEncoder, KafkaItem, MessageGroup, UnknownTopicError
 from ..sink.kafka.progress import FlushedPosition
-from ..sink.storage.layout import SchemaFile
 from ..sink.storage.writer import DataSegment, StorageItem
 from .envelope import ENVELOPE_DDL, unwrap, wrap
 

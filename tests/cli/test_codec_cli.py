@@ -13,6 +13,7 @@ import pytest
 
 from changefeed.cli.codec import encode_stream, read_messages
 from changefeed.codec import CodecOptions, make_decoder
+from changefeed.files.layout import SchemaFile
 from changefeed.model import (
     ActionType,
     Column,
@@ -26,7 +27,6 @@ from changefeed.model import (
     TypeCode,
 )
 from changefeed.model.jsonl import EventReader, dumps_event
-from changefeed.sink.storage.layout import SchemaFile
 
 UTF8 = {"charset": "utf8mb4", "collation": "utf8mb4_bin"}
 T = TableSchema(

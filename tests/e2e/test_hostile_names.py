@@ -17,9 +17,9 @@ import pytest
 from changefeed.cli import main
 from changefeed.codec import CodecOptions
 from changefeed.consume.storage import StorageReader
+from changefeed.files.paths import decode_name
 from changefeed.model import RowChange
 from changefeed.sink.parquet import ROOT_ENTRIES
-from changefeed.sink.paths import decode_name
 from changefeed.testing import MariaDBServer
 
 pytestmark = [pytest.mark.mariadb, pytest.mark.spark, pytest.mark.timeout(300)]

@@ -15,11 +15,11 @@ import pytest
 
 from changefeed.codec import CodecOptions
 from changefeed.consume.storage import StorageReader
+from changefeed.files.layout import SchemaFile
+from changefeed.files.paths import PathEscapeError, UnsafeNameError, encode_name
 from changefeed.model import ActionType, Column, DDLEvent, Event, Index, Op, Resolved, RowChange, TableSchema, TypeCode
 from changefeed.sink.parquet import ROOT_ENTRIES as PARQUET_ROOT_ENTRIES
 from changefeed.sink.parquet import ParquetSnapshotSink
-from changefeed.sink.paths import PathEscapeError, UnsafeNameError, encode_name
-from changefeed.sink.storage.layout import SchemaFile
 from changefeed.sink.storage.writer import StorageOptions, StorageWriter
 
 UTF8 = {"charset": "utf8mb4", "collation": "utf8mb4_bin"}

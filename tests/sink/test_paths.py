@@ -1,4 +1,4 @@
-"""Names as path elements (changefeed/sink/paths.py): exact round trip, no collisions, never outside the root."""
+"""Names as path elements (changefeed/files/paths.py): exact round trip, no collisions, never outside the root."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from changefeed.errors import SinkError
-from changefeed.sink.paths import (
+from changefeed.files.paths import (
     NAME_MAX,
     PathEscapeError,
     UnsafeNameError,

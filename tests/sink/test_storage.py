@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from changefeed.codec import CodecOptions
 from changefeed.consume.storage import ReaderPosition, StorageReader
+from changefeed.files.layout import SchemaFile
 from changefeed.model import (
     ActionType,
     Column,
@@ -25,7 +26,6 @@ from changefeed.model import (
     TypeCode,
 )
 from changefeed.sink.storage import writer as writer_module
-from changefeed.sink.storage.layout import SchemaFile
 from changefeed.sink.storage.writer import StorageOptions, StorageWriter, read_checkpoint
 from tests.strategies import row_changes, tables
 

@@ -10,8 +10,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from changefeed.codec import CodecOptions
+from changefeed.files.layout import SchemaFile
 from changefeed.model import Event, Op, Resolved, RowChange
-from changefeed.sink.storage.layout import SchemaFile
 from changefeed.sink.storage.writer import DataSegment, StorageEncoder, StorageOptions, StorageWriter, _roll
 
 from .test_storage import T, _ins

@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from changefeed.model import Column, Index, TableSchema, TypeCode
-from changefeed.sink.storage.layout import (
+from changefeed.files.layout import (
     LayoutError,
     SchemaFile,
     data_dir,
@@ -19,6 +18,7 @@ from changefeed.sink.storage.layout import (
     metadata_json,
     table_col,
 )
+from changefeed.model import Column, Index, TableSchema, TypeCode
 
 CASES = {
     c["id"]: c

@@ -71,7 +71,7 @@ def test_cli_apply_to_mysql(spark: SparkSession, downstream: tuple[MariaDBServer
 
 
 def test_mysql_target_parameters() -> None:
-    from changefeed.cli.apply import mysql_target  # noqa: PLC0415
+    from changefeed.config import mysql_target  # noqa: PLC0415
     from changefeed.errors import ConfigError  # noqa: PLC0415
 
     uri = "mysql://u:p@h:3307/?worker-count=4&safe-mode=true&max-txn-row=100&read-timeout=5"

@@ -34,12 +34,7 @@ from typing import Any
 from ...codec import CodecOptions, Encoder, make_encoder
 from ...consume.storage import decode_data_file
 from ...errors import ConfigError, SinkError, ascii_digits
-from ...model import DDLEvent, Event, Resolved, RowChange, TableSchema
-from ...model.rowblock import OP_NAMES, RowBlock
-from ..base import SinkContext
-from ..paths import join_under, table_label
-from ..replay import ResolvedGuard
-from .layout import (
+from ...files.layout import (
     EXTENSIONS,
     SchemaFile,
     data_dir,
@@ -49,6 +44,11 @@ from .layout import (
     metadata_json,
     read_checkpoint,
 )
+from ...files.paths import join_under, table_label
+from ...model import DDLEvent, Event, Resolved, RowChange, TableSchema
+from ...model.rowblock import OP_NAMES, RowBlock
+from ..base import SinkContext
+from ..replay import ResolvedGuard
 
 log = logging.getLogger(__name__)
 

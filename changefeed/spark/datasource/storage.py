@@ -15,9 +15,7 @@ from pyspark.sql.datasource import InputPartition
 from ...codec import CodecOptions
 from ...consume.storage import StorageReader
 from ...errors import CaptureError, ConfigError, ascii_digits
-from ...model import DDLEvent, Event, Resolved, TableSchema
-from ...model.rowblock import RowBlock
-from ...sink.storage.layout import (
+from ...files.layout import (
     DATA_FILE_RE,
     EXTENSIONS,
     SCHEMA_FILE_RE,
@@ -25,6 +23,8 @@ from ...sink.storage.layout import (
     read_checkpoint,
     table_path,
 )
+from ...model import DDLEvent, Event, Resolved, TableSchema
+from ...model.rowblock import RowBlock
 from ..changelog import ChangelogRows, EventFilter
 from .options import CHANGELOG, Input, SourceOptions
 

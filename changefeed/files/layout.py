@@ -6,7 +6,7 @@
 <root>/<schema>/<table>/<tableVersion>/[<partitionID>/][<date>/]CDC<index>.<ext>
 <root>/<schema>/<table>/<tableVersion>/[<partitionID>/][<date>/]meta/CDC.index
 
-<schema> and <table> are the names as `changefeed.sink.paths.encode_name` writes them: TiCDC's raw
+<schema> and <table> are the names as `changefeed.files.paths.encode_name` writes them: TiCDC's raw
 names unless a name is unsafe as a path element (``..``, ``/``, ...), or the schema is named like
 an entry of the root (`ROOT_ENTRIES`).
 """
@@ -22,10 +22,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ...errors import ChangefeedError, SinkError, ascii_digits, clip
-from ...model import Column, ColumnFlag, Index, TableSchema, TypeCode, parse_type_name, type_name
-from ...model.types import DEFAULT_FLEN, INTEGER_TYPES, UNSIGNED_DEFAULT_FLEN
-from ..paths import decode_name, encode_name
+from ..errors import ChangefeedError, SinkError, ascii_digits, clip
+from ..model import Column, ColumnFlag, Index, TableSchema, TypeCode, parse_type_name, type_name
+from ..model.types import DEFAULT_FLEN, INTEGER_TYPES, STRING_TYPES, UNSIGNED_DEFAULT_FLEN
+from .paths import decode_name, encode_name
 
 SCHEMA_FILE_RE = re.compile(r"^schema_(\d+)_(\d{10})\.json$")
 DATA_FILE_RE = re.compile(r"^CDC(?:_(?P<dispatcher>[^_]+)_)?(?P<index>\d+)\.(?P<ext>csv|json)$")
@@ -35,20 +35,9 @@ EXTENSIONS = {"csv": ".csv", "canal-json": ".json"}
 #: checkpoint of `changefeed run`. A schema with one of these names is escaped, not merged into it.
 ROOT_ENTRIES = frozenset({"metadata", "_spark_checkpoint"})
 
-_PRECISION_TYPES = INTEGER_TYPES | {
-    TypeCode.BIT,
-    TypeCode.CHAR,
-    TypeCode.VARCHAR,
-    TypeCode.VAR_STRING,
-    TypeCode.TINYBLOB,
-    TypeCode.BLOB,
-    TypeCode.MEDIUMBLOB,
-    TypeCode.LONGBLOB,
-    TypeCode.YEAR,
-    TypeCode.FLOAT,
-    TypeCode.DOUBLE,
-    TypeCode.DECIMAL,
-}
+_PRECISION_TYPES = (
+    INTEGER_TYPES | STRING_TYPES | {TypeCode.BIT, TypeCode.YEAR, TypeCode.FLOAT, TypeCode.DOUBLE, TypeCode.DECIMAL}
+)
 _SCALE_WHEN_SET = {TypeCode.FLOAT, TypeCode.DOUBLE, TypeCode.TIME, TypeCode.DATETIME, TypeCode.TIMESTAMP}
 
 
@@ -172,19 +161,7 @@ class SchemaFile:
             code, binary, unsigned = parse_type_name(col["ColumnType"])
             precision = col.get("ColumnPrecision")
             scale = col.get("ColumnScale")
-            string_like = code in (TypeCode.ENUM, TypeCode.SET) or (
-                not binary
-                and code
-                in (
-                    TypeCode.CHAR,
-                    TypeCode.VARCHAR,
-                    TypeCode.VAR_STRING,
-                    TypeCode.TINYBLOB,
-                    TypeCode.BLOB,
-                    TypeCode.MEDIUMBLOB,
-                    TypeCode.LONGBLOB,
-                )
-            )
+            string_like = code in (TypeCode.ENUM, TypeCode.SET) or (not binary and code in STRING_TYPES)
             columns.append(
                 Column(
                     name=col["ColumnName"],
@@ -263,7 +240,7 @@ def date_dir(when: dt.datetime, separator: str) -> str:
 
 
 def schema_element(schema: str) -> str:
-    """The schema's directory name (TiCDC's raw name where safe; see changefeed/sink/paths.py)."""
+    """The schema's directory name (TiCDC's raw name where safe; see changefeed/files/paths.py)."""
     return encode_name(schema, ROOT_ENTRIES)
 
 
