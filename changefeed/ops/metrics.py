@@ -33,6 +33,7 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from ..model.tso import tso_physical_ms
+from ..sink.observe import set_observer
 
 __all__ = [
     "BATCHES",
@@ -238,3 +239,16 @@ def start_metrics_server(port: int, addr: str = DEFAULT_METRICS_ADDR) -> Any:
 def scrape() -> str:
     """The current exposition text (what ``/metrics`` returns), for tests and ad-hoc dumps."""
     return generate_latest(REGISTRY).decode()
+
+
+class _Observer:
+    """The sinks' reports (`changefeed.sink.observe`) counted here."""
+
+    def sink_error(self, sink: str, *, retried: bool) -> None:
+        sink_error(sink, retried=retried)
+
+    def kafka_delivered(self, seconds: float | None) -> None:
+        kafka_delivered(seconds)
+
+
+set_observer(_Observer())

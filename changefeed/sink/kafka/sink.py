@@ -25,8 +25,8 @@ from ...dispatch import DispatchRule
 from ...errors import ConfigError, SinkError
 from ...model import DDLEvent, Event, Resolved, TableSchema
 from ...model.rowblock import RowBlock
-from ...ops import metrics
 from ..base import SinkContext
+from ..observe import observer
 from .bootstrap import BootstrapPolicy
 from .encode import KafkaEncoder, KafkaItem, MessageGroup
 from .progress import AckTracker, FlushedPosition
@@ -351,17 +351,17 @@ class KafkaSink(SinkContext):
         seq = self._inflight[key].popleft()
         if err is None:
             self._acks.acked(seq)
-            metrics.kafka_delivered(msg.latency())
+            observer().kafka_delivered(msg.latency())
         else:
             self._errors.append(f"{key[0]}[{key[1]}]: {err.str()}")
-            metrics.sink_error("kafka", retried=False)
+            observer().sink_error("kafka", retried=False)
 
     def _on_error(self, err: KafkaError) -> None:
         if err.fatal():
             self._errors.append(f"fatal producer error: {err.str()}")
         else:
             log.warning("kafka client error", extra={"error": err.str()})
-            metrics.sink_error("kafka", retried=True)  # librdkafka retries it on its own
+            observer().sink_error("kafka", retried=True)  # librdkafka retries it on its own
 
     def _wait_acks(self, timeout_s: float | None) -> None:
         timeout = self.config.flush_timeout_s if timeout_s is None else timeout_s
@@ -402,6 +402,6 @@ class KafkaSink(SinkContext):
 
     def _fail(self, exc: SinkError) -> None:
         self._failed = exc
-        metrics.sink_error("kafka", retried=False)
+        observer().sink_error("kafka", retried=False)
         log.error("kafka sink failed", extra={"error": str(exc)})
         raise exc

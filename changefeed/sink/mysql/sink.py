@@ -38,8 +38,8 @@ from pymysql.constants import CLIENT
 from ...errors import ConfigError, SinkError
 from ...model import ActionType, DDLEvent, Event, Index, Resolved, RowChange, TableSchema
 from ...model.rowblock import RowBlock, TableRows
-from ...ops import metrics
 from ..base import SinkContext
+from ..observe import observer
 from ..replay import ResolvedGuard
 from .causality import Causality, row_keys
 from .checkpoint import Checkpoint, CheckpointTable
@@ -565,7 +565,7 @@ class MySQLSink(SinkContext):
 
     def _fail(self, exc: BaseException) -> None:
         self._failed = exc
-        metrics.sink_error("mysql", retried=False)
+        observer().sink_error("mysql", retried=False)
 
     def _apply(self, rows: list[Entry], count: int, pending: Checkpoint) -> None:
         """One downstream transaction of ``rows`` reaching ``pending`` (the applier thread's work)."""
@@ -618,7 +618,7 @@ class MySQLSink(SinkContext):
     def _note_retry(self, session: _Session, what: str, exc: BaseException, attempt: int) -> None:
         with self._stats_lock:
             self.stats["retries"] += 1
-        metrics.sink_error("mysql", retried=True)
+        observer().sink_error("mysql", retried=True)
         delay = self._backoff(attempt)
         log.warning(
             "retrying after transient error changefeed=%s session=%s what=%s attempt=%d code=%s delay=%.2f error=%s",

@@ -190,6 +190,34 @@ def test_no_transaction_runs_after_one_failed(
     assert read_kv(mariadb_downstream, table) == stream.final
 
 
+def test_a_failed_transaction_is_reported_to_the_observer(
+    mariadb_downstream: MariaDBServer, db: str, make_sink: SinkFactory
+) -> None:
+    """Sinks report through `changefeed.sink.observe` (ops.metrics listens there, not imported by sinks)."""
+    from changefeed.sink import observe  # noqa: PLC0415
+
+    setup_kv((mariadb_downstream,), db)
+    stream = kv_stream(kv_table(db), seed=2, txns=20)
+    seen: list[tuple[str, bool]] = []
+
+    class Recorder:
+        def sink_error(self, sink: str, *, retried: bool) -> None:
+            seen.append((sink, retried))
+
+        def kafka_delivered(self, seconds: float | None) -> None:
+            """Not a Kafka sink here."""
+
+    before = observe.observer()
+    observe.set_observer(Recorder())
+    try:
+        sink = make_sink(mariadb_downstream, fault_hook=crash_at("commit"))
+        with pytest.raises(CrashError), sink:
+            sink.write(stream.events)
+    finally:
+        observe.set_observer(before)
+    assert seen == [("mysql", False)]
+
+
 def test_crash_closing_the_connection_mid_transaction(
     mariadb_downstream: MariaDBServer, db: str, make_sink: SinkFactory
 ) -> None:
