@@ -252,11 +252,8 @@ class MessageDecoder:
     def decode(self, messages: pa.Table) -> list[Decoded]:
         """``(partition, offset, events, bytes)`` per message of a `MESSAGE_SCHEMA` table (or of the
         ``output=messages`` rows that carry one, `ENVELOPE_SCHEMA`), in (partition, offset) order."""
-        by_partition: dict[int, list[Decoded]] = {}
-        for piece in self.chunks(messages):
-            for message in piece:
-                by_partition.setdefault(message[0], []).append(message)
-        return [message for partition in sorted(by_partition) for message in by_partition[partition]]
+        # One piece holding every message: each partition's run whole, in partition order.
+        return [message for piece in self.chunks(messages, per_partition=messages.num_rows) for message in piece]
 
     def chunks(self, messages: pa.Table, per_partition: int = CHUNK_MESSAGES) -> Iterator[list[Decoded]]:
         """`decode`'s messages in pieces: up to ``per_partition`` messages of each partition in turn
