@@ -124,7 +124,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=3, help="runs per figure; the best is kept")
-    parser.add_argument("--protocols", default="open-protocol,canal-json,simple,simple-avro,csv")
+    parser.add_argument("--protocols", default="open-protocol,canal-json,simple,simple-avro,csv,debezium")
     args = parser.parse_args()
     print("command:", shlex.join([".venv/bin/python", "bench/codecs.py", *sys.argv[1:]]))
     print(

@@ -74,11 +74,20 @@ FILE_URI_PARAMS = frozenset(
 )
 #: sink-uri query parameters of a ``kafka://`` sink (TiCDC's names; TLS and SASL: `changefeed.kafkasecurity`).
 KAFKA_URI_PARAMS = (
-    frozenset({"protocol", "max-message-bytes", "max-batch-size", "enable-tidb-extension"})
+    frozenset(
+        {
+            "protocol",
+            "max-message-bytes",
+            "max-batch-size",
+            "enable-tidb-extension",
+            "debezium-disable-schema",
+            "debezium-include-start-ts",
+        }
+    )
     | KAFKA_WRITE_PARAMS
     | KAFKA_SECURITY_PARAMS
 )
-KAFKA_PROTOCOLS = ("canal-json", "open-protocol", "simple")
+KAFKA_PROTOCOLS = ("canal-json", "open-protocol", "simple", "debezium")
 _CSV_KEYS = {
     "delimiter": str,
     "quote": str,
@@ -247,6 +256,11 @@ class ChangefeedConfig:
             codec.max_message_bytes = _typed(p["max-message-bytes"], int, "max-message-bytes")
         if "max-batch-size" in p:
             codec.max_batch_size = _typed(p["max-batch-size"], int, "max-batch-size")
+        for name in ("debezium-disable-schema", "debezium-include-start-ts"):
+            if name in p:
+                setattr(codec, name.replace("-", "_"), _typed(p[name], bool, name))
+        if codec.debezium_include_start_ts and codec.protocol != "debezium":
+            raise ConfigError("debezium-include-start-ts needs protocol=debezium")
         servers, _, topic = self.sink_uri.location.partition("/")
         security = KafkaSecurity.from_params(p, where="kafka sink-uri")
         return KafkaSinkConfig(

@@ -31,12 +31,31 @@ from dataclasses import dataclass
 from socket import socket
 from typing import TYPE_CHECKING, Any
 
-import pymysql.err
 from pymysql.connections import Connection
+from pymysql.constants import CLIENT
+from pymysql.converters import escape_string
+from pymysql.cursors import Cursor
+from pymysql.err import InterfaceError, InternalError, MySQLError, OperationalError, ProgrammingError
 
 from .errors import ConfigError
 
-__all__ = ["SSL_MODES", "TLS_OPTIONS", "TLSOptions", "connect", "ssl_mode"]
+# PyMySQL stays behind this module: the rest of the package takes its names from here.
+__all__ = [
+    "CLIENT",
+    "SSL_MODES",
+    "TLS_OPTIONS",
+    "Connection",
+    "Cursor",
+    "InterfaceError",
+    "InternalError",
+    "MySQLError",
+    "OperationalError",
+    "ProgrammingError",
+    "TLSOptions",
+    "connect",
+    "escape_string",
+    "ssl_mode",
+]
 
 #: The MySQL client's ``--ssl-mode`` values, weakest first.
 SSL_MODES = ("DISABLED", "PREFERRED", "REQUIRED", "VERIFY_CA", "VERIFY_IDENTITY")
@@ -143,7 +162,6 @@ class TLSOptions:
 
 
 if TYPE_CHECKING:
-    from pymysql.cursors import Cursor
 
     class PyMySQLConnection(Connection[Cursor]):
         """A pymysql Connection with the internals used here and by the binlog replica (not in types-PyMySQL)."""
@@ -187,7 +205,7 @@ class _Connection(PyMySQLConnection):
         mode = tls.effective_mode.lower().replace("_", "-")
         try:
             super().connect(sock)
-        except pymysql.err.OperationalError as exc:
+        except OperationalError as exc:
             reason = _tls_failure(exc, self.host)
             if reason is None:
                 raise
@@ -201,7 +219,7 @@ class _Connection(PyMySQLConnection):
             )
 
 
-def _tls_failure(exc: pymysql.err.OperationalError, host: str) -> str | None:
+def _tls_failure(exc: OperationalError, host: str) -> str | None:
     """Why a connection failed, if it is TLS's fault that no retry can fix; None otherwise."""
     code = exc.args[0] if exc.args else None
     if code == _CR_SSL_CONNECTION_ERROR:

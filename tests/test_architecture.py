@@ -128,6 +128,15 @@ def test_only_the_spark_package_imports_pyspark() -> None:
     _check("no module outside changefeed/spark/ imports pyspark", found, KNOWN_PYSPARK)
 
 
+# ------------------------------------------------------------------------------------------- clients
+
+
+def test_only_the_mysql_client_module_imports_pymysql() -> None:
+    """PyMySQL behind one module (changefeed.mysqlclient): TLS modes and errors in one place."""
+    found = _edges(lambda m: m != "changefeed.mysqlclient", lambda _, i: _within(i, "pymysql"))
+    _check("no module but changefeed/mysqlclient.py imports pymysql", found)
+
+
 # ----------------------------------------------------------------------------------------------- model
 
 

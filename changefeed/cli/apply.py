@@ -1,4 +1,5 @@
-"""``changefeed apply --from file://STORAGE | kafka://... --to parquet://DIR | mysql://...``: the apply job on Spark."""
+"""``changefeed apply --from file://STORAGE | kafka://... --to parquet://DIR | delta://DIR | iceberg://DIR | mysql://...``:
+the apply job on Spark."""
 
 from __future__ import annotations
 
@@ -38,6 +39,9 @@ what a downstream reader sees:
   --to parquet://DIR
       mid-batch:     each table's snapshot file is replaced whole, one table after another
       after a crash: snapshots may be ahead of the checkpoint; the replay converges (eventual)
+  --to delta://DIR | iceberg://DIR
+      mid-batch:     each table's batch is one table commit (with its checkpoint ts), one table after another
+      after a crash: each table skips what its own last commit holds (exactly once per table)
 Use worker-count=1 when readers must never see a partial upstream transaction.
 """
 
@@ -71,7 +75,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--to",
         dest="target",
         required=True,
-        help="parquet://DIR, or mysql://USER@HOST:PORT/?worker-count=N&safe-mode=true&password-file=PATH (MySQLSink; "
+        help="parquet://DIR, delta://DIR?mode=upsert|changelog|scd2, iceberg://DIR?mode=...&catalog-uri=URI "
+        "(docs/lakehouse.md), or mysql://USER@HOST:PORT/?worker-count=N&safe-mode=true&password-file=PATH (MySQLSink; "
         "password also ?password-env=NAME or MYSQL_PWD)",
     )
     p.add_argument(
@@ -112,6 +117,20 @@ def kafka_source(uri: str) -> dict[str, str]:
     return {"input": "kafka", "bootstrap.servers": kafka.servers, "topic": kafka.topic, **params, **security.params()}
 
 
+def lake_sink(scheme: str, root: Path, params: dict[str, str], time_zone: str) -> Callable[[], Sink]:
+    """``delta://DIR?mode=...`` / ``iceberg://DIR?mode=...&catalog-uri=...`` -> a sink factory (docs/lakehouse.md)."""
+    from ..sink.lake.common import LakeOptions  # noqa: PLC0415
+
+    options = LakeOptions.from_params(scheme, params, time_zone)  # unknown parameters fail here
+    if scheme == "delta":
+        from ..sink.lake.delta import DeltaSink  # noqa: PLC0415
+
+        return partial(DeltaSink, root, options)
+    from ..sink.lake.iceberg import IcebergSink  # noqa: PLC0415
+
+    return partial(IcebergSink, root, options)
+
+
 def run(args: argparse.Namespace) -> int:
     from ..codec import CodecOptions  # noqa: PLC0415
     from ..ops.monitor import set_job_context  # noqa: PLC0415
@@ -140,6 +159,11 @@ def run(args: argparse.Namespace) -> int:
         checkpoint = args.checkpoint or default_checkpoint("apply", args.changefeed_id)
         make_sink = partial(MySQLSink, connection, config)
         where = f"{connection} (changefeed {args.changefeed_id})"
+    elif scheme in ("delta", "iceberg"):
+        target, params = _local_path(args.target, scheme)
+        make_sink = lake_sink(scheme, target, params, options.get("time-zone", codec.time_zone))
+        checkpoint = args.checkpoint or target / "_spark_checkpoint"
+        where = f"{scheme} tables in {target} (mode={params.get('mode', 'upsert')})"
     else:
         from ..sink.parquet import ParquetSnapshotSink  # noqa: PLC0415
 

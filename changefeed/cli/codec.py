@@ -27,6 +27,10 @@ DEFAULTS = CodecOptions()
 _ROWS_PER_BUILD = 4096
 
 
+def _never(event: DDLEvent) -> bool:
+    return False
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     enc = sub.add_parser("encode", help="JSONL events on stdin -> protocol messages (JSONL) on stdout")
     _add_codec_options(enc)
@@ -45,9 +49,14 @@ def _add_codec_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-batch-size", type=int, default=DEFAULTS.max_batch_size)
     p.add_argument("--only-output-updated-columns", action="store_true")
     p.add_argument("--delete-only-output-handle-key-columns", action="store_true")
-    p.add_argument("--no-output-old-value", dest="output_old_value", action="store_false", help="open-protocol")
+    p.add_argument(
+        "--no-output-old-value", dest="output_old_value", action="store_false", help="open-protocol, debezium"
+    )
     p.add_argument("--content-compatible", action="store_true", help="canal-json full mysqlType text")
     p.add_argument("--time-zone", default="UTC")
+    p.add_argument("--cluster-id", default=DEFAULTS.cluster_id, help="debezium: TiCDC's server cluster-id")
+    p.add_argument("--debezium-disable-schema", action="store_true", help="debezium: no schema sections")
+    p.add_argument("--debezium-include-start-ts", action="store_true", help="debezium: source.start_ts")
     p.add_argument("--delimiter", default=",", help="csv")
     p.add_argument("--quote", default='"', help="csv; empty for escape mode")
     p.add_argument("--null", default="\\N", help="csv null string")
@@ -75,6 +84,9 @@ def options_from_args(args: argparse.Namespace) -> CodecOptions:
         output_old_value=args.output_old_value,
         content_compatible=args.content_compatible,
         time_zone=args.time_zone,
+        cluster_id=args.cluster_id,
+        debezium_disable_schema=args.debezium_disable_schema,
+        debezium_include_start_ts=args.debezium_include_start_ts,
         delimiter=args.delimiter,
         quote=args.quote,
         null=args.null,
@@ -130,7 +142,8 @@ def encode_stream(events: Iterable[Event], options: CodecOptions, out: IO[bytes]
         else:
             messages = encoder.build()
             if isinstance(event, DDLEvent):
-                messages.append(encoder.encode_ddl(event))
+                if not getattr(encoder, "skips_ddl", _never)(event):  # debezium: TiCDC sends no message
+                    messages.append(encoder.encode_ddl(event))
             elif isinstance(event, Resolved):
                 resolved = encoder.encode_resolved(event)
                 if resolved is not None:

@@ -14,6 +14,7 @@ _REGISTRY: dict[str, tuple[str, str, str]] = {
     "canal-json": ("changefeed.codec.canal_json", "CanalJSONEncoder", "CanalJSONDecoder"),
     "simple": ("changefeed.codec.simple", "SimpleEncoder", "SimpleDecoder"),
     "csv": ("changefeed.codec.csv", "CSVEncoder", "CSVDecoder"),
+    "debezium": ("changefeed.codec.debezium", "DebeziumEncoder", "DebeziumDecoder"),
 }
 
 

@@ -13,8 +13,8 @@ from typing import Any, Literal
 
 from ..errors import ConfigError
 
-Protocol = Literal["open-protocol", "canal-json", "simple", "csv"]
-PROTOCOLS: tuple[str, ...] = ("open-protocol", "canal-json", "simple", "csv")
+Protocol = Literal["open-protocol", "canal-json", "simple", "csv", "debezium"]
+PROTOCOLS: tuple[str, ...] = ("open-protocol", "canal-json", "simple", "csv", "debezium")
 DEFAULT_MAX_MESSAGE_BYTES = 10 * 1024 * 1024
 
 
@@ -32,7 +32,7 @@ class CodecOptions:
     enable_tidb_extension: bool = False  # canal-json `_tidb` and TIDB_WATERMARK
     only_output_updated_columns: bool = False
     delete_only_output_handle_key_columns: bool = False
-    output_old_value: bool = True  # Open Protocol "p" on UPDATE ([sink.open-protocol] output-old-value)
+    output_old_value: bool = True  # Open Protocol "p", Debezium "before" on UPDATE ([sink.<protocol>] output-old-value)
     content_compatible: bool = False  # canal-json: full mysqlType text, implies only-updated-columns
     output_row_key: bool = False  # canal-json `_tidb.rowkey` ([ticdc])
     encoding_format: str = "json"  # simple: json | avro
@@ -41,6 +41,10 @@ class CodecOptions:
     claim_check_storage_uri: str = ""
     claim_check_raw_value: bool = False
     time_zone: str = "UTC"  # TIMESTAMP values are rendered in this zone; Simple's `location`
+    # Debezium: TiCDC's server cluster-id names the source and the schemas; the two switches.
+    cluster_id: str = "default"
+    debezium_disable_schema: bool = False
+    debezium_include_start_ts: bool = False
     # CSV ([sink.csv]) and the storage sink's line terminator.
     delimiter: str = ","
     quote: str = '"'
@@ -72,6 +76,9 @@ class CodecOptions:
             raise ConfigError(f"binary-encoding-method must be base64 or hex, not {self.binary_encoding_method!r}")
         if self.max_message_bytes <= 0 or self.max_batch_size <= 0:
             raise ConfigError("max-message-bytes and max-batch-size must be positive")
+        if self.debezium_include_start_ts and self.protocol != "debezium":
+            # TiCDC's Validate: include-start-ts only with protocol debezium.
+            raise ConfigError("debezium-include-start-ts needs protocol=debezium")
         if self.content_compatible:
             self.only_output_updated_columns = True
 

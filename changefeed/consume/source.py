@@ -54,10 +54,13 @@ class KafkaSourceConfig:
 
     def __post_init__(self) -> None:
         if self.codec.protocol == "csv":
-            raise ConfigError("the Kafka source reads open-protocol, canal-json or simple, not csv")
+            raise ConfigError("the Kafka source reads open-protocol, canal-json, simple or debezium, not csv")
         if self.codec.protocol == "canal-json" and not self.codec.enable_tidb_extension:
             # Without `_tidb` there is no commit ts and no TIDB_WATERMARK: nothing to order or gate by.
             raise ConfigError("reading canal-json needs enable-tidb-extension=true (commit ts and watermarks)")
+        if self.codec.protocol == "debezium" and not self.codec.enable_tidb_extension:
+            # TiCDC sends Debezium watermarks (op "m") only with the extension: nothing to gate by.
+            raise ConfigError("reading debezium needs enable-tidb-extension=true (watermarks)")
         if self.subscribe and not self.group_id:
             raise ConfigError("consumer-group mode (subscribe) needs a group_id")
 

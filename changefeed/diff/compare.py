@@ -25,12 +25,9 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import pymysql
-import pymysql.connections
-from pymysql.converters import escape_string
-
 from ..dispatch.tablefilter import TableFilter
 from ..errors import ChangefeedError
+from ..mysqlclient import MySQLError, escape_string
 from ..ops.progress import Progress
 from ..sink.mysql.sink import DEFAULT_SQL_MODE
 from ..sink.mysql.sql import quote_ident, quote_table
@@ -199,7 +196,7 @@ class _Side:
             with self.conn.cursor() as cur:
                 mode = escape_string(SESSION_SQL_MODE)  # no %s: conv={} leaves PyMySQL no encoders
                 cur.execute(f"SET SESSION sql_mode='{mode}', time_zone='+00:00', group_concat_max_len=1048576")
-        except pymysql.err.MySQLError as exc:
+        except MySQLError as exc:
             raise DiffError(f"cannot connect to {label} {params.url}: {exc}") from exc
 
     def query(self, sql: str) -> list[tuple[Any, ...]]:
@@ -207,7 +204,7 @@ class _Side:
             with self.conn.cursor() as cur:
                 cur.execute(sql)
                 return list(cur.fetchall())
-        except pymysql.err.MySQLError as exc:
+        except MySQLError as exc:
             raise DiffError(f"query on {self.label} {self.params.url} failed: {exc}; sql: {sql[:300]}") from exc
 
     def close(self) -> None:

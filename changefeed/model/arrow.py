@@ -13,7 +13,9 @@ from decimal import Decimal
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from ..errors import clip
 from .schema import Column, TableSchema
 from .types import TypeCode
 from .values import ABSENT
@@ -92,3 +94,105 @@ def batch_to_images(table: TableSchema, batch: pa.RecordBatch | pa.Table) -> lis
         else:
             columns.append([None] * batch.num_rows)
     return list(zip(*columns, strict=True)) if columns else []
+
+
+# Lake tables (Delta, Iceberg): signed types only, decimals up to 38 digits, real temporal types.
+# The model's value meanings hold (ENUM index, SET/BIT bits); what a lake format cannot hold
+# exactly stays text (docs/lakehouse.md, "Types").
+_LAKE_INT_TYPES = {
+    TypeCode.TINYINT: (pa.int8(), pa.int16()),
+    TypeCode.SMALLINT: (pa.int16(), pa.int32()),
+    TypeCode.MEDIUMINT: (pa.int32(), pa.int32()),  # MEDIUMINT UNSIGNED tops at 2**24 - 1
+    TypeCode.INT: (pa.int32(), pa.int64()),
+    TypeCode.BIGINT: (pa.int64(), pa.decimal128(20, 0)),
+}
+#: DECIMAL precision a lake decimal holds (Delta and Iceberg both stop at 38).
+LAKE_MAX_PRECISION = 38
+#: The zone lake timestamps are stored in (a TIMESTAMP column's instant).
+LAKE_TIME_ZONE = "UTC"
+
+
+def lake_arrow_type(column: Column) -> pa.DataType:
+    """The Arrow type of a column in a Delta or Iceberg table (exact for every value the type admits)."""
+    tc = column.type_code
+    if tc in _LAKE_INT_TYPES:
+        signed, unsigned = _LAKE_INT_TYPES[tc]
+        return unsigned if column.unsigned else signed
+    if tc is TypeCode.YEAR:
+        return pa.int16()
+    if tc is TypeCode.ENUM:
+        return pa.int32()  # 1-based member index (0: MySQL's error value), up to 65535 members
+    if tc is TypeCode.SET:
+        return pa.decimal128(20, 0)  # member bitmask: up to 64 bits
+    if tc is TypeCode.BIT:
+        return pa.int64() if column.length is not None and column.length < 64 else pa.decimal128(20, 0)
+    if tc is TypeCode.DECIMAL:
+        if column.length is None or column.length > LAKE_MAX_PRECISION:
+            return pa.string()  # exact decimal text: no lake decimal holds DECIMAL(65, 30)
+        return pa.decimal128(max(column.length, 1), column.decimal or 0)
+    if tc in (TypeCode.DATE, TypeCode.NEWDATE):
+        return pa.date32()
+    if tc is TypeCode.DATETIME:
+        return pa.timestamp("us")  # wall-clock time, no zone (Delta timestamp_ntz, Iceberg timestamp)
+    if tc is TypeCode.TIMESTAMP:
+        return pa.timestamp("us", LAKE_TIME_ZONE)  # an instant (Delta timestamp, Iceberg timestamptz)
+    if tc in (TypeCode.FLOAT, TypeCode.DOUBLE):
+        return arrow_type(column)
+    if column.is_bytes:
+        return pa.binary()
+    return pa.string()  # strings, JSON, TIME ([-]838:59:59 fits no lake time type), VECTOR
+
+
+def lake_array(column: Column, values: pa.Array, time_zone: str = LAKE_TIME_ZONE) -> pa.Array:
+    """A column's values (in any Arrow type a decoder gives: `arrow_type`, text) as `lake_arrow_type`.
+
+    Temporal text is parsed: DATETIME keeps its wall-clock value, TIMESTAMP text (in ``time_zone``,
+    the changefeed's) becomes its UTC instant. MySQL's zero and partial dates (``0000-00-00``,
+    ``2024-00-10``) name no day: they become NULL, as Debezium and Connector/J's
+    ``zeroDateTimeBehavior=CONVERT_TO_NULL`` make them (`zero_dates` counts them). Any other value
+    the lake type cannot hold raises ValueError naming the column and the value.
+    """
+    target = lake_arrow_type(column)
+    if isinstance(values, pa.ChunkedArray):
+        values = values.combine_chunks()
+    if values.type == target:
+        return values
+    if column.type_code in _LAKE_DATES and pa.types.is_string(values.type):
+        zero = zero_dates(values)
+        if zero.true_count:
+            values = pc.if_else(zero, pa.nulls(len(values), values.type), values)
+    try:
+        if column.type_code is TypeCode.TIMESTAMP and pa.types.is_string(values.type):
+            wall = pc.cast(values, pa.timestamp("us"))
+            if time_zone.upper() not in ("UTC", "Z", "+00:00", ""):
+                wall = pc.assume_timezone(wall, time_zone, ambiguous="earliest", nonexistent="raise")
+            return pc.cast(wall, target)
+        if pa.types.is_decimal(values.type) and pa.types.is_string(target):
+            return pc.cast(values, target)
+        if pa.types.is_string(values.type) and pa.types.is_decimal(target):
+            return pa.array([None if v is None else Decimal(v) for v in values.to_pylist()], type=target)
+        return pc.cast(values, target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ArithmeticError) as exc:
+        raise ValueError(
+            f"column {column.name!r} ({column.type_code.name}): a value {_first_bad(values, target)} "
+            f"does not fit the lake type {target} ({exc})"
+        ) from None
+
+
+_LAKE_DATES = frozenset({TypeCode.DATE, TypeCode.NEWDATE, TypeCode.DATETIME, TypeCode.TIMESTAMP})
+
+
+def zero_dates(values: pa.Array) -> pa.Array:
+    """Per value of temporal text: a zero or partial date (year, month or day 0), which no lake type holds."""
+    mask = pc.match_substring_regex(values, r"^(0000|\d{4}-00|\d{4}-\d{2}-00)")
+    return pc.fill_null(mask, False)
+
+
+def _first_bad(values: pa.Array, target: pa.DataType) -> str:
+    """The first value of ``values`` that does not cast to ``target`` (for the error), as repr."""
+    for value in values:
+        try:
+            pc.cast(pa.array([value.as_py()], type=values.type), target)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ArithmeticError):
+            return clip(value.as_py())
+    return "(unknown)"

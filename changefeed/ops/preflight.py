@@ -17,11 +17,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-import pymysql
-import pymysql.connections
-
 from ..capture.binlog.position import BinlogPosition, file_key
 from ..errors import ChangefeedError
+from ..mysqlclient import MySQLError, OperationalError
 from ..secrets import mask_secrets
 from ..sink.mysql.url import MySQLParams, parse_mysql_url
 
@@ -136,7 +134,7 @@ def _source_findings(
     target = params.url
     try:
         conn = params.connect(connect_timeout=max(1, int(timeout)), read_timeout=int(timeout) + 5, autocommit=True)
-    except pymysql.err.MySQLError as exc:
+    except MySQLError as exc:
         return [_connect_finding(exc, params)]
     findings: list[Finding] = []
     try:
@@ -147,7 +145,7 @@ def _source_findings(
                 findings += _grant_findings(cur, target)
             if everything and position is not None and position.file and _on(variables.get("log_bin", "OFF")):
                 findings += _position_findings(cur, position, target)
-    except pymysql.err.MySQLError as exc:
+    except MySQLError as exc:
         findings.append(Finding("query", "error", f"a check query failed: {exc}", "see the server's error log", target))
     finally:
         conn.close()
@@ -159,7 +157,7 @@ def check_mysql_sink(url: str | MySQLParams, *, timeout: float = 5.0) -> list[Fi
     params = parse_mysql_url(url) if isinstance(url, str) else url
     try:
         conn = params.connect(connect_timeout=max(1, int(timeout)), read_timeout=int(timeout) + 5, autocommit=True)
-    except pymysql.err.MySQLError as exc:
+    except MySQLError as exc:
         return _logged([_connect_finding(exc, params, role="sink")])
     conn.close()
     return []
@@ -203,7 +201,7 @@ def _on(value: str) -> bool:
     return str(value).upper() in ("ON", "1", "YES", "TRUE")
 
 
-def _connect_finding(exc: pymysql.err.MySQLError, params: MySQLParams, role: str = "source") -> Finding:
+def _connect_finding(exc: MySQLError, params: MySQLParams, role: str = "source") -> Finding:
     code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
     text = mask_secrets(str(exc.args[1] if len(exc.args) > 1 else exc))
     if code in _ACCESS_DENIED:
@@ -215,7 +213,7 @@ def _connect_finding(exc: pymysql.err.MySQLError, params: MySQLParams, role: str
             f"connect from this host: CREATE USER '{params.user}'@'%' IDENTIFIED BY '...'",
             params.url,
         )
-    if code in _UNREACHABLE or isinstance(exc, pymysql.err.OperationalError):
+    if code in _UNREACHABLE or isinstance(exc, OperationalError):
         return Finding(
             f"{role}-unreachable",
             "error",
@@ -342,7 +340,7 @@ def _global_privileges(grant: str) -> set[str]:
 def _position_findings(cur: Any, position: BinlogPosition, target: str) -> list[Finding]:
     try:
         cur.execute("SHOW BINARY LOGS")
-    except pymysql.err.MySQLError as exc:
+    except MySQLError as exc:
         code = exc.args[0] if exc.args else 0
         if code in _NO_PRIVILEGE:
             return []  # reported by the grant check

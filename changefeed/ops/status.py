@@ -26,11 +26,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pymysql
-
 from ..errors import ChangefeedError, ascii_digits
 from ..files.layout import DATA_FILE_RE, SCHEMA_FILE_RE, read_checkpoint
 from ..model.tso import tso_physical_ms
+from ..mysqlclient import MySQLError, ProgrammingError
 from ..secrets import mask_secrets
 from ..sink.mysql.checkpoint import CHECKPOINT_TABLE
 from ..sink.mysql.sql import quote_table
@@ -150,14 +149,14 @@ def mysql_status(
         with params.connect(autocommit=True, connect_timeout=5) as conn, conn.cursor() as cur:
             cur.execute(sql + " ORDER BY changefeed_id", args)
             rows = cur.fetchall()
-    except pymysql.err.ProgrammingError as exc:
+    except ProgrammingError as exc:
         if exc.args and exc.args[0] == 1146:  # ER_NO_SUCH_TABLE
             raise StatusError(
                 f"{params.url} has no checkpoint table {schema}.{CHECKPOINT_TABLE}: no MySQL sink has run there "
                 "(or it uses another checkpoint schema: --checkpoint-schema)"
             ) from None
         raise StatusError(f"reading the checkpoint table on {params.url} failed: {mask_secrets(str(exc))}") from None
-    except pymysql.err.MySQLError as exc:
+    except MySQLError as exc:
         raise StatusError(f"cannot read the checkpoint table on {params.url}: {mask_secrets(str(exc))}") from None
     if changefeed_id is not None and not rows:
         raise StatusError(

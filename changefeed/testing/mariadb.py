@@ -17,12 +17,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import pymysql
-import pymysql.connections
-
 from changefeed.testing import ServiceError
 from changefeed.testing.process import ManagedProcess, _log_tail, _signal_group
 from changefeed.testing.tls import TLSFiles
+
+from ..mysqlclient import Connection, MySQLError, connect
 
 __all__ = ["ConfigValue", "MariaDBServer"]
 
@@ -133,7 +132,7 @@ class MariaDBServer(ManagedProcess):
     def error_log(self) -> Path:
         return self.basedir / "error.log"
 
-    def connect(self, database: str | None = None, **kwargs: Any) -> pymysql.connections.Connection:
+    def connect(self, database: str | None = None, **kwargs: Any) -> Connection:
         """A PyMySQL connection as root over TCP, autocommit on (override with ``autocommit=False``)."""
         params: dict[str, Any] = {
             "host": self.host,
@@ -146,7 +145,7 @@ class MariaDBServer(ManagedProcess):
             "connect_timeout": 10,
         }
         params.update(kwargs)
-        return pymysql.connect(**params)
+        return connect(**params)
 
     def info(self) -> dict[str, Any]:
         """Connection details as plain JSON-able data (for the CLI and for logs)."""
@@ -198,7 +197,7 @@ class MariaDBServer(ManagedProcess):
         try:
             # read_timeout too: a foreign listener on the port may accept and never greet us.
             conn = self.connect(connect_timeout=2, read_timeout=2, write_timeout=2)
-        except pymysql.err.MySQLError as exc:
+        except MySQLError as exc:
             return exc
         conn.close()
         return True

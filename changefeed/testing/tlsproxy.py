@@ -143,6 +143,12 @@ class TLSProxy(Endpoint):
                 failed.append(exc)
                 ready.set()
             finally:
+                # A connection accepted after _close() gathered the tasks would otherwise be left
+                # mid-handshake, and its cleanup would run against a closed loop when collected.
+                pending = asyncio.all_tasks(loop)
+                for task in pending:
+                    task.cancel()
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
                 loop.run_until_complete(loop.shutdown_asyncgens())
                 loop.close()
 

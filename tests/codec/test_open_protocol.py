@@ -21,7 +21,7 @@ from changefeed.codec import CodecOptions, Message, make_decoder, make_encoder
 from changefeed.codec.jsonstr import quote_jsoniter, quote_std
 from changefeed.codec.open_protocol import OpenProtocolDecoder, OpenProtocolEncoder, go_quote, go_unquote
 from changefeed.codec.open_protocol.floats import json_float32, json_float64
-from changefeed.codec.open_protocol.goquote import go_quote_json
+from changefeed.codec.open_protocol.goquote import _unquote_tokens, go_quote_json
 from changefeed.errors import CodecError, ConfigError, MessageTooLargeError
 from changefeed.model import (
     ABSENT,
@@ -1049,6 +1049,54 @@ def test_go_quote_matches_reference_and_unquotes(data: bytes) -> None:
     assert go_unquote(quoted) == data
     for json_quote in (quote_std, quote_jsoniter):  # the encoder's one-pass quote + JSON escape
         assert go_quote_json(json_quote)(data) == json_quote(quoted)
+
+
+def _unquoted_or_error(text: str) -> bytes | type[ValueError]:
+    try:
+        return go_unquote(text)
+    except ValueError:
+        return ValueError
+
+
+_go_texts = st.one_of(
+    st.none(),
+    _utf8_mix.map(go_quote),  # what TiCDC writes
+    st.lists(
+        st.sampled_from(
+            [
+                "a",
+                "\\",
+                "x",
+                "4",
+                "f",
+                "0",
+                "3",
+                "7",
+                "u",
+                "U",
+                "n",
+                '"',
+                "\n",
+                "é",
+                r"\u00e9",
+                r"\ud800",
+                r"\U0001f600",
+            ]
+        ),
+        max_size=8,
+    ).map("".join),  # anything near the escape syntax, valid or not
+)
+
+
+@given(_go_texts.filter(lambda t: t is not None))
+@settings(max_examples=300, deadline=None)
+def test_go_unquote_shortcuts_match_the_token_walk(text: str) -> None:
+    """go_unquote's escape_decode shortcuts (byte escapes, runes rewritten as bytes) are the rule."""
+    try:
+        expected: bytes | type[ValueError] = _unquote_tokens(text)
+    except ValueError:
+        expected = ValueError
+    assert _unquoted_or_error(text) == expected
 
 
 def test_go_quote_examples() -> None:

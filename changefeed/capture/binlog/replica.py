@@ -18,11 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
-import pymysql
-from pymysql.cursors import Cursor
-
 from ...errors import CaptureError, ConfigError
-from ...mysqlclient import TLS_OPTIONS, PyMySQLConnection, TLSOptions, connect
+from ...mysqlclient import TLS_OPTIONS, Cursor, MySQLError, OperationalError, PyMySQLConnection, TLSOptions, connect
 from ...secrets import mask_secrets
 from .capture import SourceDisconnectedError
 from .constants import CHECKSUM_LEN, HEADER_LEN, EventType
@@ -44,9 +41,9 @@ _MAX_PACKET = 0xFFFFFF
 _FATAL_ERRORS = frozenset({1044, 1045, 1142, 1227, 1698, 1236})
 
 
-def _disconnected_or_fatal(what: str, exc: pymysql.err.MySQLError) -> CaptureError:
+def _disconnected_or_fatal(what: str, exc: MySQLError) -> CaptureError:
     code = exc.args[0] if exc.args and isinstance(exc.args[0], int) else 0
-    if isinstance(exc, pymysql.err.OperationalError) and code not in _FATAL_ERRORS:
+    if isinstance(exc, OperationalError) and code not in _FATAL_ERRORS:
         return SourceDisconnectedError(f"{what}: {exc}")
     return CaptureError(f"{what}: {exc}")
 
@@ -183,7 +180,7 @@ class ReplicaStream:
                 charset="utf8mb4",
                 autocommit=True,
             )
-        except pymysql.err.MySQLError as exc:
+        except MySQLError as exc:
             raise _disconnected_or_fatal(f"cannot connect to {self.address}", exc) from None
 
     def _prepare(self, conn: PyMySQLConnection) -> BinlogPosition:
@@ -197,7 +194,7 @@ class ReplicaStream:
             try:
                 cur.execute("SELECT @@global.binlog_row_metadata")
                 metadata = str(_one_row(cur)[0]).upper()
-            except pymysql.err.MySQLError:
+            except MySQLError:
                 metadata = "NONE"  # MySQL < 8.0.1 / MariaDB < 10.5
             if metadata != "FULL" and self.require_full_metadata:
                 raise CaptureError(
@@ -281,7 +278,7 @@ class ReplicaStream:
             start = self._prepare(conn)
             self._register(conn)
             self._dump(conn, start)
-        except pymysql.err.MySQLError as exc:
+        except MySQLError as exc:
             raise _disconnected_or_fatal(f"replication setup on {self.address} failed", exc) from None
         log.info(
             "binlog dump started server=%s start=%s gtid=%s server_id=%d mariadb=%s",

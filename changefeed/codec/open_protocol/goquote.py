@@ -111,6 +111,20 @@ _BYTE_ESCAPES_ONLY = re.compile(r'(?:[^\\"\n]|\\(?:x[0-9a-fA-F]{2}|[0-3][0-7]{2}
 _SIMPLE = {"a": 7, "b": 8, "f": 12, "n": 10, "r": 13, "t": 9, "v": 11, "\\": 92, '"': 34}
 
 
+# A \\ pair (kept, so the backslash it escapes starts nothing) or a \u / \U escape.
+_RUNE_ESCAPE = re.compile(r"\\\\|\\u([0-9a-fA-F]{4})|\\U([0-9a-fA-F]{8})")
+
+
+def _rune_as_bytes(m: re.Match[str]) -> str:
+    hex_rune = m.group(1) or m.group(2)
+    if hex_rune is None:
+        return m.group()
+    code = int(hex_rune, 16)
+    if code > 0x10FFFF or 0xD800 <= code <= 0xDFFF:
+        raise ValueError(m.group())
+    return "".join(f"\\x{b:02x}" for b in chr(code).encode("utf-8"))
+
+
 def go_unquote(text: str) -> bytes:
     """``strconv.Unquote("\\"" + text + "\\"")`` as bytes; ValueError where Go returns ErrSyntax.
 
@@ -123,6 +137,18 @@ def go_unquote(text: str) -> bytes:
         return text.encode("utf-8")
     if _BYTE_ESCAPES_ONLY.fullmatch(text):
         return codecs.escape_decode(text.encode("utf-8"))[0]
+    if "\\u" in text or "\\U" in text:  # runes rewritten as the \xHH escapes of their UTF-8 bytes
+        try:
+            bytes_only = _RUNE_ESCAPE.sub(_rune_as_bytes, text)
+        except ValueError:
+            bytes_only = ""  # the token walk below says where
+        if bytes_only and _BYTE_ESCAPES_ONLY.fullmatch(bytes_only):
+            return codecs.escape_decode(bytes_only.encode("utf-8"))[0]
+    return _unquote_tokens(text)
+
+
+def _unquote_tokens(text: str) -> bytes:
+    """`go_unquote` token by token: the rule itself, and the errors' wording."""
     out = bytearray()
     pos = 0
     for m in _UNQUOTE_TOKEN.finditer(text):

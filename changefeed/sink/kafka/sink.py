@@ -70,9 +70,13 @@ class KafkaSinkConfig:
 
     def __post_init__(self) -> None:
         if self.codec.protocol == "csv":
-            raise ConfigError("the Kafka sink speaks open-protocol, canal-json or simple, not csv")
+            raise ConfigError("the Kafka sink speaks open-protocol, canal-json, simple or debezium, not csv")
         if not self.topic:
             raise ConfigError("the Kafka sink needs a default topic")
+
+
+def _never(ddl: DDLEvent) -> bool:
+    return False
 
 
 _REBUILD_HINT = "the sink stays failed: create a new KafkaSink and re-send every event after its `flushed` position"
@@ -258,11 +262,15 @@ class KafkaSink(SinkContext):
         topic = self.router.topic(ddl.schema, ddl.table)
         n = self.topics.partitions(topic)
         self._topics_seen.setdefault(topic, None)
-        msg = self._control.encode_ddl(ddl)
-        # canal/canal-json: partition 0 only; every other protocol broadcasts (spec §1.8).
-        targets = [0] if self.codec.protocol == "canal-json" else range(n)
-        for p in targets:
-            self._produce(topic, p, msg)
+        # canal/canal-json: partition 0 only; every other protocol broadcasts (spec §1.8; debezium.md
+        # §2). Debezium sends nothing for a DDL action it does not classify (debezium.md §7).
+        targets: range | list[int] = [0] if self.codec.protocol == "canal-json" else range(n)
+        if getattr(self._control, "skips_ddl", _never)(ddl):
+            targets = []
+        if targets:
+            msg = self._control.encode_ddl(ddl)
+            for p in targets:
+                self._produce(topic, p, msg)
         self._acks.mark(FlushedPosition(ddl.commit_ts, ddl.position))
         self._wait_acks(None)
         log.info("ddl sent", extra={"topic": topic, "commit_ts": ddl.commit_ts, "partitions": len(targets)})

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-import pymysql.connections
 
+from ...mysqlclient import Connection
 from .sql import quote_table
 
 __all__ = ["CHECKPOINT_TABLE", "Checkpoint", "CheckpointTable"]
@@ -48,7 +48,7 @@ class CheckpointTable:
             ") ENGINE=InnoDB DEFAULT CHARSET=utf8mb4",
         ]
 
-    def ensure(self, conn: pymysql.connections.Connection) -> None:
+    def ensure(self, conn: Connection) -> None:
         with conn.cursor() as cur:
             for sql in self.create_sql():
                 cur.execute(sql)
@@ -68,7 +68,7 @@ class CheckpointTable:
             return None
         return orjson.dumps(dict(position), default=str, option=orjson.OPT_NON_STR_KEYS).decode()
 
-    def save(self, conn: pymysql.connections.Connection, changefeed_id: str, checkpoint: Checkpoint) -> None:
+    def save(self, conn: Connection, changefeed_id: str, checkpoint: Checkpoint) -> None:
         """Upsert in the connection's current transaction (the caller commits)."""
         with conn.cursor() as cur:
             cur.execute(
@@ -76,7 +76,7 @@ class CheckpointTable:
                 (changefeed_id, checkpoint.commit_ts, self.position_json(checkpoint.position)),
             )
 
-    def load(self, conn: pymysql.connections.Connection, changefeed_id: str) -> Checkpoint | None:
+    def load(self, conn: Connection, changefeed_id: str) -> Checkpoint | None:
         with conn.cursor() as cur:
             cur.execute(f"SELECT commit_ts, position FROM {self.name} WHERE changefeed_id=%s", (changefeed_id,))
             row = cur.fetchone()

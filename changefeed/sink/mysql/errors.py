@@ -8,9 +8,8 @@ skipped; any other error stops the sink.
 
 from __future__ import annotations
 
-import pymysql.err
-
 from ...model import ActionType
+from ...mysqlclient import InterfaceError, InternalError, MySQLError, OperationalError
 
 __all__ = ["TRANSIENT_CODES", "ddl_already_done", "error_code", "is_transient"]
 
@@ -53,20 +52,20 @@ _DROPS = frozenset(
 
 
 def error_code(exc: BaseException) -> int | None:
-    if isinstance(exc, pymysql.err.MySQLError) and exc.args and isinstance(exc.args[0], int):
+    if isinstance(exc, MySQLError) and exc.args and isinstance(exc.args[0], int):
         return exc.args[0]
     return None
 
 
 def is_transient(exc: BaseException) -> bool:
     """Errors after which reconnecting and re-running the whole transaction can succeed."""
-    if isinstance(exc, pymysql.err.InterfaceError | ConnectionError | TimeoutError):
+    if isinstance(exc, InterfaceError | ConnectionError | TimeoutError):
         return True  # the socket is gone (PyMySQL raises InterfaceError on a closed connection)
     code = error_code(exc)
     if code is None:
         # PyMySQL's protocol-level errors ("Packet sequence number wrong" after an unsolicited
         # kill packet) carry no MySQL code: the connection is unusable, a new one may work.
-        return isinstance(exc, pymysql.err.InternalError | pymysql.err.OperationalError)
+        return isinstance(exc, InternalError | OperationalError)
     return code in TRANSIENT_CODES
 
 

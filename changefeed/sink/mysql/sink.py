@@ -30,14 +30,10 @@ from dataclasses import dataclass, field, replace
 from queue import Queue
 from typing import Any
 
-import pymysql
-import pymysql.connections
-import pymysql.err
-from pymysql.constants import CLIENT
-
 from ...errors import ConfigError, SinkError
 from ...model import ActionType, DDLEvent, Event, Index, Resolved, RowChange, TableSchema
 from ...model.rowblock import RowBlock, TableRows
+from ...mysqlclient import CLIENT, Connection, MySQLError
 from ..base import SinkContext
 from ..observe import observer
 from ..replay import ResolvedGuard
@@ -115,10 +111,10 @@ class _Session:
         self.name = name
         self.autocommit = autocommit
         self.client_flag = CLIENT.MULTI_STATEMENTS if multi_statements else 0
-        self.conn: pymysql.connections.Connection | None = None
+        self.conn: Connection | None = None
         self.literal = make_literal("NO_BACKSLASH_ESCAPES" in config.sql_mode.upper())
 
-    def ensure(self) -> pymysql.connections.Connection:
+    def ensure(self) -> Connection:
         if self.conn is None or not self.conn.open:
             conn = self.params.connect(autocommit=self.autocommit, client_flag=self.client_flag)
             try:
@@ -130,7 +126,7 @@ class _Session:
             log.debug("connected session=%s thread_id=%s target=%s", self.name, conn.thread_id(), self.params.url)
         return self.conn
 
-    def _setup(self, conn: pymysql.connections.Connection) -> None:
+    def _setup(self, conn: Connection) -> None:
         """The session state rendering relies on: sql_mode (how literals escape), time zone, FK checks."""
         with conn.cursor() as cur:
             cur.execute(
@@ -140,7 +136,7 @@ class _Session:
             if self.config.lock_wait_timeout is not None:
                 cur.execute("SET SESSION innodb_lock_wait_timeout=%s", (self.config.lock_wait_timeout,))
 
-    def restore(self, conn: pymysql.connections.Connection) -> None:
+    def restore(self, conn: Connection) -> None:
         """Set the session up again as at connect (character set included), after a statement from the data."""
         conn.set_character_set(conn.charset, conn.collation)
         self._setup(conn)
@@ -179,7 +175,7 @@ class _Session:
             done = 1
             while cur.nextset():
                 done += 1
-        except pymysql.err.MySQLError as exc:
+        except MySQLError as exc:
             exc.sql = pack[done] if done < len(pack) else pack[-1]  # type: ignore[attr-defined]
             raise
 
@@ -594,7 +590,7 @@ class MySQLSink(SinkContext):
         if self.config.fault_hook is not None:
             self.config.fault_hook(point, info)
 
-    def _save_checkpoint(self, conn: pymysql.connections.Connection, checkpoint: Checkpoint) -> None:
+    def _save_checkpoint(self, conn: Connection, checkpoint: Checkpoint) -> None:
         self.checkpoint_table.save(conn, self.config.changefeed_id, checkpoint)
         if not conn.get_autocommit():
             conn.commit()
@@ -602,13 +598,13 @@ class MySQLSink(SinkContext):
     def _backoff(self, attempt: int) -> float:
         return min(self.config.retry_backoff * (2 ** (attempt - 1)), self.config.retry_backoff_max)
 
-    def _with_retry(self, session: _Session, what: str, action: Callable[[pymysql.connections.Connection], Any]) -> Any:
+    def _with_retry(self, session: _Session, what: str, action: Callable[[Connection], Any]) -> Any:
         """Run ``action`` on the session's connection, reconnecting on transient errors."""
         attempt = 0
         while True:
             try:
                 return action(session.ensure())
-            except (pymysql.err.MySQLError, OSError) as exc:
+            except (MySQLError, OSError) as exc:
                 session.discard()
                 if not is_transient(exc) or attempt >= self.config.max_retries:
                     raise SinkError(f"{what} on {self.params.url} failed: {mask_url(str(exc))}") from exc
@@ -666,7 +662,7 @@ class MySQLSink(SinkContext):
                     self.stats["columnar_rows"] += sum(op.items.num_rows for op in ops if op.kind.endswith("_columns"))
                 self._fault("committed", {"session": session.name, "rows": count})
                 return
-            except (pymysql.err.MySQLError, OSError) as exc:
+            except (MySQLError, OSError) as exc:
                 session.discard()
                 if not is_transient(exc) or attempt >= self.config.max_retries:
                     sql = getattr(exc, "sql", None)
@@ -682,7 +678,7 @@ class MySQLSink(SinkContext):
                 session.discard()  # a crash mid-transaction: the server rolls it back
                 raise
 
-    def _already_committed(self, conn: pymysql.connections.Connection, checkpoint: Checkpoint) -> bool:
+    def _already_committed(self, conn: Connection, checkpoint: Checkpoint) -> bool:
         stored = self.checkpoint_table.load(conn, self.config.changefeed_id)
         conn.commit()  # end the snapshot the read opened
         return stored is not None and stored.commit_ts >= checkpoint.commit_ts
@@ -739,14 +735,14 @@ class MySQLSink(SinkContext):
                 where=where,
             ) from None
 
-        def run(conn: pymysql.connections.Connection) -> str | None:
+        def run(conn: Connection) -> str | None:
             with conn.cursor() as cur:
                 try:
                     if use_schema:
                         cur.execute(f"USE {quote_ident(ddl.schema)}")
                     cur.execute(ddl.query)
                     reason = None
-                except pymysql.err.MySQLError as exc:
+                except MySQLError as exc:
                     if is_transient(exc):
                         raise
                     reason = ddl_already_done(error_code(exc), int(action))

@@ -17,11 +17,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-import pymysql
-import pymysql.connections
-
 from ...errors import ConfigError
-from ...mysqlclient import TLSOptions, connect
+from ...mysqlclient import Connection, TLSOptions, connect
 from ...secrets import mask_secrets, resolve_password
 
 __all__ = ["MySQLParams", "mask_url", "parse_mysql_url", "split_mysql_url"]
@@ -63,7 +60,7 @@ class MySQLParams:
     def __str__(self) -> str:
         return self.url
 
-    def connect(self, **overrides: Any) -> pymysql.connections.Connection:
+    def connect(self, **overrides: Any) -> Connection:
         """A PyMySQL connection (utf8mb4, autocommit off unless overridden).
 
         Connection failures are re-raised with the masked URL: PyMySQL's own message never

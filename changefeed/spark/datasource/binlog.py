@@ -24,7 +24,6 @@ from typing import Any, ClassVar
 
 import orjson
 import pyarrow as pa
-import pymysql
 from pyspark.sql.datasource import InputPartition
 
 from ...capture.binlog import BinlogCapture, BinlogFileReader, BinlogPosition, ReconnectPolicy
@@ -40,6 +39,7 @@ from ...errors import CaptureError, ConfigError
 from ...model import DDLEvent, Event, Resolved, RowChange, TableSchema
 from ...model.ddlschema import DDLCatalog
 from ...model.rowblock import RowBlock
+from ...mysqlclient import MySQLError, ProgrammingError
 from ...sink.mysql.url import MySQLParams
 from ..changelog import ChangelogRows, EventFilter
 from .options import CHANGELOG, Input, SourceOptions, zone
@@ -260,7 +260,7 @@ class BinlogServer:
         """The rows of the first query the server understands (newer servers renamed some statements)."""
         try:
             conn = self.params().connect(autocommit=True)
-        except pymysql.err.MySQLError as exc:
+        except MySQLError as exc:
             raise CaptureError(f"cannot connect to {self.address}: {exc}") from None
         try:
             with conn.cursor() as cur:
@@ -268,11 +268,11 @@ class BinlogServer:
                     try:
                         cur.execute(sql)
                         return list(cur.fetchall())
-                    except pymysql.err.ProgrammingError:
+                    except ProgrammingError:
                         if i == len(queries) - 1:
                             raise
                 return []
-        except pymysql.err.MySQLError as exc:
+        except MySQLError as exc:
             raise CaptureError(f"{queries[0]} on {self.address} failed: {exc}") from None
         finally:
             conn.close()

@@ -441,8 +441,12 @@ class KafkaInput(Input):
         mapping.setdefault("protocol", "canal-json")
         mapping.setdefault("time-zone", opts.time_zone)
         self.codec = CodecOptions.from_mapping(mapping)
-        if self.codec.protocol not in ("canal-json", "open-protocol", "simple"):
-            raise ConfigError(f"input kafka reads canal-json, open-protocol or simple, not {self.codec.protocol!r}")
+        if self.codec.protocol not in ("canal-json", "open-protocol", "simple", "debezium"):
+            raise ConfigError(
+                f"input kafka reads canal-json, open-protocol, simple or debezium, not {self.codec.protocol!r}"
+            )
+        if self.codec.protocol == "debezium" and not self.codec.enable_tidb_extension:
+            raise ConfigError("input kafka with debezium needs enable-tidb-extension=true (watermarks)")
         if self.codec.protocol == "canal-json" and not self.codec.enable_tidb_extension:
             raise ConfigError("input kafka with canal-json needs enable-tidb-extension=true (commit ts, watermarks)")
         if opts.table is not None:

@@ -1,0 +1,727 @@
+"""What the Delta and Iceberg sinks share: options, change sets, the three modes, checkpoints, DDL.
+
+Why one base: both formats apply a micro-batch the same way and differ only in how a table is
+found, created, evolved and committed to. Per table and batch the rows become one Arrow table in
+the lake's types (`lake_array`), collapsed for the mode, and go to the format in ONE commit that
+also records the table's checkpoint ts (Delta: an application transaction; Iceberg: snapshot
+summary properties). A table's checkpoint is the ts up to which every change of that table is in
+it, so a replayed row at or below it is skipped table by table: a crash after some tables of a
+batch committed and before others did recovers each from its own commit. After every table of a
+flush committed, ``<root>/_checkpoint.json`` records the batch's Resolved ts, which every table is
+complete to (also those the batch did not touch); `open` returns the lowest complete-to ts over
+the tables.
+
+Rows are handled by column position (``c<i>``, ``b<i>`` for the before image) until the table is
+written, so column names from data never meet this code's own column names.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from abc import abstractmethod
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ...errors import ConfigError, SinkError, clip
+from ...files.paths import encode_name, join_under, table_label
+from ...model import ABSENT, ActionType, DDLEvent, Event, Op, Resolved, RowChange, TableSchema
+from ...model.arrow import LAKE_TIME_ZONE, images_to_batch, lake_array, lake_arrow_type, zero_dates
+from ...model.ddl import ddl_tables
+from ...model.rowblock import RowBlock, TableRows
+from ...model.types import TEMPORAL_TYPES
+from ..base import SinkContext
+from ..replay import ResolvedGuard
+from ..storage.writer import write_atomically
+
+log = logging.getLogger(__name__)
+
+MODES = ("upsert", "changelog", "scd2")
+CHECKPOINT_FILE = "_checkpoint.json"
+#: Entries of the root beside the schema directories: a schema with one of these names is escaped.
+ROOT_ENTRIES = frozenset({CHECKPOINT_FILE, "_spark_checkpoint", "_catalog.db"})
+#: Columns the sink adds per mode (a source column of the same name is refused).
+OP, COMMIT_TS, VALID_FROM, VALID_TO, DELETE = "_cf_op", "_cf_commit_ts", "_cf_valid_from", "_cf_valid_to", "_cf_delete"
+BEFORE = "_cf_before_"
+OP_NAMES = np.array(["insert", "update", "delete"], dtype=object)
+
+
+class LakeError(SinkError):
+    """A lake sink cannot apply a change (hostile input, a shape the format cannot hold)."""
+
+
+class LakeDDLError(LakeError):
+    """A DDL the table format (or this sink, yet) cannot express."""
+
+
+@dataclass(frozen=True)
+class LakeOptions:
+    """The ``delta://DIR?...`` / ``iceberg://DIR?...`` parameters."""
+
+    mode: str = "upsert"
+    catalog_uri: str | None = None  # iceberg only: another SQL or REST catalog
+    time_zone: str = LAKE_TIME_ZONE  # the zone TIMESTAMP text is in (the changefeed's)
+    app_id: str = "changefeed"  # Delta application transaction id / Iceberg summary key prefix
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {clip(self.mode)}")
+
+    @classmethod
+    def from_params(cls, scheme: str, params: Mapping[str, str], time_zone: str = LAKE_TIME_ZONE) -> LakeOptions:
+        """Checked URI parameters; unknown ones (and ``catalog-uri`` outside iceberg) are refused."""
+        known = {"mode", "catalog-uri"} if scheme == "iceberg" else {"mode"}
+        unknown = sorted(set(params) - known)
+        if unknown:
+            raise ConfigError(f"{scheme}:// takes {', '.join(sorted(known))}; unknown: {', '.join(unknown)}")
+        return cls(
+            mode=params.get("mode", "upsert"), catalog_uri=params.get("catalog-uri") or None, time_zone=time_zone
+        )
+
+
+# ---------------------------------------------------------------- table shapes per mode
+
+
+def lake_schema(shape: TableSchema, mode: str) -> pa.Schema:
+    """The lake table's columns for a source shape in ``mode`` (docs/lakehouse.md)."""
+    columns = [pa.field(c.name, lake_arrow_type(c)) for c in shape.columns]
+    if mode == "changelog":
+        before = [pa.field(BEFORE + c.name, lake_arrow_type(c)) for c in shape.columns]
+        return pa.schema([pa.field(OP, pa.string()), pa.field(COMMIT_TS, pa.int64()), *columns, *before])
+    if mode == "scd2":
+        stamp = pa.timestamp("us", LAKE_TIME_ZONE)
+        extra = [pa.field(VALID_FROM, stamp), pa.field(VALID_TO, stamp), pa.field(OP, pa.string())]
+        return pa.schema([*columns, *extra, pa.field(COMMIT_TS, pa.int64())])
+    return pa.schema(columns)
+
+
+def check_shape(shape: TableSchema, mode: str, where: str) -> None:
+    """Refuse a shape this sink cannot write: no key where the mode needs one, a name clash."""
+    names = {c.name for c in shape.columns}
+    ours = {OP, COMMIT_TS, VALID_FROM, VALID_TO, DELETE} | (
+        {BEFORE + n for n in names} if mode == "changelog" else set()
+    )
+    clash = sorted(names & ours)
+    if clash:
+        raise LakeError(f"{_label(shape)}: column {clash[0]!r} clashes with a column the {mode} mode adds", where=where)
+    if mode != "changelog" and not shape.handle_key:
+        raise LakeError(
+            f"{_label(shape)} has no primary key or NOT NULL unique key: mode={mode} needs one to match rows "
+            "(mode=changelog appends without one)",
+            where=where,
+        )
+
+
+def _label(shape: TableSchema) -> str:
+    return table_label(shape.schema, shape.table)
+
+
+# ---------------------------------------------------------------- change sets
+
+
+def _positional(
+    ts: TableSchema, arrays: list[pa.Array], ops: pa.Array, commit: pa.Array, before: list[pa.Array]
+) -> pa.Table:
+    w = len(ts.columns)
+    names = [f"c{i}" for i in range(w)] + ["op", "ts"] + [f"b{i}" for i in range(w)]
+    return pa.Table.from_arrays([*arrays, ops, commit, *before], names=names)
+
+
+def _lake_columns(ts: TableSchema, arrays: Iterable[pa.Array], time_zone: str, where: str) -> list[pa.Array]:
+    out = []
+    for column, values in zip(ts.columns, arrays, strict=True):
+        if column.type_code in TEMPORAL_TYPES and pa.types.is_string(values.type):
+            zero = zero_dates(values).true_count
+            if zero:
+                log.warning(
+                    "%s: %d zero or partial dates in column %r written as NULL",
+                    _label(ts),
+                    zero,
+                    column.name,
+                    extra={"table": ts.qualified_name, "column": column.name, "rows": zero, "where": where},
+                )
+        try:
+            out.append(lake_array(column, values, time_zone))
+        except ValueError as exc:
+            raise LakeError(f"{_label(ts)}: {exc}", where=where) from None
+    return out
+
+
+def changes_from_block(rows: TableRows, time_zone: str) -> pa.Table:
+    """One table's rows of a `RowBlock` as a change set (columnar when every image is whole)."""
+    ts = rows.table_schema
+    if rows.main_runs is not None or rows.before_runs is not None:  # MINIMAL images: per row
+        return changes_from_rows(ts, [rows.row(i) for i in range(rows.num_rows)], time_zone)
+    w = rows.width
+    commit = pc.cast(rows.batch.column(w + 1), pa.int64())
+    where = f"commit ts {_ts_range(commit)}"
+    main = _lake_columns(ts, (rows.column(i) for i in range(w)), time_zone, where)
+    before = _lake_columns(ts, (rows.before(i) for i in range(w)), time_zone, where)
+    return _positional(ts, main, pa.array(rows.ops, pa.int8()), commit, before)
+
+
+def changes_from_rows(ts: TableSchema, rows: list[RowChange], time_zone: str) -> pa.Table:
+    """`RowChange`s of one table shape as a change set; absent columns are refused or filled.
+
+    A new image must be whole (a MINIMAL image's missing columns would need the stored row); a
+    delete's or an update's old image only needs the key (missing key columns of an update's old
+    image are the new image's: the key did not change).
+    """
+    key = set(ts.handle_key)
+    mains: list[tuple[Any, ...]] = []
+    befores: list[tuple[Any, ...] | None] = []
+    ops: list[int] = []
+    commit: list[int] = []
+    for row in rows:
+        if row.op is Op.DELETE:
+            image = row.old
+            assert image is not None
+            if any(image[i] is ABSENT for i in key):
+                raise LakeError(f"{_label(ts)}: a delete without its key columns", where=f"commit ts {row.commit_ts}")
+            mains.append(image)
+            befores.append(None)
+        else:
+            image = row.new
+            assert image is not None
+            if any(v is ABSENT for v in image):
+                raise LakeError(
+                    f"{_label(ts)}: a row image without every column (binlog_row_image=MINIMAL/NOBLOB): lake "
+                    "sinks need FULL images",
+                    where=f"commit ts {row.commit_ts}",
+                )
+            mains.append(image)
+            old = row.old
+            if row.op is Op.UPDATE and old is not None:
+                old = tuple(image[i] if v is ABSENT and i in key else v for i, v in enumerate(old))
+            befores.append(old)
+        ops.append(0 if row.op is Op.INSERT else 1 if row.op is Op.UPDATE else 2)
+        commit.append(row.commit_ts)
+    none = (None,) * len(ts.columns)
+    main_batch = images_to_batch(ts, [tuple(None if v is ABSENT else v for v in img) for img in mains])
+    before_batch = images_to_batch(
+        ts, [none if b is None else tuple(None if v is ABSENT else v for v in b) for b in befores]
+    )
+    commit_arr = pa.array(commit, pa.int64())
+    where = f"commit ts {_ts_range(commit_arr)}"
+    return _positional(
+        ts,
+        _lake_columns(ts, main_batch.columns, time_zone, where),
+        pa.array(ops, pa.int8()),
+        commit_arr,
+        _lake_columns(ts, before_batch.columns, time_zone, where),
+    )
+
+
+def _ts_range(commit: pa.Array) -> str:
+    if len(commit) == 0:
+        return "-"
+    lo, hi = pc.min(commit).as_py(), pc.max(commit).as_py()
+    return str(lo) if lo == hi else f"{lo}..{hi}"
+
+
+# ---------------------------------------------------------------- modes
+
+
+def collapse_upsert(ts: TableSchema, changes: pa.Table) -> pa.Table:
+    """The last action per key, in commit order: the final image (upsert) or a delete.
+
+    An update that changes the key also deletes the old key. The result has the table's columns
+    (real names) and `DELETE` (bool); delete rows carry the key (other columns are not read).
+    """
+    w, key = len(ts.columns), list(ts.handle_key)
+    n = changes.num_rows
+    seq = np.arange(n, dtype=np.int64)
+    op = changes.column("op").to_numpy()
+    moved = np.zeros(n, dtype=bool)
+    for i in key:  # updates whose old key differs from the new one (null old key: not carried)
+        differs = pc.fill_null(pc.not_equal(changes.column(f"c{i}"), changes.column(f"b{i}")), False)
+        moved |= differs.to_numpy(zero_copy_only=False)
+    moved &= op == 1
+    main = changes.select([f"c{i}" for i in range(w)]).append_column("seq", pa.array(seq * 2 + 1))
+    main = main.append_column("del", pa.array(op == 2))
+    parts = [main]
+    if moved.any():
+        picked = changes.filter(pa.array(moved))
+        old = [picked.column(f"b{i}") for i in range(w)]
+        olds = pa.Table.from_arrays(
+            [*old, pa.array(seq[moved] * 2), pa.array(np.ones(int(moved.sum()), dtype=bool))],
+            names=[*(f"c{i}" for i in range(w)), "seq", "del"],
+        )
+        parts.append(olds)
+    actions = pa.concat_tables(parts)
+    last = actions.group_by([f"c{i}" for i in key], use_threads=False).aggregate([("seq", "max")])
+    final = actions.filter(pc.is_in(actions.column("seq"), value_set=last.column("seq_max")))
+    final = final.sort_by("seq")
+    return pa.Table.from_arrays(
+        [*(final.column(f"c{i}") for i in range(w)), final.column("del")],
+        names=[*(c.name for c in ts.columns), DELETE],
+    )
+
+
+def changelog_rows(ts: TableSchema, changes: pa.Table) -> pa.Table:
+    """Every change as one row: op, commit ts, the after image (NULL for a delete), the before image."""
+    w = len(ts.columns)
+    op = changes.column("op").to_numpy()
+    is_delete = pa.array(op == 2)
+    is_insert = pa.array(op == 0)
+    after, before = [], []
+    for i in range(w):
+        main = changes.column(f"c{i}")
+        nulls = pa.nulls(changes.num_rows, main.type)
+        after.append(pc.if_else(is_delete, nulls, main))
+        # a delete's image is its before image; an insert has none
+        before.append(pc.if_else(is_delete, main, pc.if_else(is_insert, nulls, changes.column(f"b{i}"))))
+    return pa.Table.from_arrays(
+        [pa.array(OP_NAMES[op]), changes.column("ts"), *after, *before],
+        schema=lake_schema(ts, "changelog"),
+    )
+
+
+def commit_time(commit: pa.Array | pa.ChunkedArray) -> pa.Array:
+    """TSO commit ts -> its physical time as a UTC timestamp (microseconds)."""
+    ms = pc.shift_right(pc.cast(commit, pa.int64()), 18)
+    return pc.cast(pc.multiply(ms, 1000), pa.int64()).cast(pa.timestamp("us", LAKE_TIME_ZONE))
+
+
+def scd2_rows(ts: TableSchema, changes: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """(versions, closes): new version rows and, per key touched, when its open version ended.
+
+    Each insert or update opens a version at its commit ts, closed by the next change of its key
+    in the batch (or left open: ``_cf_valid_to`` NULL); a delete closes the key's version. An
+    update that moves the key closes the old key. ``closes`` holds the key columns and
+    `VALID_TO` (the first change of each key in the batch): the stored open version ends there.
+    """
+    w, key = len(ts.columns), list(ts.handle_key)
+    op = changes.column("op").to_numpy()
+    n = changes.num_rows
+    moved = np.zeros(n, dtype=bool)
+    for i in key:
+        differs = pc.fill_null(pc.not_equal(changes.column(f"c{i}"), changes.column(f"b{i}")), False)
+        moved |= differs.to_numpy(zero_copy_only=False)
+    moved &= op == 1
+    seq = np.arange(n, dtype=np.int64)
+    # events per key: (key, seq, ts, opens a version?, row index)
+    ev_keys = [pa.concat_arrays([_arr(changes, f"c{i}"), _arr(changes.filter(pa.array(moved)), f"b{i}")]) for i in key]
+    ev_seq = np.concatenate([seq * 2 + 1, seq[moved] * 2])
+    commit = changes.column("ts").to_numpy()
+    ev_ts = np.concatenate([commit, commit[moved]])
+    ev_opens = np.concatenate([op != 2, np.zeros(int(moved.sum()), dtype=bool)])
+    ev_row = np.concatenate([seq, np.full(int(moved.sum()), -1)])
+    events = pa.Table.from_arrays(
+        [*ev_keys, pa.array(ev_seq), pa.array(ev_ts), pa.array(ev_opens), pa.array(ev_row)],
+        names=[*(f"k{j}" for j in range(len(key))), "seq", "ts", "opens", "row"],
+    )
+    events = events.sort_by([*((f"k{j}", "ascending") for j in range(len(key))), ("seq", "ascending")])
+    # the next event of the same key ends a version: compare each event's key with the next one's
+    same_next = np.zeros(events.num_rows, dtype=bool)
+    if events.num_rows > 1:
+        same = np.ones(events.num_rows - 1, dtype=bool)
+        for j in range(len(key)):
+            col = events.column(f"k{j}")
+            eq = pc.fill_null(pc.equal(col.slice(0, events.num_rows - 1), col.slice(1)), False)
+            same &= eq.to_numpy(zero_copy_only=False)
+        same_next[:-1] = same
+    ts_sorted = events.column("ts").to_numpy()
+    next_ts = np.where(same_next, np.roll(ts_sorted, -1), -1)
+    first = np.ones(events.num_rows, dtype=bool)
+    first[1:] = ~same_next[:-1]
+    opens = events.column("opens").to_numpy(zero_copy_only=False)
+    rows = events.column("row").to_numpy()
+    pick = np.flatnonzero(opens)
+    order = np.argsort(events.column("seq").to_numpy()[pick], kind="stable")
+    pick = pick[order]
+    src = changes.take(pa.array(rows[pick]))
+    valid_to = pa.array(np.where(next_ts[pick] >= 0, next_ts[pick], 0), pa.int64())
+    valid_to = pc.if_else(
+        pa.array(next_ts[pick] >= 0), commit_time(valid_to), pa.nulls(len(pick), commit_time(valid_to).type)
+    )
+    versions = pa.Table.from_arrays(
+        [
+            *(src.column(f"c{i}") for i in range(w)),
+            commit_time(src.column("ts")),
+            valid_to,
+            pa.array(OP_NAMES[src.column("op").to_numpy()]),
+            src.column("ts"),
+        ],
+        schema=lake_schema(ts, "scd2"),
+    )
+    firsts = events.filter(pa.array(first))
+    closes = pa.Table.from_arrays(
+        [*(firsts.column(f"k{j}") for j in range(len(key))), commit_time(firsts.column("ts"))],
+        names=[*(ts.columns[i].name for i in key), VALID_TO],
+    )
+    return versions, closes
+
+
+def _arr(table: pa.Table, name: str) -> pa.Array:
+    col = table.column(name)
+    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+
+
+# ---------------------------------------------------------------- schema evolution
+
+
+def _digits(t: pa.DataType) -> int | None:
+    """Integer digits a type holds exactly (for widening to decimals), None if not integral/decimal."""
+    if pa.types.is_integer(t):
+        return {8: 3, 16: 5, 32: 10, 64: 19}[t.bit_width]
+    if pa.types.is_decimal(t):
+        return int(t.precision - t.scale)
+    return None
+
+
+def widens(old: pa.DataType, new: pa.DataType) -> bool:
+    """Every value of ``old`` is a value of ``new`` (a widening type change both formats accept)."""
+    if old == new:
+        return True
+    if pa.types.is_integer(old) and pa.types.is_integer(new):
+        return bool(new.bit_width >= old.bit_width)
+    if pa.types.is_floating(old) and pa.types.is_floating(new):
+        return bool(new.bit_width >= old.bit_width)
+    if pa.types.is_decimal(new) and (pa.types.is_integer(old) or pa.types.is_decimal(old)):
+        old_digits, scale = _digits(old), old.scale if pa.types.is_decimal(old) else 0
+        return bool(new.scale >= scale and (_digits(new) or 0) >= (old_digits or 0))
+    if pa.types.is_string(new):  # exact text of a number (a DECIMAL grown past 38 digits)
+        return bool(pa.types.is_integer(old) or pa.types.is_decimal(old))
+    if pa.types.is_timestamp(new) and pa.types.is_date(old):
+        return new.tz is None
+    return False
+
+
+@dataclass(frozen=True)
+class Evolution:
+    """How a lake table's columns must change to take a new shape."""
+
+    target: pa.Schema
+    added: tuple[str, ...]
+    dropped: tuple[str, ...]
+    widened: tuple[str, ...]
+
+    @property
+    def needed(self) -> bool:
+        return bool(self.added or self.dropped or self.widened)
+
+
+_RENAME_COLUMN = re.compile(r"\b(RENAME\s+COLUMN|CHANGE(\s+COLUMN)?)\b", re.IGNORECASE)
+
+
+def plan_evolution(current: pa.Schema, target: pa.Schema, what: str, ddl: DDLEvent | None) -> Evolution:
+    """Compare the stored columns with the wanted ones; refuse what is no widening, naming the DDL."""
+    cause = f"DDL {clip(ddl.query)} at commit ts {ddl.commit_ts}" if ddl is not None else "a new table shape"
+    have = {f.name: f.type for f in current}
+    want = {f.name: f.type for f in target}
+    added = tuple(n for n in want if n not in have)
+    dropped = tuple(n for n in have if n not in want)
+    widened = []
+    for name, new in want.items():
+        old = have.get(name)
+        if old is None or old == new:
+            continue
+        if not widens(old, new):
+            raise LakeDDLError(f"{what}: {cause} changes column {name!r} from {old} to {new}, which is no widening")
+        widened.append(name)
+    if added and dropped and ddl is not None and _RENAME_COLUMN.search(ddl.query):
+        raise LakeDDLError(f"{what}: {cause} renames a column: not supported by this sink yet")
+    return Evolution(target, added, dropped, tuple(widened))
+
+
+def reshape(data: pa.Table, target: pa.Schema) -> pa.Table:
+    """Rows of a stored table in the ``target`` columns: dropped ones gone, new ones NULL, widened cast."""
+    arrays = []
+    for f in target:
+        if f.name in data.column_names:
+            arrays.append(pc.cast(data.column(f.name), f.type))
+        else:
+            arrays.append(pa.nulls(data.num_rows, f.type))
+    return pa.Table.from_arrays(arrays, schema=target)
+
+
+# ---------------------------------------------------------------- the sink
+
+
+@dataclass
+class _Chunk:
+    """Changes of one table under one shape, in commit order (one commit at flush)."""
+
+    shape: TableSchema
+    parts: list[pa.Table] = field(default_factory=list)
+    last_ts: int = 0
+
+
+Step = _Chunk | DDLEvent
+Name = tuple[str, str]
+
+
+class LakeSink(SinkContext):
+    """Applies micro-batches to one lake table per source table (a `Sink`; see the module docstring).
+
+    Subclasses implement the format: `_scan`, `_schema`, `_evolve`, `_write`, `_truncate`.
+    """
+
+    kind = "lake"
+
+    def __init__(self, root: str | Path, options: LakeOptions | None = None) -> None:
+        self.root = Path(root)
+        self.options = options or LakeOptions()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.checkpoint_ts = 0
+        self._versions: dict[Name, int] = {}  # each table's committed checkpoint (complete-to ts)
+        self._steps: dict[Name, list[Step]] = {}
+        self._pending_checkpoint = 0
+        self._guard = ResolvedGuard(f"{self.kind} sink", 0)
+        self._opened = False
+        self._root = 0  # the root checkpoint read at open: every table is complete to it
+
+    # ------------------------------------------------------------ format hooks
+
+    @abstractmethod
+    def _scan(self) -> dict[Name, int]:
+        """Every table this sink wrote and the checkpoint ts its last commit recorded."""
+
+    @abstractmethod
+    def _schema(self, name: Name) -> pa.Schema | None:
+        """The stored table's columns (None: no table)."""
+
+    @abstractmethod
+    def _create(self, name: Name, schema: pa.Schema, version: int) -> None:
+        """Create the table (empty) with its checkpoint."""
+
+    @abstractmethod
+    def _evolve(self, name: Name, evolution: Evolution, version: int) -> None:
+        """Change the stored columns (`Evolution`), recording ``version``."""
+
+    @abstractmethod
+    def _write(self, name: Name, shape: TableSchema, changes: pa.Table, version: int) -> None:
+        """Apply one chunk's change set in the mode, in ONE commit recording ``version``."""
+
+    @abstractmethod
+    def _truncate(self, name: Name, version: int, drop: bool) -> None:
+        """TRUNCATE / DROP TABLE: no current rows remain, recording ``version``."""
+
+    def label(self, name: Name) -> str:
+        return table_label(*name)
+
+    def table_path(self, name: Name) -> Path:
+        """Where a table lives under the root (names encoded; never outside it)."""
+        return join_under(self.root, encode_name(name[0], ROOT_ENTRIES), encode_name(name[1]), what=self.label(name))
+
+    # ------------------------------------------------------------ the Sink contract
+
+    def open(self) -> int:
+        """Read every table's checkpoint; return the lowest ts every table is complete to."""
+        root = self._root = self._read_root()
+        self._versions = self._scan()
+        complete = [max(v, root) for v in self._versions.values()]
+        self.checkpoint_ts = min(complete) if complete else root
+        self._pending_checkpoint = self.checkpoint_ts
+        self._guard = ResolvedGuard(f"{self.kind} sink", self.checkpoint_ts)
+        self._opened = True
+        log.info(
+            "%s sink opened at %s: checkpoint ts %d over %d tables",
+            self.kind,
+            self.root,
+            self.checkpoint_ts,
+            len(self._versions),
+            extra={"sink": self.kind, "checkpoint_ts": self.checkpoint_ts, "tables": len(self._versions)},
+        )
+        return self.checkpoint_ts
+
+    def close(self) -> None:
+        """Drop what was written and not flushed (a failed batch is replayed)."""
+        self._steps.clear()
+        self._pending_checkpoint = self.checkpoint_ts
+
+    def write(self, batch: Iterable[Event | RowBlock]) -> None:
+        if not self._opened:
+            self.open()
+        pending: dict[TableSchema, list[RowChange]] = {}
+        for event in batch:
+            if isinstance(event, RowChange):
+                if self._keep(event.table_schema, event.commit_ts, event.commit_ts, event.position):
+                    pending.setdefault(event.table_schema, []).append(event)
+                continue
+            self._rows_out(pending)
+            if isinstance(event, RowBlock):
+                for seg, start in event.walk():
+                    self._block_rows(event.tables[seg.table], start, seg.rows, seg.position)
+            elif isinstance(event, Resolved):
+                self._pending_checkpoint = max(self._pending_checkpoint, event.commit_ts)
+                self._guard.saw(event.commit_ts)
+            elif isinstance(event, DDLEvent):
+                self._ddl(event)
+        self._rows_out(pending)
+
+    def _keep(self, ts: TableSchema, lo: int, hi: int, position: Any) -> bool:
+        """False: rows at or below the table's checkpoint (replay); raises on a contradicted one."""
+        name = (ts.schema, ts.table)
+        stored = self.table_version(name)
+        if hi <= stored:
+            return False
+        if lo <= stored:
+            raise LakeError(
+                f"{self.label(name)}: rows at commit ts {lo}..{hi} straddle the table's checkpoint {stored}",
+                where=f"commit ts {lo}",
+            )
+        return not self._guard.skip(lo, ts.schema, ts.table, position)
+
+    def _block_rows(self, rows: TableRows, start: int, count: int, position: Any) -> None:
+        part = rows.slice(start, count)
+        commit = part.commit_ts
+        if not len(commit):
+            return
+        lo, hi = int(commit.min()), int(commit.max())
+        if self._keep(part.table_schema, lo, hi, position):
+            self._add(part.table_schema, changes_from_block(part, self.options.time_zone), hi)
+
+    def _rows_out(self, pending: dict[TableSchema, list[RowChange]]) -> None:
+        for ts, rows in pending.items():
+            self._add(ts, changes_from_rows(ts, rows, self.options.time_zone), rows[-1].commit_ts)
+        pending.clear()
+
+    def _add(self, shape: TableSchema, changes: pa.Table, last_ts: int) -> None:
+        name = (shape.schema, shape.table)
+        check_shape(shape, self.options.mode, f"commit ts {last_ts}")
+        steps = self._steps.setdefault(name, [])
+        last = steps[-1] if steps else None
+        if not (isinstance(last, _Chunk) and _same_shape(last.shape, shape)):
+            last = _Chunk(shape)
+            steps.append(last)
+        last.parts.append(changes)
+        last.last_ts = max(last.last_ts, last_ts)
+
+    def _ddl(self, ddl: DDLEvent) -> None:
+        if ddl.ddl_type in (ActionType.RENAME_TABLE, ActionType.RENAME_TABLES):
+            _, pairs = ddl_tables(ddl.query, ddl.schema)
+            touched = [p for p in pairs if p[0] != p[1] and (p[0] in self._versions or p[0] in self._steps)]
+            if touched and ddl.commit_ts > self.checkpoint_ts:
+                raise LakeDDLError(
+                    f"{self.label(touched[0][0])}: DDL {clip(ddl.query)} at commit ts {ddl.commit_ts} renames a "
+                    f"table: not supported by the {self.kind} sink yet"
+                )
+            return
+        if not ddl.table:
+            return  # schema-level DDL: tables follow their own events
+        name = (ddl.schema, ddl.table)
+        if ddl.commit_ts <= self.table_version(name):
+            return  # already in the table's commit
+        self._steps.setdefault(name, []).append(ddl)
+
+    def flush(self) -> int:
+        """Commit each table's steps in order (one commit each), then the root checkpoint."""
+        for name, steps in self._steps.items():
+            for i, step in enumerate(steps):
+                final = i == len(steps) - 1
+                if isinstance(step, _Chunk):
+                    done = max(step.last_ts, self._pending_checkpoint) if final else step.last_ts
+                    self._flush_chunk(name, step, done)
+                else:
+                    done = max(step.commit_ts, self._pending_checkpoint) if final else step.commit_ts
+                    self._flush_ddl(name, step, done)
+                self._versions[name] = max(self._versions.get(name, 0), done)
+        self._steps.clear()
+        if self._pending_checkpoint > self.checkpoint_ts:
+            doc = {"checkpoint_ts": self._pending_checkpoint}
+            write_atomically(self.root / CHECKPOINT_FILE, orjson.dumps(doc))
+            self.checkpoint_ts = self._pending_checkpoint
+            self._guard.saw(self.checkpoint_ts, "the checkpoint published")
+        return self.checkpoint_ts
+
+    def _flush_chunk(self, name: Name, chunk: _Chunk, version: int) -> None:
+        self._ensure(name, chunk.shape, version, None)
+        changes = pa.concat_tables(chunk.parts)
+        self._write(name, chunk.shape, changes, version)
+        log.info(
+            "%s %s: %d changes committed at checkpoint ts %d",
+            self.kind,
+            self.label(name),
+            changes.num_rows,
+            version,
+            extra={
+                "sink": self.kind,
+                "table": f"{name[0]}.{name[1]}",
+                "rows": changes.num_rows,
+                "checkpoint_ts": version,
+            },
+        )
+
+    def _flush_ddl(self, name: Name, ddl: DDLEvent, version: int) -> None:
+        what = f"{self.label(name)}: DDL {clip(ddl.query)} at commit ts {ddl.commit_ts}"
+        action = ddl.ddl_type
+        if action in (ActionType.TRUNCATE_TABLE, ActionType.DROP_TABLE):
+            if self._schema(name) is not None:
+                self._truncate(name, version, drop=action == ActionType.DROP_TABLE)
+        elif ddl.table_schema is not None and (ddl.table_schema.schema, ddl.table_schema.table) == name:
+            try:
+                check_shape(ddl.table_schema, self.options.mode, f"commit ts {ddl.commit_ts}")
+            except LakeError as exc:
+                raise LakeDDLError(f"{what}: {exc.message}") from None
+            self._ensure(name, ddl.table_schema, version, ddl)
+        else:
+            return
+        log.info(
+            "%s %s: applied DDL at commit ts %d",
+            self.kind,
+            self.label(name),
+            ddl.commit_ts,
+            extra={
+                "sink": self.kind,
+                "table": f"{name[0]}.{name[1]}",
+                "ddl": clip(ddl.query),
+                "checkpoint_ts": version,
+            },
+        )
+
+    def _ensure(self, name: Name, shape: TableSchema, version: int, ddl: DDLEvent | None) -> None:
+        """The table exists with ``shape``'s columns (created or evolved, recording ``version``)."""
+        target = self.format_schema(lake_schema(shape, self.options.mode))
+        current = self._schema(name)
+        if current is None:
+            self._create(name, target, version)
+            return
+        evolution = plan_evolution(current, target, self.label(name), ddl)
+        if evolution.needed:
+            self._evolve(name, evolution, version)
+
+    def format_schema(self, schema: pa.Schema) -> pa.Schema:
+        """The lake schema as the format stores it (a format without some Arrow types widens them)."""
+        return schema
+
+    def _read_root(self) -> int:
+        path = self.root / CHECKPOINT_FILE
+        try:
+            return int(orjson.loads(path.read_bytes())["checkpoint_ts"])
+        except FileNotFoundError:
+            return 0
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+            raise SinkError(f"unreadable lake checkpoint: {exc}", where=str(path)) from None
+
+    def table_version(self, name: Name) -> int:
+        """The ts a table is complete to: its last commit's checkpoint, or the root checkpoint if higher."""
+        return max(self._versions.get(name, 0), self._root)
+
+
+def _same_shape(a: TableSchema, b: TableSchema) -> bool:
+    return a is b or (a.columns == b.columns and a.handle_key == b.handle_key)
+
+
+__all__ = [
+    "CHECKPOINT_FILE",
+    "MODES",
+    "ROOT_ENTRIES",
+    "LakeDDLError",
+    "LakeError",
+    "LakeOptions",
+    "LakeSink",
+    "changelog_rows",
+    "collapse_upsert",
+    "commit_time",
+    "lake_schema",
+    "scd2_rows",
+]

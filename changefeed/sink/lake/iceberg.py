@@ -1,0 +1,184 @@
+"""``iceberg://DIR``: one Iceberg table per source table, namespace = schema (pyiceberg).
+
+How Iceberg differs from the shared lake sink (common.py): tables live in a catalog, by default a
+SQL catalog in ``DIR/_catalog.db`` (SQLite) with the data under ``DIR/<schema>/<table>`` (names
+encoded as paths as everywhere); ``catalog-uri`` names another SQL catalog (an SQLAlchemy URL) or a
+REST catalog (``http(s)://``). A table's checkpoint ts is a snapshot summary property of every
+commit (``changefeed.checkpoint-ts``); upsert is a delete of the batch's keys and an append of
+their last images in ONE transaction. Iceberg evolves columns natively (add, drop, int -> long,
+float -> double, decimal precision); other widenings are refused naming the table. The source
+names are table properties, so identifiers (``.``-free encoded names) never need decoding.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.exceptions import CommitFailedException, ValidationError
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io.pyarrow import schema_to_pyarrow
+from pyiceberg.table import Table
+from pyiceberg.table.upsert_util import create_match_filter
+
+from ...errors import ConfigError
+from ...files.paths import encode_name
+from ...model import TableSchema
+from .common import (
+    COMMIT_TS,
+    DELETE,
+    OP,
+    Evolution,
+    LakeDDLError,
+    LakeError,
+    LakeOptions,
+    LakeSink,
+    Name,
+    changelog_rows,
+    collapse_upsert,
+)
+
+log = logging.getLogger(__name__)
+CHECKPOINT_KEY = "changefeed.checkpoint-ts"
+SCHEMA_KEY, TABLE_KEY = "changefeed.source-schema", "changefeed.source-table"
+
+
+def _ident(name: str) -> str:
+    """A name as one identifier part: the path encoding, and ``.`` (a namespace separator) escaped too."""
+    return encode_name(name).replace(".", "@002e")
+
+
+def _plain(t: pa.DataType) -> pa.DataType:
+    """The Arrow type as this sink writes it (Iceberg has no 8/16-bit ints and reads large types)."""
+    if pa.types.is_integer(t) and t.bit_width < 32:
+        return pa.int32()
+    if pa.types.is_large_string(t):
+        return pa.string()
+    if pa.types.is_large_binary(t):
+        return pa.binary()
+    return t
+
+
+class IcebergSink(LakeSink):
+    """Iceberg tables in a catalog (a `Sink`)."""
+
+    kind = "iceberg"
+
+    def __init__(self, root: Any, options: LakeOptions | None = None) -> None:
+        super().__init__(root, options)
+        if self.options.mode == "scd2":
+            raise ConfigError("iceberg:// supports mode=upsert and mode=changelog (scd2: delta:// only, for now)")
+        self.catalog = self._load_catalog()
+
+    def _load_catalog(self) -> Catalog:
+        warehouse = self.root.resolve().as_uri()
+        uri = self.options.catalog_uri
+        if uri is None:
+            return SqlCatalog("changefeed", uri=f"sqlite:///{self.root.resolve() / '_catalog.db'}", warehouse=warehouse)
+        if uri.startswith(("http://", "https://")):
+            return load_catalog("changefeed", type="rest", uri=uri, warehouse=warehouse)
+        return SqlCatalog("changefeed", uri=uri, warehouse=warehouse)
+
+    def _props(self, version: int) -> dict[str, str]:
+        return {CHECKPOINT_KEY: str(version)}
+
+    def _identifier(self, name: Name) -> tuple[str, str]:
+        return (_ident(name[0]), _ident(name[1]))
+
+    def _load(self, name: Name) -> Table | None:
+        identifier = self._identifier(name)
+        return self.catalog.load_table(identifier) if self.catalog.table_exists(identifier) else None
+
+    @staticmethod
+    def _version(table: Table) -> int:
+        snapshot = table.current_snapshot()
+        summary = None if snapshot is None else snapshot.summary
+        recorded = None if summary is None else summary.additional_properties.get(CHECKPOINT_KEY)
+        return int(recorded if recorded is not None else table.properties.get(CHECKPOINT_KEY, 0))
+
+    def _scan(self) -> dict[Name, int]:
+        out: dict[Name, int] = {}
+        for namespace in self.catalog.list_namespaces():
+            for identifier in self.catalog.list_tables(namespace):
+                table = self.catalog.load_table(identifier)
+                props = table.properties
+                if SCHEMA_KEY in props and TABLE_KEY in props:  # one of ours
+                    out[(props[SCHEMA_KEY], props[TABLE_KEY])] = self._version(table)
+        return out
+
+    def format_schema(self, schema: pa.Schema) -> pa.Schema:
+        return pa.schema([pa.field(f.name, _plain(f.type)) for f in schema])
+
+    def _schema(self, name: Name) -> pa.Schema | None:
+        table = self._load(name)
+        if table is None:
+            return None
+        return self.format_schema(schema_to_pyarrow(table.schema(), include_field_ids=False))
+
+    def _create(self, name: Name, schema: pa.Schema, version: int) -> None:
+        namespace = self._identifier(name)[0]
+        self.catalog.create_namespace_if_not_exists(namespace)
+        self.catalog.create_table(
+            self._identifier(name),
+            schema,
+            location=self.table_path(name).resolve().as_uri(),
+            properties={SCHEMA_KEY: name[0], TABLE_KEY: name[1], CHECKPOINT_KEY: str(version)},
+        )
+
+    def _evolve(self, name: Name, evolution: Evolution, version: int) -> None:
+        table = self._load(name)
+        assert table is not None
+        try:
+            with table.update_schema() as update:
+                update.union_by_name(evolution.target)  # adds and promotes
+                for column in evolution.dropped:
+                    update.delete_column(column)
+        except (ValidationError, ValueError, TypeError) as exc:
+            raise LakeDDLError(
+                f"iceberg {self.label(name)}: the change to {evolution.target} at checkpoint ts {version} "
+                f"is no Iceberg type promotion: {exc}"
+            ) from None
+
+    def _conform(self, table: Table, data: pa.Table) -> pa.Table:
+        schema = schema_to_pyarrow(table.schema(), include_field_ids=False)
+        return pa.Table.from_arrays([pc.cast(data.column(f.name), f.type) for f in schema], schema=schema)
+
+    def _write(self, name: Name, shape: TableSchema, changes: pa.Table, version: int) -> None:
+        table = self._load(name)
+        assert table is not None
+        props = self._props(version)
+        try:
+            if self.options.mode == "changelog":
+                table.append(self._conform(table, changelog_rows(shape, changes)), snapshot_properties=props)
+                return
+            source = collapse_upsert(shape, changes)
+            keys = [shape.columns[i].name for i in shape.handle_key]
+            upserts = source.filter(pc.invert(source.column(DELETE))).drop_columns([DELETE])
+            with table.transaction() as tx, warnings.catch_warnings():
+                # every key of the batch goes, then its last image comes back: one catalog commit
+                warnings.filterwarnings("ignore", "Delete operation did not match any records")
+                tx.delete(create_match_filter(source.select(keys), keys), snapshot_properties=props)
+                if upserts.num_rows:
+                    tx.append(self._conform(table, upserts), snapshot_properties=props)
+        except (CommitFailedException, ValidationError, ValueError) as exc:
+            raise LakeError(f"iceberg {self.label(name)}: {exc}", where=f"checkpoint ts {version}") from None
+
+    def _truncate(self, name: Name, version: int, drop: bool) -> None:
+        table = self._load(name)
+        assert table is not None
+        if self.options.mode == "upsert":
+            table.delete(AlwaysTrue(), snapshot_properties=self._props(version))
+            return
+        schema = schema_to_pyarrow(table.schema(), include_field_ids=False)
+        marker = {f.name: pa.nulls(1, f.type) for f in schema}
+        marker[OP] = pa.array(["drop" if drop else "truncate"], schema.field(OP).type)
+        marker[COMMIT_TS] = pa.array([version], pa.int64())
+        table.append(pa.table(marker, schema=schema), snapshot_properties=self._props(version))
+
+
+__all__ = ["CHECKPOINT_KEY", "IcebergSink"]

@@ -1,0 +1,1 @@
+"""Lakehouse sinks (Delta, Iceberg) on real tables in tmp_path."""
