@@ -231,7 +231,7 @@ _KAFKA = {"input": "kafka", "bootstrap.servers": "127.0.0.1:1", "topic": "t"}
     ("options", "message"),
     [
         ({"input": "kafka", "topic": "t"}, "needs options bootstrap.servers"),
-        ({**_KAFKA, "protocol": "csv"}, "canal-json, open-protocol or simple"),
+        ({**_KAFKA, "protocol": "csv"}, "canal-json, open-protocol, simple or debezium, not .csv."),
         ({**_KAFKA, "protocol": "canal-json"}, "enable-tidb-extension=true"),
         ({**_KAFKA, "protocol": "open-protocol", "table": "a.b"}, "no typed images"),
         ({**_KAFKA, "protocol": "open-protocol", "startingoffset": "earliest"}, "unknown codec option"),
