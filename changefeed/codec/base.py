@@ -10,11 +10,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from ..errors import CodecError, clip
 from ..model import DDLEvent, Event, Resolved, RowChange, TableSchema
 from ..model.rowblock import TableRows
+from ..model.tso import MAX_TSO
 from .options import CodecOptions
 
 
@@ -129,3 +132,10 @@ class Decoder(ABC):
     def decode(self, message: Message, where: str = "") -> list[Event]:
         """Events carried by ``message``; ``where`` (topic/partition/offset, file:line) goes into
         every error so a person can find the bad message."""
+
+
+def checked_tso(v: Any, what: str, where: str) -> int:
+    """``v`` when it is a TSO (an unsigned 64-bit integer, as TiDB's), else a CodecError naming ``what``."""
+    if type(v) is not int or not 0 <= v <= MAX_TSO:
+        raise CodecError(f"{what} is {clip(v)}, expected an unsigned 64-bit TSO", where=where)
+    return v

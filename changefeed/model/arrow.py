@@ -143,14 +143,17 @@ def lake_arrow_type(column: Column) -> pa.DataType:
     return pa.string()  # strings, JSON, TIME ([-]838:59:59 fits no lake time type), VECTOR
 
 
-def lake_array(column: Column, values: pa.Array, time_zone: str = LAKE_TIME_ZONE) -> pa.Array:
+def lake_array(
+    column: Column, values: pa.Array, time_zone: str = LAKE_TIME_ZONE, *, zero: pa.Array | None = None
+) -> pa.Array:
     """A column's values (in any Arrow type a decoder gives: `arrow_type`, text) as `lake_arrow_type`.
 
     Temporal text is parsed: DATETIME keeps its wall-clock value, TIMESTAMP text (in ``time_zone``,
     the changefeed's) becomes its UTC instant. MySQL's zero and partial dates (``0000-00-00``,
     ``2024-00-10``) name no day: they become NULL, as Debezium and Connector/J's
-    ``zeroDateTimeBehavior=CONVERT_TO_NULL`` make them (`zero_dates` counts them). Any other value
-    the lake type cannot hold raises ValueError naming the column and the value.
+    ``zeroDateTimeBehavior=CONVERT_TO_NULL`` make them (``zero``: their `zero_dates` mask, when the
+    caller has it already). Any other value the lake type cannot hold raises ValueError naming the
+    column and the value.
     """
     target = lake_arrow_type(column)
     if isinstance(values, pa.ChunkedArray):
@@ -158,7 +161,7 @@ def lake_array(column: Column, values: pa.Array, time_zone: str = LAKE_TIME_ZONE
     if values.type == target:
         return values
     if column.type_code in _LAKE_DATES and pa.types.is_string(values.type):
-        zero = zero_dates(values)
+        zero = zero_dates(values) if zero is None else zero
         if zero.true_count:
             values = pc.if_else(zero, pa.nulls(len(values), values.type), values)
     try:

@@ -31,7 +31,7 @@ from ...model import (
 from ...model.events import trusted_row
 from ...model.gofloat import to_float32
 from ...model.types import STRING_TYPES, JavaSQLType
-from ..base import Decoder, Message
+from ..base import Decoder, Message, checked_tso
 from ..claimcheck import reading_store, unwrap_value
 from ..compression import inflater
 from ..ddlkind import KIND_ACTION, ddl_action
@@ -380,7 +380,7 @@ class CanalJSONDecoder(Decoder):
             ts = ext.get("watermarkTs") if ext else None
             if ts is None:
                 raise CodecError("TIDB_WATERMARK message without _tidb.watermarkTs", where=where)
-            return [Resolved(commit_ts=_tso(ts, "_tidb.watermarkTs", where))]
+            return [Resolved(commit_ts=checked_tso(ts, "_tidb.watermarkTs", where))]
         op = _DML_OPS.get(kind)
         if op is None:
             raise CodecError(f"unknown event type {clip(kind)} in a DML message", where=where)
@@ -394,7 +394,7 @@ class CanalJSONDecoder(Decoder):
 
     def _commit_ts(self, obj: dict[str, Any], ext: dict[str, Any] | None, where: str) -> int:
         if ext is not None and "commitTs" in ext:
-            return _tso(ext["commitTs"], "_tidb.commitTs", where)
+            return checked_tso(ext["commitTs"], "_tidb.commitTs", where)
         # Without the extension only the physical milliseconds are known: the order of
         # transactions inside one millisecond is lost (TiCDC's own consumer has the same limit).
         es = obj.get("es")
@@ -584,10 +584,4 @@ def _str_member(obj: dict[str, Any], member: str, where: str) -> str:
         return ""
     if type(v) is not str:
         raise CodecError(f"{member} is {_json_type(v)}, expected a string", where=where)
-    return v
-
-
-def _tso(v: Any, what: str, where: str) -> int:
-    if type(v) is not int or not 0 <= v <= _MAX_TSO:
-        raise CodecError(f"{what} is {clip(v)}, expected an unsigned 64-bit TSO", where=where)
     return v

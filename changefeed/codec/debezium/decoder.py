@@ -24,7 +24,7 @@ from ...model.gofloat import to_float32
 from ...model.types import STRING_TYPES, parse_type_name
 from ...model.values import b64decode, format_date, format_datetime, format_time
 from ...timezones import zone
-from ..base import Decoder, Message
+from ..base import Decoder, Message, checked_tso
 from ..compression import inflater
 from ..decimaltext import is_decimal_text
 from ..options import CodecOptions
@@ -462,12 +462,6 @@ def _members(obj: Any, name: str, where: str) -> dict[str, Any]:
     return v
 
 
-def _tso(v: Any, what: str, where: str) -> int:
-    if type(v) is not int or not 0 <= v <= _MAX_TSO:
-        raise CodecError(f"{what} is {clip(v)}, expected a TSO (unsigned 64-bit integer)", where=where)
-    return v
-
-
 # ------------------------------------------------------------------ the decoder
 
 
@@ -563,7 +557,7 @@ class DebeziumDecoder(Decoder):
         if op == "m":
             if source is None or "commit_ts" not in source:
                 raise CodecError("watermark without payload.source.commit_ts", where=where)
-            return [Resolved(commit_ts=_tso(source["commit_ts"], "payload.source.commit_ts", where))]
+            return [Resolved(commit_ts=checked_tso(source["commit_ts"], "payload.source.commit_ts", where))]
         kind = _OPS.get(op) if type(op) is str else None
         if kind is None:
             raise CodecError(f"payload.op is {clip(op)}, expected c, r, u, d or m", where=where)
@@ -586,7 +580,7 @@ class DebeziumDecoder(Decoder):
 
     def _commit_ts(self, source: dict[str, Any], where: str) -> int:
         if "commit_ts" in source:
-            return _tso(source["commit_ts"], "payload.source.commit_ts", where)
+            return checked_tso(source["commit_ts"], "payload.source.commit_ts", where)
         # A genuine connector has no commit_ts: the event's ms as a TSO with logical 0.
         ms = source.get("ts_ms")
         if type(ms) is not int or not 0 <= ms <= _MAX_TSO >> 18:

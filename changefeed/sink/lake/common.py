@@ -137,18 +137,19 @@ def _positional(
 def _lake_columns(ts: TableSchema, arrays: Iterable[pa.Array], time_zone: str, where: str) -> list[pa.Array]:
     out = []
     for column, values in zip(ts.columns, arrays, strict=True):
+        zero = None
         if column.type_code in TEMPORAL_TYPES and pa.types.is_string(values.type):
-            zero = zero_dates(values).true_count
-            if zero:
+            zero = zero_dates(values)
+            if zero.true_count:
                 log.warning(
                     "%s: %d zero or partial dates in column %r written as NULL",
                     _label(ts),
-                    zero,
+                    zero.true_count,
                     column.name,
-                    extra={"table": ts.qualified_name, "column": column.name, "rows": zero, "where": where},
+                    extra={"table": ts.qualified_name, "column": column.name, "rows": zero.true_count, "where": where},
                 )
         try:
-            out.append(lake_array(column, values, time_zone))
+            out.append(lake_array(column, values, time_zone, zero=zero))
         except ValueError as exc:
             raise LakeError(f"{_label(ts)}: {exc}", where=where) from None
     return out
@@ -229,6 +230,15 @@ def _ts_range(commit: pa.Array) -> str:
 # ---------------------------------------------------------------- modes
 
 
+def _key_moves(key: list[int], changes: pa.Table, op: np.ndarray) -> np.ndarray:
+    """Per change: an update whose old key differs from its new one (a NULL old key is not carried)."""
+    moved = np.zeros(changes.num_rows, dtype=bool)
+    for i in key:
+        differs = pc.fill_null(pc.not_equal(changes.column(f"c{i}"), changes.column(f"b{i}")), False)
+        moved |= differs.to_numpy(zero_copy_only=False)
+    return moved & (op == 1)
+
+
 def collapse_upsert(ts: TableSchema, changes: pa.Table) -> pa.Table:
     """The last action per key, in commit order: the final image (upsert) or a delete.
 
@@ -239,11 +249,7 @@ def collapse_upsert(ts: TableSchema, changes: pa.Table) -> pa.Table:
     n = changes.num_rows
     seq = np.arange(n, dtype=np.int64)
     op = changes.column("op").to_numpy()
-    moved = np.zeros(n, dtype=bool)
-    for i in key:  # updates whose old key differs from the new one (null old key: not carried)
-        differs = pc.fill_null(pc.not_equal(changes.column(f"c{i}"), changes.column(f"b{i}")), False)
-        moved |= differs.to_numpy(zero_copy_only=False)
-    moved &= op == 1
+    moved = _key_moves(key, changes, op)
     main = changes.select([f"c{i}" for i in range(w)]).append_column("seq", pa.array(seq * 2 + 1))
     main = main.append_column("del", pa.array(op == 2))
     parts = [main]
@@ -301,11 +307,7 @@ def scd2_rows(ts: TableSchema, changes: pa.Table) -> tuple[pa.Table, pa.Table]:
     w, key = len(ts.columns), list(ts.handle_key)
     op = changes.column("op").to_numpy()
     n = changes.num_rows
-    moved = np.zeros(n, dtype=bool)
-    for i in key:
-        differs = pc.fill_null(pc.not_equal(changes.column(f"c{i}"), changes.column(f"b{i}")), False)
-        moved |= differs.to_numpy(zero_copy_only=False)
-    moved &= op == 1
+    moved = _key_moves(key, changes, op)
     seq = np.arange(n, dtype=np.int64)
     # events per key: (key, seq, ts, opens a version?, row index)
     ev_keys = [pa.concat_arrays([_arr(changes, f"c{i}"), _arr(changes.filter(pa.array(moved)), f"b{i}")]) for i in key]
