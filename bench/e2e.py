@@ -5,6 +5,9 @@ CONFIG.toml`` (a live ``mysql`` source read through the replica protocol, a ``ka
 ``changefeed apply --from kafka://... --to mysql://...``, against private MariaDB servers and a tansu
 broker the bench starts and stops. Modes (``--modes``, all by default, run in this order):
 
+* ``idle``: both jobs up and warm and nothing written for ``--duration`` seconds: the CPU per second
+  each process spends on empty micro-batches, the fixed cost a trigger interval buys.
+
 * ``catch-up``: both jobs up and warm (the CREATE TABLE reached the downstream), then a backlog of
   ``--rows`` rows is written upstream with multi-row INSERTs, far faster than the pipeline; rows/s
   from the first upstream write until the downstream equals the upstream (count and checksum).
@@ -59,9 +62,10 @@ from changefeed.testing import Broker, MariaDBServer
 
 HERE = Path(__file__).resolve().parent
 CHANGEFEED = Path(sys.executable).with_name("changefeed")  # the console script a user runs
-MODES = ("catch-up", "alone", "steady")
+MODES = ("idle", "catch-up", "alone", "steady")
 BACKLOG = "bench_e2e"  # catch-up and alone
 STEADY = "bench_steady"
+IDLE = "bench_idle"
 LOADED = "bench_load"  # LOAD DATA's copy, next to the apply job's on the same server
 COLUMNS = ("id", "customer_id", "status", "amount", "ratio", "weight", "created_at", "note", "flags", "payload")
 ORDERS_3 = (
@@ -73,6 +77,7 @@ PARTITIONS = 3  # the Kafka sink's default for a topic it creates; created up fr
 # The backlog fits in memory as in bench/apply.py: the test harness's 64 MB pool makes a 1M-row run disk-bound.
 SERVER_CONFIG = {"innodb_buffer_pool_size": "512M", "innodb_log_file_size": "256M", "innodb_log_buffer_size": "64M"}
 PROGRESS = re.compile(r"changefeed\.progress \S+ batch=\d+ rows=(\d+) rows/s=(\d+)")
+SPARK = re.compile(r"changefeed\.progress\.spark \S+ spark batch=\d+ rows=(\d+) (.*)$")
 TROUBLE = re.compile(r"\b(ERROR|CRITICAL|Traceback|Exception)\b")
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -183,6 +188,7 @@ class Job:
         self.log = work / f"{name}.log"
         self.checkpoint = checkpoint
         self.batches: list[Batch] = []
+        self.spark: list[tuple[float, int, dict[str, int]]] = []  # (seen, rows, Spark's durationMs) per batch
         self.launched = time.time()
         self.stopped_at = 0  # log size when the bench stopped the job: what follows is shutdown
         say(f"{name}: {shlex.join(['changefeed', *argv])}")
@@ -208,8 +214,12 @@ class Job:
                 if not pending.endswith(b"\n"):
                     time.sleep(0.05)
                     continue
-                m = PROGRESS.search(pending.decode("utf-8", "replace"))
+                line = pending.decode("utf-8", "replace").rstrip("\n")
+                m = PROGRESS.search(line)
                 pending = b""
+                if s := SPARK.search(line):
+                    times = dict(kv.split("=", 1) for kv in s[2].split())
+                    self.spark.append((time.time(), int(s[1]), {k: int(v) for k, v in times.items()}))
                 if m:
                     rows, rate = int(m[1]), int(m[2])
                     self.batches.append(Batch(time.time(), rows, rows / rate if rows and rate else None))
@@ -423,6 +433,33 @@ def batch_summary(batches: Sequence[Batch]) -> dict[str, Any]:
     }
 
 
+def spark_summary(jobs: Sequence[Job], start: float, end: float) -> dict[str, Any]:
+    """Per job, Spark's phase times (durationMs) of the micro-batches that ended in [start, end]:
+    median ms per batch with rows, and the seconds summed over all of them (empty ones too)."""
+    out: dict[str, Any] = {}
+    for job in jobs:
+        seen = [(rows, d) for t, rows, d in job.spark if start <= t <= end]
+        if not seen:
+            continue
+        busy = [d for rows, d in seen if rows] or [d for _, d in seen]
+        phases = sorted({k for _, d in seen for k in d})
+        out[job.name.rsplit("-", 1)[-1]] = {
+            "batches": len(seen),
+            "with_rows": sum(1 for rows, _ in seen if rows),
+            "median_ms": {k: statistics.median(d.get(k, 0) for d in busy) for k in phases},
+            "sum_s": {k: sum(d.get(k, 0) for _, d in seen) / 1000 for k in phases},
+        }
+    return out
+
+
+def print_spark(summary: Mapping[str, Any], indent: str = "  ") -> None:
+    for job, s in summary.items():
+        parts = ", ".join(f"{k} {v:.0f}" for k, v in s["median_ms"].items() if v)
+        print(
+            f"{indent}{job}: Spark ms per batch (median of {s['with_rows']} with rows, {s['batches']} in all): {parts}"
+        )
+
+
 def print_batches(name: str, s: Mapping[str, Any]) -> None:
     if not s["batches"]:
         print(f"  {name}: no batch with rows ({s['empty_batches']} empty)")
@@ -504,8 +541,13 @@ class Bench:
         return f"kafka://{self.broker.bootstrap_servers}/{topic}?protocol={self.args.protocol}"
 
     def trigger(self) -> list[str]:
-        """Both jobs' ``--trigger-interval`` when one is asked for (else their default, 1 s)."""
-        return ["--trigger-interval", self.args.trigger_interval] if self.args.trigger_interval else []
+        """Both jobs' ``--trigger-interval`` when one is asked for (else their default, 1 s), and ``--spark-conf``s."""
+        interval = ["--trigger-interval", self.args.trigger_interval] if self.args.trigger_interval else []
+        return interval + [arg for kv in self.args.spark_conf for arg in ("--spark-conf", kv)]
+
+    def logging(self) -> list[str]:
+        """With ``--detail``, the jobs also log Spark's phase times per micro-batch."""
+        return ["--log-level", "warning,changefeed.progress.spark=debug"] if self.args.detail else []
 
     def capture(self, name: str, cid: str, topic: str, db: str) -> Job:
         self.broker.create_topic(topic, PARTITIONS)
@@ -514,11 +556,21 @@ class Bench:
             f'changefeed-id = "{cid}"\nsink-uri = "{self.uri(topic)}"\n\n'
             f'[source]\ntype = "mysql"\nurl = "{self.up.url}"\n\n[filter]\nrules = ["{db}.*"]\n'
         )
-        argv = ["run", str(config), *self.trigger()]
+        argv = [*self.logging(), "run", str(config), *self.trigger()]
         return Job(name, argv, self.work, self.work / ".changefeed" / f"run-{cid}")
 
     def apply(self, name: str, cid: str, topic: str, down: MariaDBServer) -> Job:
-        argv = ["apply", "--from", self.uri(topic), "--to", f"{down.url}/", "--changefeed-id", cid, *self.trigger()]
+        argv = [
+            *self.logging(),
+            "apply",
+            "--from",
+            self.uri(topic),
+            "--to",
+            f"{down.url}/",
+            "--changefeed-id",
+            cid,
+            *self.trigger(),
+        ]
         return Job(name, argv, self.work, self.work / ".changefeed" / f"apply-{cid}")
 
     def meter(self, *jobs: Job, down: MariaDBServer | None = None, up: bool = True) -> CpuMeter:
@@ -549,6 +601,49 @@ def service_pid(service: MariaDBServer | Broker) -> int:
     if service.pid is None:
         raise BenchError(f"{service.name} is not running")
     return service.pid
+
+
+def idle(b: Bench) -> dict[str, Any]:
+    """Both jobs warm and nothing written: the CPU each spends per second on empty micro-batches.
+
+    This is the fixed cost a trigger interval buys (planning, offsets, the Python data source's
+    runner, status files); the lag target trades it against how often a batch may start.
+    """
+    a = b.args
+    down = b.downstream()
+    with (
+        b.capture("idle-capture", "bench-idle", "idle", IDLE) as cap,
+        b.apply("idle-apply", "bench-idle", "idle", down) as app,
+        b.meter(cap, app, down=down) as meter,
+    ):
+        wait_for("both queries to start", lambda: cap.started() and app.started(), [cap, app], a.timeout)
+        create_tables(b.up, IDLE, a.columns)
+        wait_for("the CREATE TABLE downstream", lambda: has_table(down, IDLE, "orders"), [cap, app], a.timeout, 0.2)
+        time.sleep(5)  # the DDL's own batches and the first JIT settle
+        n0 = {job.name: len(job.batches) for job in (cap, app)}
+        cpu0, t0 = meter.read(), time.time()
+        time.sleep(a.duration)
+        cpu, t1 = cpu_delta(cpu0, meter.read()), time.time()
+        seconds = t1 - t0
+        triggers = {job.name.rsplit("-", 1)[-1]: len(job.batches) - n0[job.name] for job in (cap, app)}
+    per_s = {part: s / seconds for part, s in cpu.items()}
+    out = {
+        "seconds": seconds,
+        "cpu_seconds_per_second": per_s,
+        "by_process": by_process(per_s),
+        "progress_lines": triggers,
+        "spark": spark_summary((cap, app), t0, t1),
+    }
+    print(f"\n== idle: both jobs warm, nothing written, {seconds:.0f} s, trigger {a.trigger_interval or '1s'}")
+    print(f"  {'CPU seconds per second':<40} {'':>8}")
+    for part, value in sorted(out["by_process"].items()):
+        print(f"  {part:<40} {value:>8.3f}")
+    if a.detail:
+        for part, value in sorted(per_s.items(), key=lambda kv: -kv[1])[:15]:
+            print(f"  {part:<40} {value:>8.3f}")
+    print(f"  progress lines logged: {', '.join(f'{k} {v}' for k, v in triggers.items())}")
+    print_spark(out["spark"])
+    return out
 
 
 def catch_up(b: Bench) -> dict[str, Any]:
@@ -589,6 +684,7 @@ def catch_up(b: Bench) -> dict[str, Any]:
             job: batch_summary([x for x in j.batches if x.seen >= t0]) for job, j in (("capture", cap), ("apply", app))
         },
         "log_trouble": {job.name: job.trouble() for job in (cap, app)},
+        "spark": spark_summary((cap, app), t0, t_end + 2),
     }
     print(f"\n== catch-up: {a.rows:,} rows of {a.columns} columns, {a.protocol}, jobs with default options")
     print(f"  upstream writer: {a.rows / written:,.0f} rows/s ({written:.2f} s), {seconds / written:.1f}x the pipeline")
@@ -597,6 +693,7 @@ def catch_up(b: Bench) -> dict[str, Any]:
     print_cpu(out)
     for name, summary in out["batches"].items():
         print_batches(name, summary)
+    print_spark(out["spark"])
     print_trouble(out["log_trouble"])
     return out
 
@@ -822,7 +919,7 @@ def steady(b: Bench) -> dict[str, Any]:
             plan = [("warm-up", a.rates[0], a.warmup)] + [(f"{r:,} rows/s", r, a.duration) for r in a.rates]
             for name, rate, seconds in plan:
                 say(f"steady: {name} for {seconds:.0f} s")
-                phase, window = run_phase(b, hb, meter, rows, name, rate, seconds)
+                phase, window = run_phase(b, hb, meter, rows, name, rate, seconds, (cap, app))
                 for job in (cap, app):
                     job.check()
                 trace += [(name, t - t_start, lag) for t, lag, _ in window]
@@ -847,7 +944,14 @@ def steady(b: Bench) -> dict[str, Any]:
 
 
 def run_phase(
-    b: Bench, hb: Heartbeats, meter: CpuMeter, rows: Iterator[str], name: str, rate: int, seconds: float
+    b: Bench,
+    hb: Heartbeats,
+    meter: CpuMeter,
+    rows: Iterator[str],
+    name: str,
+    rate: int,
+    seconds: float,
+    jobs: Sequence[Job],
 ) -> tuple[dict[str, Any], list[tuple[float, float, bool]]]:
     """One offered rate for ``seconds``, then the same load until its heartbeats are all seen (or too late).
 
@@ -865,6 +969,7 @@ def run_phase(
     window = hb.window(start, end)
     phase = judge(name, rate, written, end - start, window)
     phase.update(cpu_report(cpu, max(written, 1)))
+    phase["spark"] = spark_summary(jobs, start, end)
     return phase, window
 
 
@@ -904,6 +1009,7 @@ def print_phase(ph: Mapping[str, Any]) -> None:
         f" CPU µs/row {', '.join(f'{k} {v:.0f}' for k, v in by_process(ph['cpu_us_per_row']).items())}",
         flush=True,
     )
+    print_spark(ph.get("spark", {}), indent="      ")
 
 
 def plot(trace: list[tuple[str, float, float]], a: argparse.Namespace) -> str | None:
@@ -953,7 +1059,7 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument(
         "--rates", default="5000,10000,20000", help="steady offered rates, rows/s (default 5000,10000,20000)"
     )
-    ap.add_argument("--duration", type=float, default=60.0, help="steady seconds per rate (default 60)")
+    ap.add_argument("--duration", type=float, default=60.0, help="steady seconds per rate; idle seconds (default 60)")
     ap.add_argument("--warmup", type=float, default=30.0, help="steady warm-up seconds at the first rate (default 30)")
     ap.add_argument(
         "--max-lag", type=float, default=60.0, help="steady: a phase ends once a heartbeat is this late (s)"
@@ -964,6 +1070,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     ap.add_argument("--trigger-interval", help="both jobs' micro-batch interval, e.g. 300ms (default: theirs, 1s)")
     ap.add_argument("--json", type=Path, help="also write the figures here as JSON")
+    ap.add_argument(
+        "--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="passed to both jobs (repeatable)"
+    )
     ap.add_argument("--detail", action="store_true", help="CPU of each JVM thread kind and Python worker module")
     return ap
 
@@ -997,6 +1106,7 @@ def main() -> int:
         "columns": args.columns,
         "protocol": args.protocol,
         "trigger_interval": args.trigger_interval or "1s",
+        "spark_conf": args.spark_conf,
         "git": git_state(),
     }
     print(f"command: {report['command']}")
@@ -1008,7 +1118,7 @@ def main() -> int:
     )
     work = Path(tempfile.mkdtemp(prefix="changefeed-bench-e2e-"))
     print(f"work directory (job logs, configs, checkpoints): {work}", flush=True)
-    runners = {"catch-up": catch_up, "alone": alone, "steady": steady}
+    runners = {"idle": idle, "catch-up": catch_up, "alone": alone, "steady": steady}
     try:
         with contextlib.ExitStack() as stack:
             up = stack.enter_context(server(1, "bench-up"))

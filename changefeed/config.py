@@ -38,6 +38,10 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from .codec import CodecOptions
 from .codec.csv import CSVFormat
+from .dispatch.eventfilter import EventFilter, EventFilterRule
+from .dispatch.onlineddl import OnlineDDL
+from .dispatch.pipeline import EventPipeline
+from .dispatch.route import Router, RouteRule
 from .dispatch.router import DispatchRule
 from .dispatch.tablefilter import TableFilter
 from .errors import ConfigError, ascii_digits, positive_int, true_false
@@ -55,7 +59,8 @@ if TYPE_CHECKING:
 SOURCE_TYPES = ("binlog-files", "mysql", "kv")
 _SOURCE_KEYS = {
     "binlog-files": {"type", "path", "start-position"},
-    "mysql": {"type", "url", "password-env", "password-file", "start-position"},
+    "mysql": {"type", "url", "password-env", "password-file", "start-position"}
+    | {"snapshot", "snapshot-chunk-size", "snapshot-parallelism"},
     "kv": {"type", "path", "catalog"},
 }
 #: sink-uri schemes of the MySQL sink (TiCDC's; TiDB speaks the MySQL protocol).
@@ -142,6 +147,12 @@ class SourceConfig:
     password_file: str = ""
     start_position: str = ""
     catalog: Path | None = None
+    #: Debezium's ``snapshot.mode`` (docs/snapshot.md): ``initial`` by default when no ``start-position``
+    #: is given (a newcomer gets a copy of what the tables hold), ``never`` when one is (DM's
+    #: incremental task from a position); "" until parsed.
+    snapshot: str = ""
+    snapshot_chunk_size: int | None = None
+    snapshot_parallelism: int | None = None
 
     @property
     def is_live(self) -> bool:
@@ -175,14 +186,30 @@ class SourceConfig:
             options["path"] = str(self.path)
         if self.start_position:
             options["startPosition"] = self.start_position
+        if self.is_live and self.snapshot_mode != "never":
+            options["snapshot"] = self.snapshot_mode
+            if self.snapshot_chunk_size:
+                options["snapshotChunkSize"] = str(self.snapshot_chunk_size)
+            if self.snapshot_parallelism:
+                options["snapshotParallelism"] = str(self.snapshot_parallelism)
         return options
+
+    @property
+    def snapshot_mode(self) -> str:
+        """``snapshot`` as configured, else its default (``initial`` without a start position; binlog files: never)."""
+        if not self.is_live:
+            return "never"
+        return self.snapshot or ("never" if self.start_position else "initial")
 
 
 @dataclass
 class FilterConfig:
-    """``[filter] rules``: TiDB table-filter patterns; the last matching pattern decides."""
+    """``[filter] rules``: TiDB table-filter patterns; the last matching pattern decides.
+
+    ``[[filter.event-filters]]``: TiCDC's event filters (docs/routing.md, "Event filters")."""
 
     rules: list[str] = field(default_factory=lambda: ["*.*"])
+    event_filters: list[EventFilterRule] = field(default_factory=list)
 
 
 @dataclass
@@ -199,8 +226,19 @@ class CSVConfig:
 
 
 @dataclass
+class DebeziumConfig:
+    """``[sink.debezium]`` (TiCDC's names): ``before`` on UPDATE, ``source.start_ts``."""
+
+    output_old_value: bool = True
+    include_start_ts: bool = False
+
+
+_DEBEZIUM_KEYS = {"output-old-value": bool, "include-start-ts": bool}
+
+
+@dataclass
 class SinkConfig:
-    """``[sink]``: protocol and storage layout options, ``[sink.csv]``, ``[[sink.dispatchers]]``."""
+    """``[sink]``: protocol, storage layout options, ``[sink.csv]``, ``[sink.debezium]``, ``[[sink.dispatchers]]``."""
 
     protocol: str | None = None
     terminator: str = "\r\n"
@@ -208,6 +246,8 @@ class SinkConfig:
     enable_partition_separator: bool = True
     file_index_width: int = 20
     csv: CSVConfig = field(default_factory=CSVConfig)
+    debezium: DebeziumConfig = field(default_factory=DebeziumConfig)
+    debezium_disable_schema: bool = False
     dispatchers: list[DispatchRule] = field(default_factory=list)
 
 
@@ -241,6 +281,22 @@ class ChangefeedConfig:
     source: SourceConfig = field(default_factory=SourceConfig)
     filter: FilterConfig = field(default_factory=FilterConfig)
     sink: SinkConfig = field(default_factory=SinkConfig)
+    # DM's [[routes]] and TiCDC's routing dispatchers (docs/routing.md); shard-mode: DM's (optimistic only)
+    routes: list[RouteRule] = field(default_factory=list)
+    shard_mode: str = "optimistic"
+    #: DM's ``online-ddl``: follow gh-ost / pt-osc migrations upstream (docs/routing.md, "Online DDL").
+    online_ddl: bool = False
+    #: TiCDC's server ``cluster-id``: the Debezium protocol's source name and schema names.
+    cluster_id: str = "default"
+
+    def router(self) -> EventPipeline | Router | None:
+        """What every event goes through before the sink (docs/routing.md): online DDL, event filters,
+        the table router of ``[[routes]]`` (extract-source reads the changefeed id); None: nothing."""
+        return EventPipeline.of(
+            Router.of(self.routes, source=self.changefeed_id),
+            EventFilter.of(self.filter.event_filters),
+            OnlineDDL() if self.online_ddl else None,
+        )
 
     @property
     def protocol(self) -> str:
@@ -283,14 +339,20 @@ class ChangefeedConfig:
         return mysql_target(self.sink_uri.uri, self.changefeed_id, self.time_zone)
 
     def codec_options(self) -> CodecOptions:
-        """The codec options of the storage sink (URI parameters, ``[sink]``, ``[sink.csv]``)."""
+        """The codec options (URI parameters, ``[sink]``, ``[sink.csv]``, ``[sink.debezium]``, ``cluster-id``)."""
         csv = self.sink.csv
         tidb = _typed(self.sink_uri.params.get("enable-tidb-extension", "false"), bool, "enable-tidb-extension")
+        debezium = self.sink.debezium
         return CodecOptions(
             protocol=self.protocol,
             enable_tidb_extension=tidb,
             terminator=self.sink.terminator,
             time_zone=self.time_zone,
+            cluster_id=self.cluster_id,
+            # [sink.debezium] output-old-value is the Debezium codec's own (TiCDC reads it for no other).
+            output_old_value=debezium.output_old_value if self.protocol == "debezium" else True,
+            debezium_include_start_ts=debezium.include_start_ts,
+            debezium_disable_schema=self.sink.debezium_disable_schema,
             delimiter=csv.delimiter,
             quote=csv.quote,
             null=csv.null,
@@ -420,7 +482,22 @@ def load_config(path: str | Path) -> ChangefeedConfig:
 
 
 def _build(doc: dict[str, Any], base: Path) -> ChangefeedConfig:
-    _check_keys(doc, {"changefeed-id", "sink-uri", "time-zone", "source", "filter", "sink"}, "the top level")
+    _check_keys(
+        doc,
+        {
+            "changefeed-id",
+            "sink-uri",
+            "time-zone",
+            "cluster-id",
+            "source",
+            "filter",
+            "sink",
+            "routes",
+            "shard-mode",
+            "online-ddl",
+        },
+        "the top level",
+    )
     cid = _typed(doc.get("changefeed-id", "default"), str, "changefeed-id")
     if not cid or not all(c.isalnum() or c in "-_" for c in cid):
         raise ConfigError(f"changefeed-id must be letters, digits, - and _, got {cid!r}")
@@ -433,11 +510,12 @@ def _build(doc: dict[str, Any], base: Path) -> ChangefeedConfig:
     source = _source(_table(doc, "source"), base)
 
     flt = _table(doc, "filter")
-    _check_keys(flt, {"rules"}, "[filter]")
+    _check_keys(flt, {"rules", "event-filters"}, "[filter]")
     rules = flt.get("rules", ["*.*"])
     if not isinstance(rules, list) or not all(isinstance(r, str) for r in rules):
         raise ConfigError("[filter] rules must be a list of strings like ['db.*']")
     TableFilter(rules)  # validates the patterns
+    event_rules, online_ddl = _event_rules(doc)
 
     sink_doc = _table(doc, "sink")
     _check_keys(
@@ -449,6 +527,8 @@ def _build(doc: dict[str, Any], base: Path) -> ChangefeedConfig:
             "enable-partition-separator",
             "file-index-width",
             "csv",
+            "debezium",
+            "debezium-disable-schema",
             "dispatchers",
         },
         "[sink]",
@@ -461,6 +541,16 @@ def _build(doc: dict[str, Any], base: Path) -> ChangefeedConfig:
             sink_doc.get("enable-partition-separator", True), bool, "[sink] enable-partition-separator"
         ),
         file_index_width=_typed(sink_doc.get("file-index-width", 20), int, "[sink] file-index-width"),
+        debezium_disable_schema=_typed(
+            sink_doc.get("debezium-disable-schema", False), bool, "[sink] debezium-disable-schema"
+        ),
+    )
+    debezium_doc = sink_doc.get("debezium", {})
+    if not isinstance(debezium_doc, dict):
+        raise ConfigError("[sink.debezium] must be a table")
+    _check_keys(debezium_doc, set(_DEBEZIUM_KEYS), "[sink.debezium]")
+    sink.debezium = DebeziumConfig(
+        **{k.replace("-", "_"): _typed(v, _DEBEZIUM_KEYS[k], f"[sink.debezium] {k}") for k, v in debezium_doc.items()}
     )
     csv_doc = sink_doc.get("csv", {})
     if not isinstance(csv_doc, dict):
@@ -472,13 +562,37 @@ def _build(doc: dict[str, Any], base: Path) -> ChangefeedConfig:
     dispatchers = sink_doc.get("dispatchers", [])
     if not isinstance(dispatchers, list) or not all(isinstance(d, dict) for d in dispatchers):
         raise ConfigError("[[sink.dispatchers]] must be an array of tables")
-    sink.dispatchers = [DispatchRule.from_mapping(d) for d in dispatchers]
+    routes = _routes(doc.get("routes", []))
+    sink.dispatchers = []
+    for d in dispatchers:  # TiCDC: a dispatcher with target-schema/target-table routes its tables
+        route = _routing_dispatcher(d)
+        if route is not None:
+            routes.append(route)
+        if route is None or set(d) - {"matcher", *_TARGET_KEYS}:
+            sink.dispatchers.append(DispatchRule.from_mapping({k: v for k, v in d.items() if k not in _TARGET_KEYS}))
+    shard_mode = _typed(doc.get("shard-mode", "optimistic"), str, "shard-mode")
+    if shard_mode != "optimistic":
+        raise ConfigError(f"shard-mode must be optimistic (DM's pessimistic mode is not here yet), got {shard_mode!r}")
 
     if uri.params.get("protocol") and sink.protocol and uri.params["protocol"] != sink.protocol:
         raise ConfigError(
             f"sink-uri says protocol={uri.params['protocol']} but [sink] protocol = {sink.protocol!r}; give one"
         )
-    config = ChangefeedConfig(cid, uri, time_zone, source, FilterConfig(list(rules)), sink)
+    cluster_id = _typed(doc.get("cluster-id", "default"), str, "cluster-id")
+    if not cluster_id:
+        raise ConfigError("cluster-id must not be empty (TiCDC's default is 'default')")
+    config = ChangefeedConfig(
+        cid,
+        uri,
+        time_zone,
+        source,
+        FilterConfig(list(rules), event_rules),
+        sink,
+        routes=routes,
+        shard_mode=shard_mode,
+        online_ddl=online_ddl,
+        cluster_id=cluster_id,
+    )
     if uri.is_mysql:
         config.mysql_sink()  # validates the parameters now, not inside the job
         return config
@@ -494,6 +608,73 @@ def _build(doc: dict[str, Any], base: Path) -> ChangefeedConfig:
         CSVFormat(options)  # delimiter, quote and terminator checked now, not inside the job
     config.storage_options()
     return config
+
+
+_TARGET_KEYS = ("target-schema", "target-table")
+
+
+def _routing_dispatcher(d: Mapping[str, Any]) -> RouteRule | None:
+    """The route of a ``[[sink.dispatchers]]`` entry with ``target-schema``/``target-table`` (TiCDC), else None."""
+    targets = [d.get("target-schema", ""), d.get("target-table", "")]
+    if not any(targets):
+        return None
+    if not all(isinstance(v, str) for v in targets):
+        raise ConfigError("[[sink.dispatchers]] target-schema and target-table must be strings")
+    rule = DispatchRule.from_mapping({k: v for k, v in d.items() if k not in _TARGET_KEYS})  # checks the matcher
+    return RouteRule.from_dispatcher(rule.matcher, targets[0], targets[1])
+
+
+def load_routes(path: str | Path) -> list[RouteRule]:
+    """Only the routing rules of a config file (``[[routes]]``, routing ``[[sink.dispatchers]]``), for
+    the commands that take no whole changefeed (``capture --routes``, ``apply --routes``)."""
+    path = Path(path)
+    try:
+        doc = tomllib.loads(path.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read config: {exc.strerror}", where=str(path)) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"invalid TOML: {exc}", where=str(path)) from None
+    try:
+        routes = _routes(doc.get("routes", []))
+        dispatchers = _table(doc, "sink").get("dispatchers", [])
+        if not isinstance(dispatchers, list) or not all(isinstance(d, dict) for d in dispatchers):
+            raise ConfigError("[[sink.dispatchers]] must be an array of tables")
+        routes += [r for r in map(_routing_dispatcher, dispatchers) if r is not None]
+    except ConfigError as exc:
+        raise ConfigError(exc.message, where=exc.where or str(path)) from None
+    return routes
+
+
+def load_pipeline(path: str | Path, source: str) -> EventPipeline | Router | None:
+    """What the commands that take no whole changefeed (``capture --routes``, ``apply --routes``) apply
+    to every event, from a config file: ``[[routes]]`` and routing dispatchers, ``[[filter.event-filters]]``
+    and ``online-ddl`` (docs/routing.md). ``source`` names the source for extract-source."""
+    path = Path(path)
+    routes = load_routes(path)
+    doc = tomllib.loads(path.read_text())  # read and parsed fine by load_routes just now
+    try:
+        rules, online_ddl = _event_rules(doc)
+    except ConfigError as exc:
+        raise ConfigError(exc.message, where=exc.where or str(path)) from None
+    return EventPipeline.of(
+        Router.of(routes, source=source), EventFilter.of(rules), OnlineDDL() if online_ddl else None
+    )
+
+
+def _routes(value: Any) -> list[RouteRule]:
+    """``[[routes]]``: DM's table routing rules, checked now (patterns, regexps, keys)."""
+    if not isinstance(value, list) or not all(isinstance(r, dict) for r in value):
+        raise ConfigError("[[routes]] must be an array of tables")
+    return [RouteRule.from_mapping(r, f"[[routes]] #{i + 1}") for i, r in enumerate(value)]
+
+
+def _event_rules(doc: dict[str, Any]) -> tuple[list[EventFilterRule], bool]:
+    """``[[filter.event-filters]]`` (TiCDC's) and ``online-ddl`` (DM's) of a config document."""
+    event_filters = _table(doc, "filter").get("event-filters", [])
+    if not isinstance(event_filters, list) or not all(isinstance(r, dict) for r in event_filters):
+        raise ConfigError("[[filter.event-filters]] must be an array of tables")
+    rules = [EventFilterRule.from_mapping(r, f"[[filter.event-filters]] #{i + 1}") for i, r in enumerate(event_filters)]
+    return rules, _typed(doc.get("online-ddl", False), bool, "online-ddl")
 
 
 def _source(src: dict[str, Any], base: Path) -> SourceConfig:
@@ -524,6 +705,7 @@ def _source(src: dict[str, Any], base: Path) -> SourceConfig:
             raise ConfigError(f"[source] url {mask_secrets(url)!r} holds a password and {named[0]} names another")
         if len(named) > 1:
             raise ConfigError("[source] password-env and password-file both name a password; give one")
+        _snapshot_keys(src, source)
         return source
     if "path" not in src:
         what = "the KV change records (file or directory)" if kind == "kv" else "the directory of binlog files"
@@ -534,6 +716,28 @@ def _source(src: dict[str, Any], base: Path) -> SourceConfig:
             raise ConfigError('[source] catalog is required for type "kv": the TiDB table info file')
         source.catalog = _config_path(_typed(src["catalog"], str, "[source] catalog"), base)
     return source
+
+
+SNAPSHOT_MODES = ("initial", "never", "initial-only", "when-needed")
+
+
+def _snapshot_keys(src: dict[str, Any], source: SourceConfig) -> None:
+    """``snapshot``, ``snapshot-chunk-size``, ``snapshot-parallelism`` of a live source (docs/snapshot.md)."""
+    mode = _typed(src.get("snapshot", ""), str, "[source] snapshot").strip().lower()
+    if mode and mode not in SNAPSHOT_MODES:
+        raise ConfigError(f"[source] snapshot must be one of {', '.join(SNAPSHOT_MODES)}, got {mode!r}")
+    if mode in ("initial", "initial-only") and source.start_position:
+        raise ConfigError(
+            f"[source] snapshot = {mode!r} starts the binlog where the snapshot read the tables: drop start-position, "
+            'or use snapshot = "when-needed" (snapshot only if start-position is purged)'
+        )
+    source.snapshot = mode
+    for key in ("snapshot-chunk-size", "snapshot-parallelism"):
+        if key in src:
+            value = _typed(src[key], int, f"[source] {key}")
+            if value < 1:
+                raise ConfigError(f"[source] {key} must be a positive integer, got {value}")
+            setattr(source, key.replace("-", "_"), value)
 
 
 _SOURCE_TLS_PARAMS = tuple(name.replace("_", "-") for name in TLS_OPTIONS)  # mysqlclient.TLS_OPTIONS

@@ -52,7 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
         prog="changefeed",
         description="Change data capture for MySQL/MariaDB and TiDB, speaking TiCDC's protocols, on Spark.",
     )
-    parser.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
+    parser.add_argument(
+        "--log-level",
+        default="WARNING",
+        help="logging level (default WARNING); LEVEL,LOGGER=LEVEL,... also sets named loggers",
+    )
     parser.add_argument(
         "--log-format",
         choices=("text", "json"),

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlsplit
 
 from ..errors import ConfigError
-from .run import add_spark_options, default_checkpoint, launch, wall_time
+from .run import add_routes_option, add_spark_options, default_checkpoint, launch, wall_time
 
 if TYPE_CHECKING:
     from ..sink.base import Sink
@@ -85,6 +85,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="the changefeed this job belongs to: the key of a mysql target's checkpoint row, the id in logs, "
         "metrics and `changefeed status --changefeed ID` (default 'default')",
     )
+    add_routes_option(p)
     add_spark_options(p)
     p.set_defaults(func=run)
 
@@ -173,7 +174,13 @@ def run(args: argparse.Namespace) -> int:
         checkpoint = args.checkpoint or target / "_spark_checkpoint"
         make_sink = partial(ParquetSnapshotSink, target)
         where = f"snapshots in {target}"
-    stats = launch(args, options, make_sink, checkpoint, job="apply", interval=args.trigger_interval or "1s")
+    router = None
+    if args.routes is not None:
+        from ..config import load_pipeline  # noqa: PLC0415
+
+        router = load_pipeline(args.routes, source=args.changefeed_id)
+    interval = args.trigger_interval or "1s"
+    stats = launch(args, options, make_sink, checkpoint, job="apply", interval=interval, router=router)
     print(
         f"apply: {stats.rows} rows in {stats.batches} batches ({stats.seconds:.1f} s); "
         f"checkpoint ts {stats.checkpoint_ts} ({wall_time(stats.checkpoint_ts)}); {where}",

@@ -13,6 +13,7 @@ from ..errors import ConfigError
 from ..ops.progress import Progress, add_progress_option
 from ..secrets import mask_secrets
 from ..timezones import zone
+from .run import add_routes_option
 
 if TYPE_CHECKING:
     from ..capture.binlog import BinlogPosition
@@ -51,6 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--ignore-op", action="append", default=[], choices=["insert", "update", "delete"])
     p.add_argument("--ignore-ddl", action="store_true", help="do not emit DDL events")
     add_progress_option(p)
+    add_routes_option(p)
     p.add_argument(
         "--no-schema-tracker",
         dest="track_schema",
@@ -105,12 +107,19 @@ def run(args: argparse.Namespace) -> int:
         )
     else:
         raise ConfigError(f"--from must be mysql://... or file://..., got {mask_secrets(source)!r}")
+    events = capture.events()
+    if args.routes is not None:
+        from ..config import load_pipeline  # noqa: PLC0415
+
+        pipeline = load_pipeline(args.routes, source="capture")
+        if pipeline is not None:
+            events = pipeline.stream(events)
     out = sys.stdout.buffer
     meter = _FileMeter(path, start) if source.startswith("file://") and not args.stop_never else None
     with Progress(
         "capture", meter.total if meter else None, "B" if meter else "txn", unit_scale=True, disabled=args.no_progress
     ) as bar:
-        for event in capture.events():
+        for event in events:
             out.write(dumps_event(event))
             if isinstance(event, Resolved):  # the last event of every transaction
                 out.flush()

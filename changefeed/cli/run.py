@@ -21,6 +21,7 @@ from ..errors import ConfigError
 
 if TYPE_CHECKING:
     from ..config import ChangefeedConfig
+    from ..dispatch.route import EventTransform
     from ..sink.base import Sink
     from ..sink.mysql.url import MySQLParams
     from ..spark.jobs import JobStats
@@ -57,6 +58,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def add_routes_option(p: argparse.ArgumentParser) -> None:
+    """``--routes CONFIG.toml`` for the commands that take no whole changefeed config (apply, capture)."""
+    p.add_argument(
+        "--routes",
+        type=Path,
+        metavar="CONFIG.toml",
+        help="route tables by the [[routes]] (and routing [[sink.dispatchers]]) of this file, with its "
+        "[[filter.event-filters]] and online-ddl (docs/routing.md)",
+    )
+
+
 def add_spark_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
     p.add_argument("--checkpoint", type=Path, help="Spark checkpoint directory (default: OUTPUT/_spark_checkpoint)")
@@ -64,6 +76,23 @@ def add_spark_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--available-now", action="store_true", help="process what is there now, then exit")
     p.add_argument(
         "--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="extra Spark setting (repeatable)"
+    )
+    p.add_argument(
+        "--remote",
+        metavar="sc://HOST:PORT",
+        help="Spark Connect: not supported (the jobs' foreachBatch would run on the Connect server; docs/deploy.md)",
+    )
+    ship = p.add_mutually_exclusive_group()
+    ship.add_argument(
+        "--py-env",
+        metavar="ARCHIVE",
+        help="a cluster master: ship this pre-built packed virtualenv (.tar.gz, local path or a URI the cluster "
+        "reads) to the executors instead of packing this one (docs/deploy.md)",
+    )
+    ship.add_argument(
+        "--no-ship",
+        action="store_true",
+        help="a cluster master: ship nothing, the nodes' Python has changefeed installed (docs/deploy.md)",
     )
     p.add_argument(
         "--metrics-port",
@@ -169,7 +198,9 @@ def run(args: argparse.Namespace) -> int:
         make_sink = partial(StorageWriter, out, config.codec_options(), config.storage_options())
         where = f"storage {out}"
     interval = args.trigger_interval or config.flush_interval or "1s"
-    stats = launch(args, source, make_sink, checkpoint, job="capture", interval=interval)
+    if config.source.snapshot_mode == "initial-only":
+        args.available_now = True  # the snapshot alone, then exit (Debezium's initial_only streams nothing after it)
+    stats = launch(args, source, make_sink, checkpoint, job="capture", interval=interval, router=config.router())
     _summary(config.changefeed_id, stats, where)
     return 0
 
@@ -182,19 +213,35 @@ def launch(
     *,
     job: str,
     interval: str,
+    router: EventTransform | None = None,
 ) -> JobStats:
     """What `run` and `apply` share once they chose a source and a sink: the checkpoint directory,
-    progress lines, Spark, the job; a streaming failure becomes one error line."""
+    progress lines, Spark, the job (with the table ``router``); a streaming failure becomes one error line."""
     from ..spark.jobs import run_job, streaming  # noqa: PLC0415
     from ..spark.session import start_spark  # noqa: PLC0415 - only these commands pay for a JVM
 
+    if getattr(args, "remote", None):
+        raise ConfigError(
+            f"--remote {args.remote}: Spark Connect cannot run these jobs: their foreachBatch holds the sink, the "
+            "merge state and the exactly-once commit in this process, and Connect runs foreachBatch in a Python "
+            "process on the server instead; run changefeed on a host of the cluster with --master (docs/deploy.md)"
+        )
     trigger = spark_interval(interval)
-    checkpoint = prepare_checkpoint(checkpoint)
+    checkpoint = prepare_checkpoint(checkpoint.absolute())  # the driver's JVM may run elsewhere (session.py)
     show_progress()
-    spark = start_spark(args.master, args.spark_conf)
+    spark = start_spark(
+        args.master, args.spark_conf, py_env=getattr(args, "py_env", None), ship=not getattr(args, "no_ship", False)
+    )
     return streaming(
         lambda: run_job(
-            spark, source, make_sink(), checkpoint, job=job, trigger_interval=trigger, available_now=args.available_now
+            spark,
+            source,
+            make_sink(),
+            checkpoint,
+            job=job,
+            trigger_interval=trigger,
+            available_now=args.available_now,
+            router=router,
         )
     )
 
@@ -222,6 +269,8 @@ def preflight(
         a = config.source.server()
         source = MySQLParams(host=a.host, port=a.port, user=a.user, password=a.password, options=a.tls.options())
         start = resume_position(checkpoint) or _configured_start(config.source.start_position)
+        if config.source.snapshot_mode == "when-needed":
+            start = None  # a purged position is not an error: the run snapshots the tables again
     bootstrap, topic, partitions = broker if broker is not None else (None, None, None)
     findings = check_all(
         source=source,

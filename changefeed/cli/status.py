@@ -93,10 +93,16 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
 
 def _checkpoint(directory: str | Path) -> dict[str, Any]:
     """A Spark checkpoint directory: the job's status file (None before any job wrote one) and Spark's logs."""
+    from ..dispatch.pipeline import pending_alters  # noqa: PLC0415
     from ..ops.status import job_status, spark_status  # noqa: PLC0415
 
     job = job_status(directory)
-    return {"job": job.to_json() if job is not None else None, "spark": spark_status(directory).to_json()}
+    out: dict[str, Any] = {"job": job.to_json() if job is not None else None}
+    out["spark"] = spark_status(directory).to_json()
+    pending = pending_alters(directory)  # online-ddl: ALTERs of a gh-ost/pt-osc migration awaiting its cut-over
+    if pending:
+        out["online_ddl"] = pending
+    return out
 
 
 def _lag(value: float | None) -> str:
@@ -152,6 +158,9 @@ def render(report: dict[str, Any]) -> str:
             lines += _render_job(entry["job"])
         if "spark" in entry:
             lines += _render_spark(entry["spark"])
+        for waiting in entry.get("online_ddl", []):
+            lines += [f"online DDL of {waiting['table']} waiting for its cut-over:"]
+            lines += [f"  {alter}" for alter in waiting["alters"]] + [""]
     return "\n".join(lines)
 
 

@@ -41,13 +41,15 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
 from ..codec import CodecOptions
+from ..dispatch.pipeline import STATE_FILE, BatchState, EventPipeline
+from ..dispatch.route import EventTransform, partition_events
 from ..errors import ChangefeedError, ConfigError
 from ..model import Resolved
 from ..model.jsonl import EventReader
@@ -70,6 +72,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 progress = logging.getLogger("changefeed.progress")
+spark_log = logging.getLogger("changefeed.progress.spark")
 
 BatchHook = Callable[[int, str], None]
 """Called as ``hook(batch_id, stage)`` with stage ``written`` (before the sink's flush) and
@@ -100,6 +103,14 @@ def _short_position(pos: Any) -> str:
     return orjson.dumps(dict(pos)).decode()
 
 
+class Committed(Protocol):
+    """State kept across batches (a `Stage`, a stateful pipeline's): told after each flush, closed at the end."""
+
+    def commit(self, batch_id: int) -> None: ...
+
+    def close(self) -> None: ...
+
+
 @dataclass
 class Plan:
     """How one job turns a micro-batch of its source into what its sink takes."""
@@ -109,7 +120,7 @@ class Plan:
     # come: the sink applies one piece while the next is decoded (`Stage.chunks`).
     collect: Callable[[DataFrame, int], Iterable[list[Any]]]
     write: Callable[[list[Any]], None]  # the sink's `write`, or its `write_encoded` for encoded items
-    stage: Stage | None = None  # state across batches (the Kafka merge): committed after each flush
+    stage: Committed | None = None  # state across batches (the Kafka merge): committed after each flush
 
 
 class _BatchRunner:
@@ -207,7 +218,9 @@ def _run_query(
     ended: BaseException | None = None
     try:
         # PySpark takes float seconds (it checks isinstance(timeout, (int, float))); its annotation says int.
+        last_batch = -1
         while not query.awaitTermination(0.5):  # type: ignore[arg-type]
+            last_batch = _log_spark_durations(query, runner.name, last_batch)
             if interrupted.is_set():
                 progress.info("%s: interrupted; stopping (batches replay idempotently on restart)", runner.name)
                 query.stop()
@@ -221,6 +234,22 @@ def _run_query(
         runner.stats.seconds = time.monotonic() - runner.started
         runner.monitor.stop(ended)  # status file: stopped or failed; the metrics endpoint closes
     return runner.stats
+
+
+def _log_spark_durations(query: Any, name: str, last_batch: int) -> int:
+    """A DEBUG line per finished micro-batch with Spark's own phase times (StreamingQueryProgress.durationMs).
+
+    Where a batch's wall time goes outside our foreachBatch (offsets, planning, the WAL and commit
+    logs) is what fixes the lag floor; `bench/e2e.py --detail` runs the jobs with these lines on.
+    """
+    if not spark_log.isEnabledFor(logging.DEBUG):
+        return last_batch
+    p = query.lastProgress
+    if p is None or p.batchId == last_batch:
+        return last_batch
+    times = " ".join(f"{k}={v}" for k, v in sorted(p.durationMs.items()))
+    spark_log.debug("%s spark batch=%d rows=%d %s", name, p.batchId, p.numInputRows, times)
+    return int(p.batchId)
 
 
 def _check_dirs(checkpoint: Path, sink: Sink) -> None:
@@ -308,7 +337,13 @@ def _encoder(sink: Sink) -> Encoder | None:
     return None
 
 
-def plan(spark: SparkSession, source: Mapping[str, str], sink: Sink, checkpoint: Path) -> Plan:
+def plan(
+    spark: SparkSession,
+    source: Mapping[str, str],
+    sink: Sink,
+    checkpoint: Path,
+    router: EventTransform | None = None,
+) -> Plan:
     """The one choice of how data moves from a source to a sink (docs/spark.md, "Jobs"):
 
     * binlog -> storage or Kafka: the source hands over ranges; executors decode, dispatch and
@@ -320,32 +355,84 @@ def plan(spark: SparkSession, source: Mapping[str, str], sink: Sink, checkpoint:
     * storage: ranges of files read and decoded here, in commit order;
     * any other input (the mounter's ``kv``): the changelog's JSONL events, encoded in executors
       for storage and Kafka, parsed here otherwise.
+
+    ``router`` (table routing, docs/routing.md) is applied once to every event before any sink
+    sees it: in the executors before they encode, or to each piece the driver writes (`_routed`).
+    A stateful one (online DDL, `EventPipeline.stateful`) runs on the driver only, its state kept
+    in the checkpoint directory (`BatchState`): executor tasks would each start without it.
     """
     options = dict(source)
     opts = SourceOptions.parse(options)
     encoder = _encoder(sink)
+    if isinstance(router, EventPipeline) and router.stateful:
+        encoder = None  # the driver decodes and hands events to the sink's own `write`
     if opts.input == "binlog":
+        if not any(k.lower() == "snapshotdir" for k in options):  # a snapshot's chunks until their batch commits
+            options["snapshotDir"] = str(checkpoint / "changefeed-snapshot")
         decoder = RangeDecoder.from_options(options)
         if encoder is not None:
             encode, write = encoder
             stream = _stream(spark, options, output=BINLOG_RANGES)
-            return Plan(stream, lambda df, batch_id: (encode(df, decoder.events),), write)
+            events_of = partition_events(router, decoder.events)  # routed in the executors, before encoding
+            return Plan(stream, lambda df, batch_id: (encode(df, events_of),), write)
         # Ranges come in binlog order, each in commit order: no sort (a block may span commit ts).
         stage = OrderedStage(BINLOG_RANGES, lambda table: decoder.events(table.to_batches()), sort=False)
-        return _staged(spark, options, stage, sink)
+        return _routed(_staged(spark, options, stage, sink), router, checkpoint)
     if opts.input == "kafka":
         kafka = KafkaInput(opts)
         decoder_of = kafka.message_decoder(decode_in_tasks(spark))
         merge = MergeStage(checkpoint / "changefeed-merge", kafka.topic, kafka.partition_ids(), decoder_of)
-        return _staged(spark, options, merge, sink)
+        return _routed(_staged(spark, options, merge, sink), router, checkpoint)
     if opts.input == "storage":
         ranges = StorageInput(opts).range_decoder()
-        return _staged(spark, options, OrderedStage(STORAGE_RANGES, lambda t: ranges.events(t.to_batches())), sink)
+        stage = OrderedStage(STORAGE_RANGES, lambda t: ranges.events(t.to_batches()))
+        return _routed(_staged(spark, options, stage, sink), router, checkpoint)
     if encoder is None:
-        return changelog_plan(spark, options, sink)
+        return _routed(changelog_plan(spark, options, sink), router, checkpoint)
     encode, write = encoder
     stream = _stream(spark, options, events="true")
-    return Plan(stream, lambda df, batch_id: (encode(in_commit_order(df), jsonl_events),), write)
+    jsonl = partition_events(router, jsonl_events)
+    return Plan(stream, lambda df, batch_id: (encode(in_commit_order(df), jsonl),), write)
+
+
+def _routed(how: Plan, router: EventTransform | None, checkpoint: Path) -> Plan:
+    """``how`` with every piece the driver writes routed (table routing, docs/routing.md).
+
+    A stateful pipeline starts each batch from the state the last flushed batch left
+    (`BatchState`, in the checkpoint directory) and saves its own once the sink has flushed it.
+    """
+    if router is None:
+        return how
+    collect = how.collect
+    pipeline = router if isinstance(router, EventPipeline) and router.stateful else None
+    saved = BatchState(checkpoint / STATE_FILE) if pipeline is not None else None
+
+    def routed(df: DataFrame, batch_id: int) -> Iterable[list[Any]]:
+        if pipeline is not None and saved is not None:
+            pipeline.restore(saved.for_batch(batch_id))
+        return (router.route(piece) for piece in collect(df, batch_id))
+
+    if pipeline is None or saved is None:
+        return replace(how, collect=routed)
+    return replace(how, collect=routed, stage=_StateStage(how.stage, pipeline, saved))
+
+
+class _StateStage:
+    """The plan's stage (if any), and after each flush the pipeline's state saved with the checkpoint."""
+
+    def __init__(self, inner: Committed | None, pipeline: EventPipeline, saved: BatchState) -> None:
+        self.inner = inner
+        self.pipeline = pipeline
+        self.saved = saved
+
+    def commit(self, batch_id: int) -> None:
+        if self.inner is not None:
+            self.inner.commit(batch_id)
+        self.saved.save(batch_id, self.pipeline.state())
+
+    def close(self) -> None:
+        if self.inner is not None:
+            self.inner.close()
 
 
 def changelog_plan(spark: SparkSession, source: Mapping[str, str], sink: Sink) -> Plan:
@@ -372,8 +459,11 @@ def run_job(
     trigger_interval: str | None = "1 second",
     available_now: bool = False,
     hook: BatchHook | None = None,
+    router: EventTransform | None = None,
 ) -> JobStats:
     """Run a job from ``source`` (data source options, e.g. `source_options`) into ``sink`` until stopped.
+
+    ``router``: table routing (docs/routing.md), applied to every event before ``sink`` sees it.
 
     ``job`` (``capture`` or ``apply``) names it in progress lines, metrics and the status file.
     Exactly once without two-phase commit: each micro-batch is written and flushed (`Sink`'s
@@ -386,9 +476,9 @@ def run_job(
     _check_dirs(checkpoint, sink)
     stored = sink.open()
     log.info("sink open", extra={"job": job, "sink": sink.kind, "checkpoint_ts": stored})
-    staged: Stage | None = None
+    staged: Committed | None = None
     try:
-        how = plan(spark, source, sink, checkpoint)
+        how = plan(spark, source, sink, checkpoint, router)
         staged = how.stage
         runner = _BatchRunner(job, sink, how, hook)
         return _run_query(spark, how.stream, runner, checkpoint, trigger_interval, available_now, f"changefeed-{job}")
@@ -433,4 +523,8 @@ def streaming(call: Callable[[], JobStats]) -> JobStats:
     except StreamingQueryException as exc:
         log.debug("streaming query failed", exc_info=True)
         text = str(exc).strip().splitlines()
-        raise ChangefeedError(f"streaming query failed: {text[0] if text else type(exc).__name__}") from None
+        # A batch that failed with one of our errors: its own line says what and where (a shard DDL
+        # conflict, a refused DDL), not Spark's wrapper around the Python traceback.
+        ours = next((line for line in reversed(text) if line.startswith("changefeed.") and "Error: " in line), None)
+        first = text[0] if text else type(exc).__name__
+        raise ChangefeedError(f"streaming query failed: {ours.split(': ', 1)[1] if ours else first}") from None

@@ -6,10 +6,14 @@ rest of the package never needs a JVM.
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import logging
 import os
+import shutil
 import sys
-from collections.abc import Iterable, Mapping
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -97,9 +101,21 @@ def spark_session(
     return builder.getOrCreate()
 
 
-def start_spark(master: str, settings: Iterable[str] | None = None) -> SparkSession:
-    """The CLI's session: ``--master`` and ``--spark-conf KEY=VALUE`` settings, Spark's own logging quiet."""
+def start_spark(
+    master: str,
+    settings: Iterable[str] | None = None,
+    *,
+    py_env: str | None = None,
+    ship: bool = True,
+) -> SparkSession:
+    """The CLI's session: ``--master`` and ``--spark-conf KEY=VALUE`` settings, Spark's own logging quiet.
+
+    A non-local master gets the project shipped to its executors (`changefeed.spark.ship`): the
+    packed virtualenv (built once per content hash), ``py_env`` (``--py-env``) instead, or nothing
+    when ``ship`` is False (``--no-ship``: the nodes have changefeed installed).
+    """
     from ..errors import ConfigError  # noqa: PLC0415
+    from .ship import pack_environment, plan_shipping  # noqa: PLC0415
 
     conf: dict[str, str] = {}
     for item in settings or ():
@@ -107,6 +123,49 @@ def start_spark(master: str, settings: Iterable[str] | None = None) -> SparkSess
         if not sep or not key.strip():
             raise ConfigError(f"--spark-conf needs KEY=VALUE, got {item!r}")
         conf[key.strip()] = value
-    spark = spark_session(master=master, app_name="changefeed", extra_conf=conf)
+    shipping = plan_shipping(master, py_env=py_env, no_ship=not ship, user_conf=conf, build=pack_environment)
+    logging.getLogger(__name__).info("executors' Python: %s", shipping.reason)
+    conf.update(shipping.conf)
+    if shipping.python is None:
+        spark = spark_session(master=master, app_name="changefeed", extra_conf=conf)
+    else:
+        # PySpark hands executors the PYSPARK_PYTHON the driver had when its SparkContext started.
+        os.environ["PYSPARK_PYTHON"] = shipping.python
+        with _driver_jvm_directory(shipping.python):
+            spark = spark_session(master=master, app_name="changefeed", extra_conf=conf)
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+@contextlib.contextmanager
+def _driver_jvm_directory(python: str) -> Iterator[None]:
+    """Start the driver's JVM in a private directory where ``python`` (``./environment/bin/python``) is this venv.
+
+    Why: Spark runs the Python of a Python data source's planning (schema, partitions, a streaming
+    reader's offsets) in processes the driver's JVM starts with the same interpreter path it hands
+    executors (``PythonPlannerRunner`` uses the function's ``pythonExec``). Relative to the JVM's
+    working directory, ``./environment`` exists on executors (the unpacked archive) but not on the
+    driver. The JVM keeps the directory it was started in; ours is given back right after, so
+    relative paths of this process still mean the user's directory (the CLI passes the JVM
+    absolute paths).
+    """
+    alias = Path(python).parts[0] if python.startswith("./") else None
+    if alias is None:
+        yield
+        return
+    directory = Path(tempfile.mkdtemp(prefix="changefeed-driver-"))
+    atexit.register(shutil.rmtree, directory, True)
+    (directory / alias).symlink_to(sys.prefix, target_is_directory=True)
+    here = os.getcwd()
+    os.chdir(directory)
+    try:
+        yield
+    finally:
+        os.chdir(here)
+
+
+def submitted_conf() -> dict[str, str]:
+    """Under ``spark-submit``: the settings of the submission (its ``--master``, ``--conf``s) as the JVM holds them."""
+    from pyspark import SparkConf  # noqa: PLC0415 - the JVM spark-submit started
+
+    return dict(SparkConf().getAll())

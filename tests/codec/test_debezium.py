@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import re
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -140,6 +141,8 @@ def test_names_are_sanitised() -> None:
 
 
 # ---------------------------------------------------------------- per-type values and schemas (§6)
+
+POINT = (4326).to_bytes(4, "little") + bytes.fromhex("0101000000000000000000f03f0000000000000040")
 
 ALL_TYPES: list[tuple[Column, Any, bytes, bytes]] = [
     # column, model value, schema element (extension on), value bytes
@@ -354,7 +357,34 @@ ALL_TYPES: list[tuple[Column, Any, bytes, bytes]] = [
         b'{"tidb_type":"vector","type":"string","optional":true,"name":"io.debezium.data.TiDBVectorFloat32","field":"c"}',
         b'"[1,2.5,3]"',
     ),
+    # Not a TiDB type (TiCDC never meets one): Debezium's MySQL connector's Geometry struct, the SRID
+    # MySQL stores before the WKB split off. POINT(1 2) with SRID 4326.
+    (
+        Column("c", TypeCode.GEOMETRY),
+        POINT,
+        b'{"tidb_type":"geometry","type":"struct","fields":[{"type":"bytes","optional":false,"field":"wkb"},'
+        b'{"type":"int32","optional":true,"field":"srid"}],"optional":true,"name":"io.debezium.data.geometry.Geometry",'
+        b'"version":1,"field":"c"}',
+        b'{"wkb":"AQEAAAAAAAAAAADwPwAAAAAAAABA","srid":4326}',
+    ),
 ]
+
+
+@pytest.mark.parametrize("given", [False, True])
+def test_geometry_round_trips(given: bool) -> None:
+    ts = pk_table(Column("id", TypeCode.INT, nullable=False), Column("c", TypeCode.GEOMETRY))
+    dec = DebeziumDecoder(opts())
+    if given:
+        dec.set_table_schema(ts)
+    for value in (POINT, None):
+        (back,) = dec.decode(encode(RowChange(Op.INSERT, ts, 1, new=(1, value)), enable_tidb_extension=True))
+        assert back.new == (1, value) and back.table_schema.columns[1].type_code is TypeCode.GEOMETRY
+    msg = encode(RowChange(Op.INSERT, ts, 1, new=(1, POINT)), enable_tidb_extension=True)
+    assert msg.value is not None
+    for bad, text in ((b'"AQ=="', "expected a Geometry object"), (b'{"wkb":"AQ==","srid":-1}', "srid -1")):
+        hostile = Message(msg.key, msg.value.replace(b'{"wkb":"AQEAAAAAAAAAAADwPwAAAAAAAABA","srid":4326}', bad))
+        with pytest.raises(CodecError, match=text):
+            DebeziumDecoder(opts()).decode(hostile, "p0@9")
 
 
 @pytest.mark.parametrize(("col", "value", "schema", "rendered"), ALL_TYPES, ids=lambda x: str(x)[:40])
@@ -690,7 +720,7 @@ def _expected(col: Column, v: Any) -> Any:
     if tc in (TypeCode.DATE, TypeCode.DATETIME) and v.startswith("0000-00-00"):
         return None if col.nullable else epoch[: len(v)]
     if tc is TypeCode.TIMESTAMP and v < "1970-01-01 00:00:01":
-        return epoch  # the floor has no fraction
+        return "0000-00-00 00:00:00" + epoch[19:]  # sent as the floor instant, read back as the zero value
     return v
 
 
@@ -845,3 +875,243 @@ def test_inflation_is_bounded_per_message(method: str) -> None:
     with pytest.raises(CodecError, match=f"inflate beyond {INFLATE_FACTOR * 8192} bytes") as err:
         DebeziumDecoder(opts(**kw)).decode(big, "w")
     assert err.value.where == "w"
+
+
+# ---------------------------------------------------------------- the every-type binlog fixture (§6)
+
+BINLOG = Path(__file__).resolve().parent.parent / "fixtures" / "binlog" / "full"
+#: The binlog fixture (tests/capture/workload.py's every-type tables) as TiCDC's Debezium encoder
+#: writes it with enable-tidb-extension: each message is its key line, then its value line.
+GOLDEN = FIXTURES / "binlog_full.txt"
+
+
+def binlog_messages() -> list[tuple[bytes, bytes]]:
+    """(key, value) of every message the binlog fixture's events encode to, in stream order."""
+    from changefeed.capture.binlog import file_capture  # noqa: PLC0415
+
+    enc = DebeziumEncoder(opts(cluster_id="default", enable_tidb_extension=True))
+    out = []
+    for event in file_capture(BINLOG).events():
+        if isinstance(event, RowChange):
+            msg = enc.encode_row(event)
+        elif isinstance(event, DDLEvent):
+            if enc.skips_ddl(event):
+                continue
+            msg = enc.encode_ddl(event)
+        else:
+            msg = enc.encode_resolved(event)
+        assert msg is not None and msg.key is not None and msg.value is not None
+        out.append((msg.key, msg.value))
+    return out
+
+
+def _days(text: str) -> int:
+    return (date.fromisoformat(text) - date(1970, 1, 1)).days
+
+
+def _epoch_us(text: str) -> int:
+    """A DATETIME's wall clock read as UTC (no zone shift), in µs since the epoch."""
+    dt = datetime.fromisoformat(text).replace(tzinfo=UTC)
+    return (dt - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
+
+
+def _time_us(text: str) -> int:
+    neg, text = text.startswith("-"), text.lstrip("-")
+    h, m, s = text.split(":")
+    us = (int(h) * 3600 + int(m) * 60) * 1_000_000 + int(Decimal(s) * 1_000_000)
+    return -us if neg else us
+
+
+def _b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode()
+
+
+_LE64 = (2**64 - 1).to_bytes(8, "little")
+# (table, id) -> column -> the value JSON text debezium.md §6 gives for the fixture's value.
+EXPECTED_VALUES: dict[tuple[str, int], dict[str, str]] = {
+    ("ints", 1): {
+        "ti": "-128",
+        "tu": "0",
+        "si": "-32768",
+        "mi": "-8388608",
+        "i": "-2147483648",
+        "bi": "-9223372036854775808",
+        "bu": "0",
+        "b1": "false",  # BIT(1): boolean
+        "b64": f'"{_b64(bytes(8))}"',  # BIT(64): little-endian bytes, base64
+        "y": "1901",
+        "bo": "0",  # BOOL is TINYINT(1): a number
+    },
+    ("ints", 2): {
+        "tu": "255",
+        "su": "65535",
+        "mu": "16777215",
+        "iu": "4294967295",
+        "bi": "9223372036854775807",
+        "bu": "-1",  # BIGINT UNSIGNED 2^64-1 as its two's-complement int64
+        "b1": "true",
+        "b64": f'"{_b64(_LE64)}"',
+        "y": "2155",
+        "bo": "1",
+    },
+    ("ints", 3): {"ti": "null", "b64": "null", "y": "0"},  # the zero YEAR is 0
+    ("nums", 1): {
+        "f": "1.5",
+        "d": "1.7976931348623157e+308",  # exponent form from 1e21
+        "d65": "1.234567890123457e+34",  # DECIMAL as a double: 65 digits become 16
+        "d10": "-9999999999",
+        "d52": "999.99",
+        "d18": "-1e-9",  # exponent form below 1e-6, no zero padding
+    },
+    ("nums", 2): {
+        "f": "-3.25",
+        "d": "-2.2250738585072014e-308",
+        "d65": "-1e+35",
+        "d52": "0",
+        "d18": "123456789.12345679",
+    },
+    ("nums", 3): {"f": "0.1", "d65": "0", "d52": "0.5", "d18": "-1"},
+    ("times", 1): {
+        # Zero DATE/DATETIME in a NULL-able column: null.
+        "d": "null",
+        "dt0": "null",
+        "dt3": "null",
+        "dt6": "null",
+        "t0": str(_time_us("-838:59:59")),
+        "t1": str(_time_us("-12:34:56.5")),
+        "t2": str(_time_us("-00:00:01.25")),
+        "t3": str(_time_us("-838:59:58.999")),
+        "t4": "-100",
+        "t5": str(_time_us("-01:02:03.12345")),
+        "t6": str(_time_us("-837:59:59.999999")),
+        # The zero TIMESTAMP: the ZonedTimestamp floor, without a fraction whatever the fsp.
+        "ts0": '"1970-01-01T00:00:00Z"',
+        "ts3": '"1970-01-01T00:00:00Z"',
+        "ts6": '"1970-01-01T00:00:00Z"',
+    },
+    ("times", 2): {
+        "d": str(_days("9999-12-31")),
+        "dt0": str(_epoch_us("9999-12-31 23:59:59") // 1000),  # fsp <= 3: milliseconds
+        "dt3": str(_epoch_us("2020-02-29 12:34:56.789") // 1000),
+        "dt6": str(_epoch_us("1000-01-01 00:00:00.000001")),  # fsp > 3: microseconds, negative before 1970
+        "t0": str(_time_us("838:59:59")),
+        "t1": "100000",
+        "t4": "999900",
+        "t5": "10",
+        "ts0": '"1970-01-01T00:00:01Z"',
+        "ts3": '"2000-01-01T00:00:00.500Z"',  # exactly fsp digits, trailing zeros kept
+        "ts6": '"2038-01-19T03:14:07.999999Z"',
+    },
+    ("times", 3): {"d": str(_days("2024-02-29")), "dt0": "null", "t0": "0", "t1": "-100000", "ts6": "null"},
+    ("strs", 1): {
+        "c": '"ab"',
+        "bin": f'"{_b64(b"ab" + bytes(2))}"',  # BINARY(4) with its zero padding
+        "vb": f'"{_b64(bytes(range(256)))}"',
+        "tb": '""',
+        "b": f'"{_b64(bytes([0, 255]))}"',
+        "e": '"c"',
+        "s": '"x,z"',  # ENUM/SET by member name
+        "j": '"{\\"k\\": \\"v\\", \\"a\\": [1, 2]}"',
+        "g": f'{{"wkb":"{_b64(bytes.fromhex("0101000000000000000000f03f0000000000000040"))}","srid":0}}',
+        "emoji": '"😀🎉"',  # UTF-8 copied, not \\u-escaped
+    },
+    ("strs", 2): {"c": '""', "bin": f'"{_b64(bytes(4))}"', "vb": '""', "e": '"a"', "s": '""', "j": '"null"'},
+}
+# column -> (tidb_type, connect type, logical name, parameters) of the schema's after struct (§5.3, §6).
+EXPECTED_SCHEMAS: dict[str, dict[str, tuple[str, str, str | None, dict[str, str] | None]]] = {
+    "ints": {
+        "ti": ("tinyint", "int16", None, None),
+        "tu": ("tinyint unsigned", "int16", None, None),
+        "si": ("smallint", "int16", None, None),
+        "su": ("smallint unsigned", "int32", None, None),
+        "mi": ("mediumint", "int32", None, None),
+        "mu": ("mediumint unsigned", "int32", None, None),
+        "i": ("int", "int32", None, None),
+        "iu": ("int unsigned", "int64", None, None),
+        "bi": ("bigint", "int64", None, None),
+        "bu": ("bigint unsigned", "int64", None, None),
+        "b1": ("bit", "boolean", None, None),
+        "b64": ("bit", "bytes", "io.debezium.data.Bits", {"length": "64"}),
+        "y": ("year", "int32", "io.debezium.time.Year", None),
+        "bo": ("tinyint", "int16", None, None),
+    },
+    "nums": {
+        "f": ("float", "float", None, None),
+        "d": ("double", "double", None, None),
+        "d65": ("decimal", "double", None, None),
+        "d10": ("decimal", "double", None, None),
+        "d52": ("decimal", "double", None, None),
+        "d18": ("decimal", "double", None, None),
+    },
+    "times": {
+        "d": ("date", "int32", "io.debezium.time.Date", None),
+        "dt0": ("datetime", "int64", "io.debezium.time.Timestamp", None),
+        "dt3": ("datetime", "int64", "io.debezium.time.Timestamp", None),
+        "dt6": ("datetime", "int64", "io.debezium.time.MicroTimestamp", None),
+        **{f"t{n}": ("time", "int64", "io.debezium.time.MicroTime", None) for n in range(7)},
+        **{f"ts{n}": ("timestamp", "string", "io.debezium.time.ZonedTimestamp", None) for n in (0, 3, 6)},
+    },
+    "strs": {
+        "c": ("char", "string", None, None),
+        "c255": ("char", "string", None, None),
+        "vc": ("varchar", "string", None, None),
+        "l1": ("varchar", "string", None, None),
+        "emoji": ("varchar", "string", None, None),
+        "t": ("text", "string", None, None),
+        "mt": ("mediumtext", "string", None, None),
+        "b": ("blob", "string", None, None),
+        "mb": ("mediumblob", "string", None, None),
+        "bin": ("binary", "string", None, None),
+        "vb": ("varbinary", "string", None, None),
+        "tt": ("tinytext", "string", None, None),
+        "lt": ("longtext", "string", None, None),
+        "tb": ("tinyblob", "string", None, None),
+        "lb": ("longblob", "string", None, None),
+        "e": ("enum", "string", "io.debezium.data.Enum", {"allowed": "a,b,c"}),
+        "s": ("set", "string", "io.debezium.data.EnumSet", {"allowed": "x,y,z"}),
+        # MariaDB's JSON is LONGTEXT with a json_valid() check: the binlog says LONGTEXT (MySQL's is "json",
+        # io.debezium.data.Json, as test_every_type_value_and_schema checks).
+        "j": ("longtext", "string", None, None),
+        "g": ("geometry", "struct", "io.debezium.data.geometry.Geometry", None),
+    },
+}
+
+
+def test_binlog_fixture_encodes_to_the_golden_bytes() -> None:
+    lines = GOLDEN.read_bytes().split(b"\n")
+    assert lines[-1] == b"" and len(lines) % 2 == 1
+    golden = list(zip(lines[0:-1:2], lines[1:-1:2], strict=True))
+    assert binlog_messages() == golden
+
+
+def test_binlog_fixture_values_and_schemas_are_the_notes() -> None:
+    """Each type's value and schema element in the golden messages, against debezium.md §5.3 and §6."""
+    lines = GOLDEN.read_bytes().split(b"\n")[:-1]
+    inserts: dict[tuple[str, int], bytes] = {}
+    schemas: dict[str, list[dict[str, Any]]] = {}
+    for value in lines[1::2]:
+        obj = orjson.loads(value)
+        payload = obj["payload"]
+        if payload.get("op") != "c":
+            continue
+        table = payload["source"]["table"]
+        inserts.setdefault((table, payload["after"]["id"]), value)
+        schemas.setdefault(table, obj["schema"]["fields"][1]["fields"])
+    for (table, row_id), columns in EXPECTED_VALUES.items():
+        raw = inserts[(table, row_id)]
+        after = raw[raw.index(b',"after":{') + 9 : raw.index(b',"schema":')]
+        for name, text in columns.items():
+            member = b'"' + name.encode() + b'":' + text.encode()
+            assert re.search(re.escape(member) + rb"[,}]", after), (table, row_id, name, text, after[:300])
+    for table, columns in EXPECTED_SCHEMAS.items():
+        fields = {f["field"]: f for f in schemas[table]}
+        for name, (tidb, ctype, logical, params) in columns.items():
+            f = fields[name]
+            assert (f["tidb_type"], f["type"], f.get("name"), f.get("parameters")) == (tidb, ctype, logical, params), (
+                name
+            )
+            assert f.get("version") == (1 if logical and logical != "io.debezium.data.TiDBVectorFloat32" else None)
+    # Every column of the four tables is checked, the key too.
+    for table, columns in EXPECTED_SCHEMAS.items():
+        assert {f["field"] for f in schemas[table]} == {"id", *columns}, table
+        assert schemas[table][0] == {"tidb_type": "int", "type": "int32", "optional": False, "field": "id"}

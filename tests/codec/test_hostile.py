@@ -47,10 +47,14 @@ KINDS: dict[str, dict[str, Any]] = {
     "simple-json": {"protocol": "simple"},
     "simple-avro": {"protocol": "simple", "encoding_format": "avro"},
 }
+# Decoders without claim-check (TiCDC's Debezium encoder has no large-message fallback).
+PLAIN_KINDS: dict[str, dict[str, Any]] = {"debezium": {"protocol": "debezium", "enable_tidb_extension": True}}
+#: A Debezium message carries its schema (a 1000-character row is ~3.5 KB): its own size bound.
+DEBEZIUM_LIMIT = 16 << 10
 
 
 def options(kind: str, **kw: Any) -> CodecOptions:
-    return CodecOptions(**KINDS[kind], **kw)
+    return CodecOptions(**{**KINDS, **PLAIN_KINDS}[kind], **kw)
 
 
 def encode(kind: str, row: RowChange, **kw: Any) -> Message:
@@ -282,16 +286,17 @@ def test_one_lz4_frame_inflating_beyond_the_bound() -> None:
     assert "event 1 of 1" in err.message and f"inflate beyond {16 << 20} bytes" in err.message
 
 
-@pytest.mark.parametrize("kind", ["canal-json", "simple-json"])
+@pytest.mark.parametrize(("kind", "limit"), [("canal-json", 4096), ("simple-json", 4096), ("debezium", DEBEZIUM_LIMIT)])
 @pytest.mark.parametrize("method", ["lz4", "snappy"])
-def test_whole_value_inflation_is_bounded(kind: str, method: str) -> None:
-    kw = {"max_message_bytes": 4096, "large_message_handle_compression": method}
+def test_whole_value_inflation_is_bounded(kind: str, limit: int, method: str) -> None:
+    kw = {"max_message_bytes": limit, "large_message_handle_compression": method}
     small = encode(kind, RowChange(Op.INSERT, TABLE, TS, new=(1, "y" * 1000)), **kw)
     (row,) = decoder(kind, **kw).decode(small)
     assert row.new == (1, "y" * 1000)
-    big = encode(kind, RowChange(Op.INSERT, TABLE, TS, new=(1, "y" * (INFLATE_FACTOR * 4096))), **kw)
+    big = encode(kind, RowChange(Op.INSERT, TABLE, TS, new=(1, "y" * (INFLATE_FACTOR * limit))), **kw)
+    assert big.value is not None and len(big.value) < limit  # a message the producer could send
     err = refusal(decoder(kind, **kw), big)
-    assert f"{method} values of this message inflate beyond {INFLATE_FACTOR * 4096} bytes" in err.message
+    assert f"{method} values of this message inflate beyond {INFLATE_FACTOR * limit} bytes" in err.message
 
 
 def test_inflater_defaults_and_budget() -> None:
@@ -358,3 +363,47 @@ def test_block_decoder_takes_integers_beyond_int64_in_type_and_flags(member: str
         value = value.replace(b'"t":3', member.encode())
     assert value != GOOD_VALUE
     assert_same([frame((GOOD_KEY, value)), frame((GOOD_KEY, GOOD_VALUE))])
+
+
+# ---------------------------------------------------------------- Debezium: what its JSON can carry
+
+
+def test_debezium_has_no_claim_check_to_follow(tmp_path: Path) -> None:
+    """TiCDC's Debezium encoder has no large-message fallback: nothing names a file to open."""
+    with pytest.raises(ChangefeedError, match="no large-message-handle-option"):
+        make_encoder(
+            options("debezium", large_message_handle_option="claim-check", claim_check_storage_uri=str(tmp_path))
+        )
+    big = encode("debezium", BIG, max_message_bytes=DEBEZIUM_LIMIT)
+    assert big.value is not None and len(big.value) > 4096  # why it has its own limit here
+    with pytest.raises(ChangefeedError, match=f"over max-message-bytes {4096}"):
+        encode("debezium", BIG, max_message_bytes=4096)
+
+
+def _debezium_decimal(text: bytes) -> Message:
+    """DEC_TABLE's insert with the JSON double TiCDC writes for its DECIMAL replaced by ``text``."""
+    msg = encode("debezium", RowChange(Op.INSERT, DEC_TABLE, TS, new=(1, Decimal("12345678.90"))))
+    assert msg.value is not None and msg.value.count(b'"d":12345678.9}') == 1
+    return Message(msg.key, msg.value.replace(b'"d":12345678.9}', b'"d":' + text + b"}"))
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        (b"1e999999999", "not a JSON document"),  # beyond a double: refused by the parser
+        (b"-1E+99999999", "not a JSON document"),
+        (b'"1e999999999"', "is not DECIMAL text"),  # decimal.handling.mode=string spelling, exponent
+        (b'"' + b"9" * 66 + b'"', "is not DECIMAL text"),  # more digits than DECIMAL(65)
+        (b"1e308", "more integer digits than DECIMAL(65) holds"),  # a double, but no DECIMAL
+        (b"-1e65", "more integer digits than DECIMAL(65) holds"),
+        (b"true", "expected a number"),
+    ],
+)
+@pytest.mark.timeout(30)
+def test_debezium_decimal_values_are_bounded(text: bytes, why: str) -> None:
+    (row,) = decoder("debezium").decode(_debezium_decimal(b"12345678.9"))
+    assert row.new == (1, Decimal("12345678.90"))
+    err = refusal(decoder("debezium"), _debezium_decimal(text))
+    assert why in err.message
+    if "JSON" not in why:
+        assert "payload.after.d" in err.message

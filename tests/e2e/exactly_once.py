@@ -271,8 +271,8 @@ class Scenario:
             raise ValueError(f"via must be storage or kafka, not {self.via!r}")
         if self.via == "kafka" and self.broker is None:
             raise ValueError("via kafka needs a broker")
-        if self.protocol not in ("open-protocol", "canal-json", "simple"):
-            raise ValueError(f"protocol must be open-protocol, canal-json or simple, not {self.protocol!r}")
+        if self.protocol not in ("open-protocol", "canal-json", "simple", "debezium"):
+            raise ValueError(f"protocol must be open-protocol, canal-json, simple or debezium, not {self.protocol!r}")
 
 
 @dataclass
@@ -307,8 +307,8 @@ def _uris(scenario: Scenario, schema: str, storage: Path) -> str:
     topic = schema.replace("_", "-")
     scenario.broker.create_topic(topic, 3, exist_ok=True)  # the apply job may start before the capture's first send
     params = f"protocol={scenario.protocol}&partition-num=3"
-    if scenario.protocol == "canal-json":
-        params += "&enable-tidb-extension=true"
+    if scenario.protocol in ("canal-json", "debezium"):
+        params += "&enable-tidb-extension=true"  # their watermarks (and canal-json's commit ts) need it
     return f"kafka://{scenario.broker.bootstrap_servers}/{topic}?{params}"
 
 

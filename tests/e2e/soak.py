@@ -42,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--via", choices=["storage", "kafka"], default="storage", help="what connects the two jobs")
     p.add_argument(
         "--protocol",
-        choices=["open-protocol", "canal-json", "simple"],
+        choices=["open-protocol", "canal-json", "simple", "debezium"],
         default="open-protocol",
         help="wire protocol with --via kafka (default open-protocol)",
     )

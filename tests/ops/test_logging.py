@@ -148,3 +148,22 @@ def test_bound_context_reaches_every_record_of_its_thread(json_log: io.StringIO)
     assert explicit["batch"] == 4 and explicit["position"] == {"file": "binlog.000002", "pos": 99}
     assert inside["source"] == "mysql://repl:***@db1:3306" and SECRET not in json_log.getvalue()
     assert "changefeed" not in thread and "changefeed" not in outside
+
+
+def test_log_level_names_loggers_after_the_root_level() -> None:
+    """``--log-level warning,changefeed.progress.spark=debug``: the root stays at WARNING, one logger opens."""
+    stream = io.StringIO()
+    root = logging.getLogger()
+    named = logging.getLogger("changefeed.test.named")
+    level = root.level
+    handler = setup_logging("warning, changefeed.test.named=debug", "json", stream)
+    try:
+        assert root.level == logging.WARNING
+        assert named.level == logging.DEBUG
+        named.debug("shown")
+        logging.getLogger("changefeed.test.other").info("hidden")
+        assert [r["message"] for r in _lines(stream)] == ["shown"]
+    finally:
+        root.removeHandler(handler)  # type: ignore[arg-type]
+        root.setLevel(level)
+        named.setLevel(logging.NOTSET)

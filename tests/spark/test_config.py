@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from pathlib import Path
 
 import pytest
@@ -222,6 +223,57 @@ def test_kafka_sink_uri() -> None:
         4,
     )
     assert len(kafka.rules) == 1
+
+
+def test_debezium_options_from_the_config_file() -> None:
+    """``cluster-id`` (TiCDC's server option), ``[sink.debezium]`` and ``[sink] debezium-disable-schema``
+    become the codec options the Kafka sink's encoder is built from (and pickled into executors with);
+    sink-uri parameters win over the file, as in TiCDC. tests/spark/test_kafka_debezium.py checks the
+    messages `changefeed run` writes with them."""
+    uri = "kafka://127.0.0.1:9092/cdc?protocol=debezium&enable-tidb-extension=true"
+    head = f'cluster-id = "prod-1"\nsink-uri = "{uri}"\n[source]\npath="/p"\n'
+    text = head + "[sink]\ndebezium-disable-schema = true\n"
+    text += "[sink.debezium]\noutput-old-value = false\ninclude-start-ts = true\n"
+    codec = parse_config(text).kafka_sink_config().codec
+    assert (codec.cluster_id, codec.output_old_value, codec.debezium_include_start_ts) == ("prod-1", False, True)
+    assert codec.debezium_disable_schema and codec.enable_tidb_extension
+    assert pickle.loads(pickle.dumps(codec)) == codec
+    # Defaults: TiCDC's cluster "default", old values on, schemas on.
+    codec = parse_config(f'sink-uri = "{uri}"\n[source]\npath="/p"\n').kafka_sink_config().codec
+    assert (codec.cluster_id, codec.output_old_value, codec.debezium_include_start_ts) == ("default", True, False)
+    assert not codec.debezium_disable_schema
+    # The URI's debezium-disable-schema overrides [sink]; [sink.debezium] is the Debezium codec's alone.
+    text = head.replace("true", "true&debezium-disable-schema=false", 1) + "[sink]\ndebezium-disable-schema = true\n"
+    assert not parse_config(text).kafka_sink_config().codec.debezium_disable_schema
+    other = 'sink-uri = "kafka://h:1/t?protocol=open-protocol"\n[source]\npath="/p"\n[sink.debezium]\n'
+    assert parse_config(other + "output-old-value = false\n").kafka_sink_config().codec.output_old_value
+    # The Kafka data source takes them as options (Spark lower-cases the keys).
+    options = {"input": "kafka", "bootstrap.servers": "h:1", "topic": "t", "protocol": "debezium"}
+    options |= {"Enable-TiDB-Extension": "true", "Cluster-Id": "c", "debezium-disable-schema": "true"}
+    codec = KafkaInput(SourceOptions.parse(options)).codec
+    assert (codec.protocol, codec.cluster_id, codec.debezium_disable_schema) == ("debezium", "c", True)
+
+
+_START_TS = "[sink.debezium]\ninclude-start-ts = true\n"
+
+
+@pytest.mark.parametrize(
+    ("tail", "message"),
+    [
+        ("[sink.debezium]\nold-value = false\n", "unknown key 'old-value' in \\[sink.debezium\\]"),
+        ("[sink.debezium]\noutput-old-value = 3\n", "output-old-value must be true or false"),
+        ("[sink]\ndebezium = 1\n", "\\[sink.debezium\\] must be a table"),
+    ],
+)
+def test_debezium_config_errors(tail: str, message: str) -> None:
+    text = 'sink-uri = "kafka://h:1/t?protocol=debezium"\n[source]\npath="/p"\n' + tail
+    with pytest.raises(ConfigError, match=message):
+        parse_config(text)
+    with pytest.raises(ConfigError, match="cluster-id must not be empty"):
+        parse_config('cluster-id = ""\nsink-uri = "kafka://h:1/t?protocol=debezium"\n[source]\npath="/p"\n')
+    # TiCDC's Validate: include-start-ts only with protocol debezium.
+    with pytest.raises(ConfigError, match="needs protocol=debezium"):
+        parse_config('sink-uri = "kafka://h:1/t?protocol=simple"\n[source]\npath="/p"\n' + _START_TS)
 
 
 _KAFKA = {"input": "kafka", "bootstrap.servers": "127.0.0.1:1", "topic": "t"}

@@ -39,6 +39,7 @@ PROTOCOLS = {
     "open-protocol": CodecOptions(protocol="open-protocol"),
     "canal-json": CodecOptions(protocol="canal-json", enable_tidb_extension=True),
     "simple": CodecOptions(protocol="simple"),
+    "debezium": CodecOptions(protocol="debezium", enable_tidb_extension=True),
 }
 
 

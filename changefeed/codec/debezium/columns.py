@@ -287,11 +287,31 @@ def value_renderer(col: Column, zone: tzinfo) -> Render:
         return set_
     if tc in (TypeCode.JSON, TypeCode.VECTOR):
         return _string
-    if col.is_bytes and tc is not TypeCode.GEOMETRY:
+    if tc is TypeCode.GEOMETRY:
+        return _geometry
+    if col.is_bytes:
         return _binary
     if tc in CHAR_TYPES or tc in BLOB_TYPES:
         return _string
     raise ValueError(f"column {col.name!r}: Debezium has no rendering for {tc.name}")
+
+
+def _geometry(v: Any) -> bytes:
+    # TiDB has no spatial types, so TiCDC never writes one; this is Debezium's MySQL connector:
+    # io.debezium.data.geometry.Geometry {wkb, srid}. MySQL stores a 4-byte little-endian SRID
+    # before the WKB.
+    if not isinstance(v, bytes | bytearray | memoryview) or len(v) < 5:
+        raise TypeError("needs the SRID-prefixed WKB bytes of a GEOMETRY")
+    raw = bytes(v)
+    srid = str(int.from_bytes(raw[:4], "little")).encode()
+    return b'{"wkb":"' + b64encode(raw[4:]).encode() + b'","srid":' + srid + b"}"
+
+
+#: The schema of a GEOMETRY column's struct (Debezium's Geometry, as Kafka's JsonConverter writes it).
+GEOMETRY_FIELDS = (
+    b'"fields":[{"type":"bytes","optional":false,"field":"wkb"},{"type":"int32","optional":true,"field":"srid"}]'
+)
+GEOMETRY_NAME = "io.debezium.data.geometry.Geometry"
 
 
 def _nonneg(v: Any) -> int:
@@ -348,6 +368,8 @@ def connect_type(col: Column) -> tuple[str, str | None, bool, bytes | None]:
         return "string", "io.debezium.data.TiDBVectorFloat32", False, None
     if tc in CHAR_TYPES or tc in BLOB_TYPES:
         return "string", None, False, None  # binary ones too: base64 text in JSON mode
+    if tc is TypeCode.GEOMETRY:
+        return "struct", GEOMETRY_NAME, True, None  # Debezium's MySQL connector (TiDB has none)
     raise ValueError(f"column {col.name!r}: Debezium has no schema for {tc.name}")
 
 
@@ -362,7 +384,10 @@ def schema_element(col: Column, extension: bool) -> bytes:
     out = b"{"
     if extension:
         out += b'"tidb_type":' + jstr(tidb_type(col)) + b","
-    out += b'"type":"' + ctype.encode() + b'","optional":' + (b"true" if col.nullable else b"false")
+    out += b'"type":"' + ctype.encode() + b'"'
+    if col.type_code is TypeCode.GEOMETRY:
+        out += b"," + GEOMETRY_FIELDS
+    out += b',"optional":' + (b"true" if col.nullable else b"false")
     if name is not None:
         out += b',"name":"' + name.encode() + b'"'
     if version:
@@ -453,8 +478,8 @@ def schema_default(col: Column) -> bytes | None:
             if bit_length(col) == 1:
                 return b"true" if bits else b"false"
             return b'"' + b64encode(bit_bytes(bits, bit_length(col))).encode() + b'"'
-        if tc in BLOB_TYPES:
-            return None  # TiDB stores no TEXT/BLOB defaults
+        if tc in BLOB_TYPES or tc is TypeCode.GEOMETRY:
+            return None  # TiDB stores no TEXT/BLOB defaults (and has no GEOMETRY)
         return jstr(text)
     except (ValueError, OverflowError):
         return None

@@ -26,7 +26,7 @@ from ...model.values import b64decode, format_date, format_datetime, format_time
 from ...timezones import zone
 from ..base import Decoder, Message, checked_tso
 from ..compression import inflater
-from ..decimaltext import is_decimal_text
+from ..decimaltext import MAX_DECIMAL_DIGITS, is_decimal_text
 from ..options import CodecOptions
 from ..plancache import SlowPathError, compile_object_reader
 from ..textvalues import INT_BITS, int_range
@@ -36,6 +36,7 @@ Parser = Callable[[Any], Any]
 _U64 = 1 << 64
 _MAX_TSO = _U64 - 1
 _EPOCH = datetime(1970, 1, 1)
+_ZONED_FLOOR = datetime(1970, 1, 1, tzinfo=UTC)
 _MIN_DT, _MAX_DT = datetime(1, 1, 1), datetime(9999, 12, 31, 23, 59, 59, 999999)
 _MAX_TIME_US = ((838 * 60 + 59) * 60 + 59) * 1_000_000 + 999_999
 _ZONED = re.compile(r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2})", re.ASCII)
@@ -121,6 +122,9 @@ def _decimal_parser(scale: int | None, connect_scale: int | None) -> Parser:
             d = Decimal(repr(v))  # JSON mode: the double TiCDC wrote (lossy above ~15 digits)
         else:
             raise _BadValueError(f"{_kind(v)}, expected a number")
+        if d.is_finite() and d and d.adjusted() >= MAX_DECIMAL_DIGITS:
+            # A double as large as 1e308 is no DECIMAL (65 digits at most): refused, not carried on.
+            raise _BadValueError(f"{clip(v)} has more integer digits than DECIMAL({MAX_DECIMAL_DIGITS}) holds")
         if quantum is not None:
             try:
                 d = d.quantize(quantum, context=_DEC_CONTEXT)
@@ -182,6 +186,10 @@ def _timestamp_parser(tz: tzinfo, fsp: int) -> Parser:
             if offset != "Z":
                 sign = -1 if offset[0] == "-" else 1
                 dt -= sign * timedelta(hours=int(offset[1:3]), minutes=int(offset[4:6]))
+            if dt == _ZONED_FLOOR:
+                # TiCDC (and Debezium) write the zero TIMESTAMP, and anything below MySQL's minimum
+                # 1970-01-01 00:00:01 UTC, as this instant, which no valid TIMESTAMP is: the zero value.
+                return format_datetime(0, 0, 0, 0, 0, 0, 0, fsp)
             local = dt.astimezone(tz)
         except (ValueError, OverflowError):
             raise _BadValueError(f"{clip(v)} is not a valid timestamp") from None
@@ -271,6 +279,16 @@ def _json_text(v: Any) -> str:
     return text
 
 
+def _geometry(v: Any) -> bytes:
+    """Debezium's Geometry struct back to MySQL's value: the 4-byte little-endian SRID, then the WKB."""
+    if not isinstance(v, dict):
+        raise _BadValueError(f"{_kind(v)}, expected a Geometry object (wkb, srid)")
+    srid = v.get("srid") or 0
+    if type(srid) is not int or not 0 <= srid < 1 << 32:
+        raise _BadValueError(f"srid {clip(srid)} is not a 32-bit unsigned integer")
+    return srid.to_bytes(4, "little") + _base64(v.get("wkb"))
+
+
 def _parser(col: Column, tz: tzinfo, hint: _Hint | None) -> Parser:
     tc = col.type_code
     if tc in INT_BITS:
@@ -302,6 +320,8 @@ def _parser(col: Column, tz: tzinfo, hint: _Hint | None) -> Parser:
         return _set_parser(col.elements)
     if tc is TypeCode.JSON:
         return _json_text
+    if tc is TypeCode.GEOMETRY:
+        return _geometry
     if col.is_bytes:
         return _base64
     if tc in STRING_TYPES or tc is TypeCode.VECTOR:
@@ -336,6 +356,7 @@ _LOGICAL: dict[str, tuple[TypeCode, int | None, bool | None]] = {  # name -> (ty
     "io.debezium.data.Bits": (TypeCode.BIT, None, None),
     "io.debezium.data.TiDBVectorFloat32": (TypeCode.VECTOR, None, None),
     "org.apache.kafka.connect.data.Decimal": (TypeCode.DECIMAL, None, None),
+    "io.debezium.data.geometry.Geometry": (TypeCode.GEOMETRY, None, None),
 }
 _CONNECT: dict[str, tuple[TypeCode, bool]] = {  # plain connect type -> (type, binary)
     "boolean": (TypeCode.BIT, False),

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from queue import Queue
 from typing import Any
 
+from ...dispatch.route import ShardDDL
 from ...errors import ConfigError, SinkError
 from ...model import ActionType, DDLEvent, Event, Index, Resolved, RowChange, TableSchema
 from ...model.rowblock import RowBlock, TableRows
@@ -44,6 +45,7 @@ from .ddlguard import UnsafeDDLError, check_ddl
 from .errors import ddl_already_done, error_code, is_transient
 from .keys import DownstreamKeys, read_unique_indexes
 from .plan import plan_rows, render_ops
+from .shard import shard_verdict
 from .sql import make_literal, quote_ident
 from .url import MySQLParams, mask_url, parse_mysql_url
 
@@ -718,6 +720,11 @@ class MySQLSink(SinkContext):
     def _read_unique_indexes(self, schema: str, table: str) -> tuple[Index, ...]:
         return self._with_retry(self._coordinator, "read unique keys", lambda c: read_unique_indexes(c, schema, table))
 
+    def _shard_skip(self, ddl: ShardDDL) -> str | None:
+        """DM's optimistic shard DDL (shard.py): why a shard's DDL is skipped on its merged table, None to run it."""
+        verdict = self._with_retry(self._coordinator, "read merged table columns", lambda c: shard_verdict(c, ddl))
+        return None if verdict.apply else f"done by another shard: {verdict.reason}"
+
     def _apply_ddl(self, ddl: DDLEvent) -> None:
         where = _where(ddl.commit_ts, ddl.position)
         self._keys.forget()  # the DDL may add, drop or rename unique indexes
@@ -754,7 +761,9 @@ class MySQLSink(SinkContext):
             self._coordinator.restore(conn)  # whatever the DDL text did to the session, undo it
             return reason
 
-        skipped = self._with_retry(self._coordinator, f"DDL {_clip(ddl.query, 80)!r}", run)
+        skipped = self._shard_skip(ddl) if isinstance(ddl, ShardDDL) else None
+        if not skipped:
+            skipped = self._with_retry(self._coordinator, f"DDL {_clip(ddl.query, 80)!r}", run)
         if skipped:
             self.stats["ddl_skipped"] += 1
             log.info(

@@ -100,7 +100,8 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return partition.rows()  # type: ignore[attr-defined]
 
     def commit(self, end: dict) -> None:
-        """Nothing to do: the sink's own checkpoint, not this call, makes a batch durable."""
+        """The sink's own checkpoint, not this call, makes a batch durable; the input may drop what the batch needed."""
+        self.source.commit(end)
 
 
 class ChangefeedDataSource(DataSource):

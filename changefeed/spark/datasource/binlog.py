@@ -35,14 +35,20 @@ from ...capture.binlog.events import TableMapEvent
 from ...capture.binlog.files import RawEvent
 from ...capture.binlog.position import file_key, reached
 from ...capture.binlog.replica import ReplicaStream, ServerAddress, random_server_id
+from ...capture.snapshot.progress import BatchReader, HandoverState, close_orders
+from ...capture.snapshot.progress import begin as begin_snapshot
+from ...capture.snapshot.reader import SnapshotReader, replica_window
+from ...capture.snapshot.stream import handed_over
 from ...errors import CaptureError, ConfigError
 from ...model import DDLEvent, Event, Resolved, RowChange, TableSchema
 from ...model.ddlschema import DDLCatalog
+from ...model.jsonl import EventReader
 from ...model.rowblock import RowBlock
 from ...mysqlclient import MySQLError, ProgrammingError
 from ...sink.mysql.url import MySQLParams
 from ..changelog import ChangelogRows, EventFilter
 from .options import CHANGELOG, Input, SourceOptions, zone
+from .snapshot import SnapshotOptions, SpillStore, is_snapshot, offset_of, pending, progress_of
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +58,10 @@ EARLIEST, LATEST = "earliest", "latest"
 #: The capture job's hand-over: its encode stage decodes each range where it encodes it
 #: (`RangeDecoder`), so no row crosses a process boundary before it is encoded.
 RANGES = "ranges"
-RANGES_SCHEMA = "start string, end string, keys string"
-RANGES_ARROW = pa.schema([pa.field("start", pa.string()), pa.field("end", pa.string()), pa.field("keys", pa.string())])
+#: ``chunk``: a snapshot chunk's events (JSONL) instead of a binlog range; ``handover``: the snapshot's
+#: cuts a range is checked against while it overlaps the snapshot (docs/snapshot.md).
+RANGES_SCHEMA = "start string, end string, keys string, chunk string, handover string"
+RANGES_ARROW = pa.schema([pa.field(n, pa.string()) for n in ("start", "end", "keys", "chunk", "handover")])
 #: Planning state kept per input: catalogs at this many boundaries, key logs of this many batches.
 _REMEMBERED = 8
 #: A live source reconnects (from the savepoint) for this long before failing the read.
@@ -340,25 +348,50 @@ def range_events(
     time_zone: str,
     keep: EventFilter | None = None,
     keys: str | None = None,
+    handover: str | None = None,
 ) -> Iterator[Event]:
     """The events of one range in binlog (= commit) order, ending with its one `Resolved`.
 
     One resolved event per range, not one per transaction: it closes every batch a sink has open
     and carries the range's end position, which is what a job checkpoints. ``keys``: the DDL
-    catalog as of ``start`` (`_KeyLog.payload`); without it, TABLE_MAP keys only.
+    catalog as of ``start`` (`_KeyLog.payload`); without it, TABLE_MAP keys only. ``handover``:
+    the snapshot's cuts (`HandoverState` JSON) while the range overlaps the snapshot: the changes a
+    chunk already holds are dropped or halved (`capture.snapshot.handover`).
     """
-    begin, stop = BinlogPosition.from_dict(start), BinlogPosition.from_dict(end)
+    start_at, stop = BinlogPosition.from_dict(start), BinlogPosition.from_dict(end)
     capture = _capture(
-        BinlogCapture, source, begin, zone(time_zone), until=(stop.file, stop.pos), catalog=_catalog(keys)
+        BinlogCapture, source, start_at, zone(time_zone), until=(stop.file, stop.pos), catalog=_catalog(keys)
     )
+    cuts = None
+    events: Iterable[Event] = capture.events()
+    if handover is not None:
+        cuts = HandoverState.from_dict(orjson.loads(handover)).build(_connector(source), zone(time_zone))
+        events = handed_over(cuts, events)
     last: Resolved | None = None
-    for ev in capture.events():
-        if isinstance(ev, Resolved):
-            last = ev
-        elif keep is None or keep(ev):
-            yield ev
+    try:
+        for ev in events:
+            if isinstance(ev, Resolved):
+                last = ev
+            elif keep is None or keep(ev):
+                yield ev
+    finally:
+        if cuts is not None:
+            close_orders(cuts)
     if last is not None:
         yield last
+
+
+def _connector(source: BinlogSource) -> Any:
+    """Connections to a live source (the hand-over asks it for key order); None for binlog files."""
+    if isinstance(source, BinlogServer):
+        params = source.params()
+        return lambda: params.connect(autocommit=True)
+    return None
+
+
+def chunk_events(text: str) -> list[Event]:
+    """A snapshot chunk's events from their JSONL (`snapshot.SpillStore`)."""
+    return list(EventReader(source="snapshot chunk").read(text.encode().splitlines()))
 
 
 @dataclass
@@ -372,6 +405,8 @@ class BinlogRange(InputPartition):
     changelog: ChangelogRows
     output: str = CHANGELOG
     keys: str | None = None  # the DDL catalog as of ``start`` (`_KeyLog.payload`)
+    chunk: str | None = None  # a snapshot chunk's events (JSONL): this partition is that chunk, not a range
+    handover: str | None = None  # the snapshot's cuts while the range overlaps the snapshot (`HandoverState`)
 
     def __post_init__(self) -> None:
         InputPartition.__init__(self, None)
@@ -383,11 +418,19 @@ class BinlogRange(InputPartition):
                     "start": [orjson.dumps(self.start).decode()],
                     "end": [orjson.dumps(self.end).decode()],
                     "keys": [self.keys],
+                    "chunk": [self.chunk],
+                    "handover": [self.handover],
                 },
                 schema=RANGES_ARROW,
             )
             return
-        for ev in range_events(self.source, self.start, self.end, self.time_zone, keys=self.keys):
+        if self.chunk is not None:
+            events: Iterable[Event] = chunk_events(self.chunk)
+        else:
+            events = range_events(
+                self.source, self.start, self.end, self.time_zone, keys=self.keys, handover=self.handover
+            )
+        for ev in events:
             row = self.changelog.row(ev)
             if row is not None:
                 yield row
@@ -419,8 +462,18 @@ class RangeDecoder:
         keep = EventFilter(self.changelog)
         for batch in batches:
             starts, ends = batch.column("start").to_pylist(), batch.column("end").to_pylist()
-            keys = batch.column("keys").to_pylist() if "keys" in batch.schema.names else [None] * len(starts)
-            for start, end, catalog in zip(starts, ends, keys, strict=True):
+            none = [None] * len(starts)
+            keys, chunks, handovers = (
+                batch.column(n).to_pylist() if n in batch.schema.names else none for n in ("keys", "chunk", "handover")
+            )
+            for start, end, catalog, chunk, handover in zip(starts, ends, keys, chunks, handovers, strict=True):
+                if chunk is not None:  # a snapshot chunk: its rows as INSERTs, DDL first on a table's first chunk
+                    yield from keep.events(chunk_events(chunk))
+                    continue
+                if handover is not None:  # overlapping the snapshot: row by row through the hand-over
+                    start_d, end_d = orjson.loads(start), orjson.loads(end)
+                    yield from range_events(self.source, start_d, end_d, self.time_zone, keep, catalog, handover)
+                    continue
                 begin, stop = BinlogPosition.from_dict(orjson.loads(start)), BinlogPosition.from_dict(orjson.loads(end))
                 capture = _capture(
                     BlockCapture,
@@ -453,7 +506,10 @@ def _source(opts: SourceOptions) -> BinlogSource:
 class BinlogInput(Input):
     """MySQL/MariaDB binlog files (offline or relay-log mode) or a live server (replica protocol)."""
 
-    OPTIONS = frozenset({"startposition", "eventsperpartition", "url", "password"})
+    OPTIONS = frozenset(
+        {"startposition", "eventsperpartition", "url", "password"}
+        | {"snapshot", "snapshotchunksize", "snapshotparallelism", "snapshotdir"}
+    )
     OUTPUTS: ClassVar[Mapping[str, str]] = {RANGES: RANGES_SCHEMA}
     # Rows per micro-batch by default (cut at the next transaction boundary): the capture job
     # collects a batch's encoded messages on the driver, ~55 MB per 100k rows of a 10-column table.
@@ -477,6 +533,18 @@ class BinlogInput(Input):
         self.start = parse_start(opts.extra.get("startposition", "") or EARLIEST)
         if isinstance(self.start, BinlogPosition) and not self.start.file and isinstance(self.source, BinlogFiles):
             raise ConfigError("startPosition gtid:... needs a live source (url); binlog files start at a FILE:POS")
+        self.snapshot = SnapshotOptions.parse(opts.extra)
+        self._start_given = bool(opts.extra.get("startposition", "").strip())
+        if self.snapshot.on and not isinstance(self.source, BinlogServer):
+            raise ConfigError("option snapshot needs a live source (url): binlog files hold no tables to read")
+        if self.snapshot.mode in ("initial", "initial-only") and self._start_given:
+            raise ConfigError(
+                f"snapshot {self.snapshot.mode} starts the binlog where the snapshot read the tables: "
+                "give no startPosition (or use snapshot when-needed: snapshot only if that position is purged)"
+            )
+        self._spill = SpillStore(self.snapshot.spill)
+        self._chunks: BatchReader | None = None
+        self._purge_checked = False
         self._first: BinlogPosition | None = None
         # Planning state (this process only; rebuilt after a restart, see `catalog_at`): the DDL
         # catalog at boundaries planned here, and the key logs of planned batches by (start, end).
@@ -498,10 +566,77 @@ class BinlogInput(Input):
         return self._first
 
     def initial_offset(self) -> dict[str, Any]:
+        if self._snapshot_first():
+            return pending()
         return self.first().to_dict()
+
+    def _snapshot_first(self) -> bool:
+        """Does a changefeed without a checkpoint begin with a snapshot (Debezium's ``snapshot.mode``)?"""
+        mode = self.snapshot.mode
+        if mode == "when-needed":  # no start position, or one the server no longer has
+            return not self._start_given or self._purged(self.first())
+        return mode in ("initial", "initial-only")
+
+    def _purged(self, at: BinlogPosition) -> bool:
+        if not at.file or not isinstance(self.source, BinlogServer):
+            return False
+        names = {str(r[0]) for r in self.source._rows("SHOW BINARY LOGS")}
+        if at.file in names:
+            return False
+        log.warning("binlog input: %s is no longer on %s: snapshot (snapshot = when-needed)", at, self.source)
+        return True
 
     def available_now_target(self) -> dict[str, Any]:
         return self.source.end()
+
+    # ------------------------------------------------------------------ snapshot (docs/snapshot.md)
+
+    def _batch_reader(self) -> BatchReader:
+        if self._chunks is None:
+            assert isinstance(self.source, BinlogServer)
+            reader = SnapshotReader(
+                _connector(self.source),
+                replica_window(self.source.address, self.tz),
+                tz=self.tz,
+                chunk_size=self.snapshot.chunk_size,
+            )
+            self._chunks = BatchReader(reader, self.snapshot.parallelism)
+        return self._chunks
+
+    def _snapshot_offset(self, start: dict[str, Any], max_events: int | None) -> dict[str, Any]:
+        """The next chunks after ``start`` (a snapshot offset, or a purged binlog one), read and spilled now."""
+        progress = progress_of(start) if is_snapshot(start) else None
+        if progress is None:
+            changelog = self.opts.changelog(None)
+            clock = int(start.get("clock", 0)) if not is_snapshot(start) else 0
+            progress = begin_snapshot(_connector(self.source), changelog.keeps, clock)
+        chunks = self._batch_reader().read(progress, max_events)
+        self._spill.write(progress, chunks)
+        rows = sum(c.rows for c in chunks)
+        log.info(
+            "snapshot batch %d: %d chunks, %d rows; %s",
+            progress.batch,
+            len(chunks),
+            rows,
+            "done" if progress.done else f"next {'.'.join(progress.tables[progress.table].name)} #{progress.chunk}",
+        )
+        return offset_of(progress)
+
+    def _binlog_start(self, offset: dict[str, Any]) -> tuple[dict[str, Any], HandoverState | None]:
+        """Where an offset's binlog reading starts, and the snapshot cuts it is checked against (None: passed)."""
+        if is_snapshot(offset):
+            progress = progress_of(offset)
+            assert progress is not None and progress.done
+            return progress.binlog_start().to_dict(), progress.handover()
+        handover = HandoverState.from_dict(offset["handover"]) if "handover" in offset else None
+        return {k: v for k, v in offset.items() if k not in ("splits", "handover")}, handover
+
+    def commit(self, end: dict[str, Any]) -> None:
+        """A committed snapshot batch's spilled chunks are no longer needed (Spark will not re-run it)."""
+        if is_snapshot(end):
+            progress = progress_of(end)
+            if progress is not None:
+                self._spill.prune(progress)
 
     def catalog_at(self, start: BinlogPosition) -> DDLCatalog:
         """The DDL catalog (unique and other keys) at a transaction boundary, as the non-Spark capture has it there.
@@ -617,8 +752,22 @@ class BinlogInput(Input):
         return found
 
     def latest_offset(self, start: dict[str, Any], max_events: int | None, target: dict[str, Any] | None) -> dict:
-        begin = BinlogPosition.from_dict(start)
+        if is_snapshot(start):
+            progress = progress_of(start)
+            if progress is None or not progress.done:
+                return self._snapshot_offset(start, max_events)
+            if self.snapshot.mode == "initial-only":
+                return start  # the snapshot alone: nothing after it
+        elif self.snapshot.mode == "when-needed" and not self._purge_checked:
+            self._purge_checked = True  # a resumed checkpoint whose position the server purged: snapshot again
+            if self._purged(BinlogPosition.from_dict(start)):
+                return self._snapshot_offset(start, max_events)
+        start_d, handover = self._binlog_start(start)
+        begin = BinlogPosition.from_dict(start_d)
         until = (str(target["file"]), int(target["pos"])) if target and target.get("file") else None
+        last_high = handover.until if handover is not None else None
+        if until is not None and last_high is not None and not reached(*until, (last_high.file, last_high.pos)):
+            until = (last_high.file, last_high.pos)  # availableNow: at least past the snapshot's last high watermark
         if until is not None and begin.file and reached(begin.file, begin.pos, until):
             return start
         end, splits, _, keys = self.scan(begin, max_events, until, self.opts.max_bytes)
@@ -627,7 +776,10 @@ class BinlogInput(Input):
         self._key_logs[(_pkey(begin.file, begin.pos), _pkey(end.file, end.pos))] = keys
         while len(self._key_logs) > _REMEMBERED:
             del self._key_logs[next(iter(self._key_logs))]
-        return {**end.to_dict(), "splits": splits}
+        out = {**end.to_dict(), "splits": splits}
+        if handover is not None and not handover.passed(end.file, end.pos):
+            out["handover"] = handover.to_dict()  # later ranges still overlap the snapshot
+        return out
 
     def _key_log(self, start: dict[str, Any], end: dict[str, Any]) -> _KeyLog:
         """The keys' history over [start, end): from the scan that planned it, or scanned again (after a restart)."""
@@ -642,8 +794,19 @@ class BinlogInput(Input):
     def partitions(
         self, start: dict[str, Any], end: dict[str, Any], changelog: ChangelogRows
     ) -> Sequence[InputPartition]:
-        bounds = [{k: v for k, v in start.items() if k != "splits"}, *end.get("splits", ())]
-        bounds.append({k: v for k, v in end.items() if k != "splits"})
+        if is_snapshot(end):  # the chunks this batch read: one partition each, in plan order
+            progress = progress_of(end)
+            if progress is None or start == end:
+                return []
+            where = {"snapshot": progress.batch}
+            return [
+                BinlogRange(self.source, where, where, self.opts.time_zone, changelog, self.opts.output, chunk=text)
+                for text in self._spill.read(progress)
+            ]
+        start_d, handover = self._binlog_start(start)
+        cuts = orjson.dumps(handover.to_dict()).decode() if handover is not None else None
+        bounds = [start_d, *end.get("splits", ())]
+        bounds.append({k: v for k, v in end.items() if k not in ("splits", "handover")})
         pairs = [(a, b) for a, b in itertools.pairwise(bounds) if _bound_key(a) != _bound_key(b)]
         if not pairs:
             return []
@@ -657,6 +820,7 @@ class BinlogInput(Input):
                 changelog,
                 self.opts.output,
                 keys.payload(_bound_key(a), _bound_key(b)),
+                handover=cuts if handover is not None and not handover.passed(a["file"], int(a["pos"])) else None,
             )
             for a, b in pairs
         ]

@@ -152,6 +152,9 @@ class Input:
     ) -> Sequence[InputPartition]:
         raise NotImplementedError
 
+    def commit(self, end: dict[str, Any]) -> None:
+        """Spark committed the batch ending at ``end`` (late: at the next planning); nothing to do by default."""
+
 
 INPUTS: dict[str, type[Input]] = {}
 """``input`` option -> its class (filled by the package: one entry per input module)."""

@@ -1,0 +1,371 @@
+"""A snapshot in progress as JSON, so a streaming offset can hold it; one micro-batch's chunks read from it.
+
+A streaming job (the Spark ``binlog`` input) cannot keep the hand-over's state in memory: a crash
+would lose which chunks were emitted and at which high watermarks. So the whole state lives in
+the offset Spark logs for each micro-batch (`SnapshotProgress`): the binlog position taken before
+the tables were listed (where the binlog stream will start), each table's chunk boundaries (cut
+when the table's first chunk is due) and the high watermark of every chunk emitted so far, the
+next chunk, and the last commit ts handed out. A restarted job resumes at the next chunk; once
+every chunk is read, `HandoverState` (the same tables, boundaries and highs) travels with the
+binlog offsets until the stream has passed the last high watermark (docs/snapshot.md).
+
+Key values are model values; in JSON they are tagged where JSON would lose them (`key_to_json`).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, tzinfo
+from decimal import Decimal
+from typing import Any
+
+from ...errors import CaptureError
+from ...model import ActionType
+from ...model.events import DDLEvent, Event, Op, Resolved, RowChange
+from ...model.jsonl import column_definition, column_from_definition
+from ...model.tso import CommitClock
+from ..binlog.position import BinlogPosition
+from .chunks import ranges
+from .handover import Handover, TableCut
+from .order import Key, KeyOrder, PythonOrder, python_orderable
+from .reader import ChunkResult, Connect, DatabaseOrder, SnapshotReader, TablePlan, master_status, position_key
+
+log = logging.getLogger(__name__)
+
+#: Schemas never snapshotted (the server's own; TiCDC and DM skip them too).
+SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema", "sys"})
+
+
+# ---------------------------------------------------------------------------------------- key values
+
+
+def value_to_json(value: Any) -> Any:
+    """A key value as JSON: ints and strings as they are, others tagged (bytes, Decimal, float)."""
+    if isinstance(value, bool):
+        raise TypeError(f"no key value is a bool: {value!r}")
+    if value is None or isinstance(value, int | str):
+        return value
+    if isinstance(value, bytes | bytearray | memoryview):
+        return {"b": base64.b64encode(bytes(value)).decode()}
+    if isinstance(value, Decimal):
+        return {"d": format(value, "f")}
+    if isinstance(value, float):
+        return {"f": value.hex()}
+    raise TypeError(f"cannot write key value {value!r} as JSON")
+
+
+def value_from_json(raw: Any) -> Any:
+    if isinstance(raw, dict) and len(raw) == 1:
+        ((tag, text),) = raw.items()
+        if tag == "b":
+            return base64.b64decode(text)
+        if tag == "d":
+            return Decimal(text)
+        if tag == "f":
+            return float.fromhex(text)
+    if raw is None or (isinstance(raw, int | str) and not isinstance(raw, bool)):
+        return raw
+    raise CaptureError(f"bad key value in a snapshot offset: {raw!r}")
+
+
+def key_to_json(key: Key) -> list[Any]:
+    return [value_to_json(v) for v in key]
+
+
+def key_from_json(raw: Sequence[Any]) -> Key:
+    return tuple(value_from_json(v) for v in raw)
+
+
+def _pos(raw: Sequence[Any]) -> BinlogPosition:
+    return BinlogPosition(str(raw[0]), int(raw[1]))
+
+
+# ---------------------------------------------------------------------------------------- state
+
+
+@dataclass
+class TableState:
+    """One table of the snapshot: its chunk key and boundaries once planned, and the highs of the chunks read."""
+
+    name: tuple[str, str]
+    planned: bool = False
+    key: tuple[str, ...] = ()
+    columns: list[dict[str, Any]] = field(default_factory=list)  # the key columns' definitions (model.jsonl)
+    bounds: list[Key] = field(default_factory=list)
+    highs: list[BinlogPosition] = field(default_factory=list)
+
+    @property
+    def chunks(self) -> int:
+        return len(self.bounds) + 1
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": list(self.name)}
+        if self.planned:
+            out.update(
+                key=list(self.key),
+                columns=self.columns,
+                bounds=[key_to_json(b) for b in self.bounds],
+                highs=[[h.file, h.pos] for h in self.highs],
+            )
+        return out
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any]) -> TableState:
+        schema, table = obj["name"]
+        state = cls((str(schema), str(table)))
+        if "key" in obj:
+            state.planned = True
+            state.key = tuple(str(k) for k in obj["key"])
+            state.columns = list(obj.get("columns") or [])
+            state.bounds = [key_from_json(b) for b in obj.get("bounds") or []]
+            state.highs = [_pos(h) for h in obj.get("highs") or []]
+        return state
+
+    def cut(self, order: KeyOrder) -> TableCut:
+        return TableCut(self.key, self.bounds, [position_key(h) for h in self.highs], order)
+
+    def order(self, connect: Connect | None, tz: tzinfo = UTC) -> KeyOrder:
+        """The database's key order (`order.py`): Python's where it agrees, else ranked by the source."""
+        columns = [column_from_definition(c) for c in self.columns]
+        if python_orderable(columns):
+            return PythonOrder()
+        if connect is None:
+            raise CaptureError(f"the key of {'.'.join(self.name)} needs the source's order, and no source is given")
+        return DatabaseOrder(connect, columns, tz)
+
+
+@dataclass
+class SnapshotProgress:
+    """The snapshot as far as a micro-batch got (module docstring); ``batch``/``chunks`` name that batch's spill."""
+
+    start: BinlogPosition
+    tables: list[TableState]
+    table: int = 0  # the next chunk: table index ...
+    chunk: int = 0  # ... and chunk index within it
+    clock: int = 0  # the last commit ts handed out
+    batch: int = 0  # micro-batches that read chunks so far (this offset's batch number when ``chunks``)
+    chunks: int = 0  # chunks this offset's batch read (its spilled files)
+    spill: str = ""  # that batch's spill id
+
+    @property
+    def done(self) -> bool:
+        return self.table >= len(self.tables)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "start": [self.start.file, self.start.pos],
+            "tables": [t.to_dict() for t in self.tables],
+            "next": [self.table, self.chunk],
+            "clock": self.clock,
+            "batch": self.batch,
+            "chunks": self.chunks,
+            "spill": self.spill,
+        }
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any]) -> SnapshotProgress:
+        try:
+            table, chunk = obj.get("next") or (0, 0)
+            return cls(
+                _pos(obj["start"]),
+                [TableState.from_dict(t) for t in obj.get("tables") or []],
+                int(table),
+                int(chunk),
+                int(obj.get("clock", 0)),
+                int(obj.get("batch", 0)),
+                int(obj.get("chunks", 0)),
+                str(obj.get("spill", "")),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise CaptureError(f"bad snapshot progress in an offset: {exc!r}") from None
+
+    def binlog_start(self) -> BinlogPosition:
+        """Where the binlog stream takes over: the position before the tables were listed, with the snapshot's clock.
+
+        Earlier than every chunk's low watermark, so a table created while the snapshot ran is
+        captured from its CREATE on; changes a chunk already holds are dropped by the hand-over.
+        """
+        return BinlogPosition(self.start.file, self.start.pos, clock=self.clock)
+
+    def handover(self) -> HandoverState:
+        return HandoverState([t for t in self.tables if t.planned])
+
+
+@dataclass
+class HandoverState:
+    """The snapshotted tables' cuts, carried with the binlog offsets until the stream passes ``until``."""
+
+    tables: list[TableState]
+
+    @property
+    def until(self) -> BinlogPosition | None:
+        highs = [h for t in self.tables for h in t.highs]
+        return max(highs, key=position_key) if highs else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"tables": [t.to_dict() for t in self.tables]}
+
+    @classmethod
+    def from_dict(cls, obj: Mapping[str, Any]) -> HandoverState:
+        return cls([TableState.from_dict(t) for t in obj.get("tables") or []])
+
+    def passed(self, file: str, pos: int) -> bool:
+        until = self.until
+        return until is None or position_key(BinlogPosition(file, pos)) >= position_key(until)
+
+    def build(self, connect: Connect | None, tz: tzinfo = UTC) -> Handover:
+        return Handover({t.name: t.cut(t.order(connect, tz)) for t in self.tables})
+
+
+def close_orders(handover: Handover) -> None:
+    for cut in handover.tables.values():
+        if isinstance(cut.order, DatabaseOrder):
+            cut.order.close()
+
+
+# ---------------------------------------------------------------------------------------- reading
+
+
+def list_tables(connect: Connect, keeps: Callable[[str, str], bool]) -> tuple[BinlogPosition, list[tuple[str, str]]]:
+    """The binlog position now, then the base tables the filter keeps (system schemas never), in name order."""
+    conn = connect()
+    try:
+        with conn.cursor() as cur:
+            start = master_status(cur)
+            cur.execute(
+                "SELECT table_schema, table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE' "
+                "ORDER BY table_schema, table_name"
+            )
+            names = [(str(s), str(t)) for s, t in cur.fetchall()]
+    finally:
+        conn.close()
+    return start, [n for n in names if n[0].lower() not in SYSTEM_SCHEMAS and keeps(*n)]
+
+
+def begin(connect: Connect, keeps: Callable[[str, str], bool], clock: int = 0) -> SnapshotProgress:
+    """A new snapshot of the tables ``keeps`` selects, nothing read yet."""
+    start, names = list_tables(connect, keeps)
+    log.info("snapshot of %d tables; the binlog takes over from %s", len(names), start)
+    return SnapshotProgress(start, [TableState(n) for n in names], clock=clock)
+
+
+@dataclass
+class ReadChunk:
+    """A chunk read in a micro-batch: its events (DDL for a table's first chunk, rows, a `Resolved`)."""
+
+    table: tuple[str, str]
+    index: int
+    events: list[Event]
+
+    @property
+    def rows(self) -> int:
+        return sum(isinstance(e, RowChange) for e in self.events)
+
+
+class BatchReader:
+    """Reads a micro-batch's chunks of a `SnapshotProgress` (plans kept across batches in this process)."""
+
+    def __init__(self, reader: SnapshotReader, parallelism: int = 1) -> None:
+        self.reader = reader
+        self.parallelism = max(1, parallelism)
+        self._plans: dict[tuple[str, str], TablePlan] = {}
+
+    def _plan(self, state: TableState) -> TablePlan:
+        plan = self._plans.get(state.name)
+        if plan is not None and plan.key == state.key and plan.boundaries == state.bounds:
+            return plan
+        if not state.planned:
+            plan = self.reader.plan(*state.name)
+            key_columns = [plan.schema.column(n) for n in plan.key]
+            state.planned, state.key = True, plan.key
+            state.columns = [column_definition(c) for c in key_columns]
+            state.bounds = list(plan.boundaries)
+        else:  # planned by an earlier process: the same boundaries, today's shape
+            plan = TablePlan(self.reader.table_schema(*state.name), state.key, ranges(state.bounds))
+        self._plans[state.name] = plan
+        return plan
+
+    def _jobs(self, progress: SnapshotProgress, count: int) -> list[tuple[int, TablePlan, int]]:
+        """The next ``count`` chunks (table index, plan, chunk index) from ``progress``'s next one."""
+        jobs: list[tuple[int, TablePlan, int]] = []
+        ti, ci = progress.table, progress.chunk
+        while len(jobs) < count and ti < len(progress.tables):
+            if not progress.tables[ti].planned and not self.reader.exists(*progress.tables[ti].name):
+                log.info("snapshot: %s.%s was dropped before its first chunk; skipped", *progress.tables[ti].name)
+                del progress.tables[ti]  # its DROP is in the binlog after the snapshot's start
+                continue
+            plan = self._plan(progress.tables[ti])
+            while len(jobs) < count and ci < len(plan.ranges):
+                jobs.append((ti, plan, ci))
+                ci += 1
+            if ci >= len(plan.ranges):
+                ti, ci = ti + 1, 0
+        return jobs
+
+    def read(self, progress: SnapshotProgress, max_rows: int | None) -> list[ReadChunk]:
+        """The next chunks, ``parallelism`` at a time, until about ``max_rows`` rows (at least one chunk).
+
+        Advances ``progress`` (next chunk, highs, clock) in place; chunks come back in plan order.
+        """
+        out: list[ReadChunk] = []
+        clock = CommitClock(progress.clock)
+        rows = 0
+        pool = ThreadPoolExecutor(max_workers=self.parallelism, thread_name_prefix="snapshot")
+        try:
+            while not progress.done and (max_rows is None or rows < max_rows):
+                jobs = self._jobs(progress, self.parallelism)
+                if not jobs:
+                    break
+                results = list(pool.map(lambda job: self.reader.read_chunk(job[1], job[2]), jobs))
+                for (ti, plan, ci), result in zip(jobs, results, strict=True):
+                    state = progress.tables[ti]
+                    chunk = self._events(progress, ti, plan, result, clock)
+                    state.highs.append(result.high)
+                    out.append(chunk)
+                    rows += chunk.rows
+                    progress.table, progress.chunk = (ti, ci + 1) if ci + 1 < len(plan.ranges) else (ti + 1, 0)
+        finally:
+            pool.shutdown(wait=True)
+        progress.clock = clock.last
+        return out
+
+    def _events(
+        self, progress: SnapshotProgress, ti: int, plan: TablePlan, result: ChunkResult, clock: CommitClock
+    ) -> ReadChunk:
+        ms = result.commit_ts >> 18
+        events: list[Event] = []
+        if result.index == 0:  # each DDL at a ts of its own, before the rows' (a DDL's ts closes everything below)
+            events += self._ddl(progress, ti, plan, lambda: clock.next(ms))
+        ts = clock.next(ms)
+        events += [RowChange(Op.INSERT, plan.schema, ts, new=row) for row in result.rows]
+        events.append(Resolved(ts, position={"snapshot": {"table": list(plan.name), "chunk": result.index}}))
+        return ReadChunk(plan.name, result.index, events)
+
+    def _ddl(self, progress: SnapshotProgress, ti: int, plan: TablePlan, ts: Callable[[], int]) -> list[Event]:
+        """CREATE DATABASE (the schema's first table) and CREATE TABLE, so a downstream without them gets them.
+
+        DM's dump carries the schema the same way; both statements are no-ops where the objects
+        exist (the MySQL sink takes "exists" as done, TiCDC's rule).
+        """
+        schema, table = plan.name
+        events: list[Event] = []
+        if not any(t.name[0] == schema for t in progress.tables[:ti]):
+            query = f"CREATE DATABASE IF NOT EXISTS {_quote(schema)}"
+            events.append(DDLEvent(schema, "", query, int(ActionType.CREATE_SCHEMA), ts()))
+        query = self.reader.create_table(schema, table)
+        events.append(DDLEvent(schema, table, query, int(ActionType.CREATE_TABLE), ts(), table_schema=plan.schema))
+        return events
+
+
+def _quote(name: str) -> str:
+    return "`" + name.replace("`", "``") + "`"
+
+
+def spill_names(progress: SnapshotProgress) -> Iterator[str]:
+    """The file names of the chunks the offset's batch read (one per chunk, in order)."""
+    for k in range(progress.chunks):
+        yield f"{progress.batch:010d}-{progress.spill}-{k:05d}.jsonl"

@@ -1,0 +1,150 @@
+"""The ``binlog`` input's snapshot phase (docs/snapshot.md "In a Spark job"): options, spilled chunks, offsets.
+
+While a snapshot runs, an offset is ``{"snapshot": SnapshotProgress, "file", "pos"}`` (file/pos:
+where the binlog will take over, so the preflight checks it is not purged). The planning process
+reads a micro-batch's chunks itself when Spark asks for the next offset, because the offset must
+hold their high watermarks; it writes the chunks' events to the spill directory (fsynced) before
+it returns the offset, so a micro-batch re-run after a crash emits the very same rows at the same
+commit ts, and the sinks' replay rules drop what they already hold. Chunk files of committed
+batches are deleted when Spark reports the commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...capture.snapshot.progress import ReadChunk, SnapshotProgress, spill_names
+from ...capture.snapshot.reader import DEFAULT_CHUNK_SIZE
+from ...errors import ConfigError, positive_int
+from ...model.jsonl import dumps_event
+
+log = logging.getLogger(__name__)
+
+#: Debezium's ``snapshot.mode`` words: ``initial`` (snapshot, then the binlog), ``never``,
+#: ``initial-only`` (the snapshot alone), ``when-needed`` (only if the start position is missing or purged).
+MODES = ("initial", "never", "initial-only", "when-needed")
+#: ``snapshotParallelism`` by default: DM's dump threads default (mydumper ``threads``).
+DEFAULT_PARALLELISM = 4
+SNAPSHOT = "snapshot"
+
+
+@dataclass(frozen=True)
+class SnapshotOptions:
+    """The input's ``snapshot``, ``snapshotChunkSize``, ``snapshotParallelism`` and ``snapshotDir`` options."""
+
+    mode: str = "never"
+    chunk_size: int = DEFAULT_CHUNK_SIZE
+    parallelism: int = DEFAULT_PARALLELISM
+    spill: Path | None = None
+
+    @classmethod
+    def parse(cls, extra: Mapping[str, str]) -> SnapshotOptions:
+        mode = (extra.get("snapshot") or "never").strip().lower().replace("_", "-")
+        if mode not in MODES:
+            raise ConfigError(f"option snapshot must be one of {', '.join(MODES)}, got {mode!r}")
+        size = extra.get("snapshotchunksize")
+        par = extra.get("snapshotparallelism")
+        spill = extra.get("snapshotdir")
+        return cls(
+            mode,
+            positive_int(size, "snapshotChunkSize") if size else DEFAULT_CHUNK_SIZE,
+            positive_int(par, "snapshotParallelism") if par else DEFAULT_PARALLELISM,
+            Path(spill) if spill else None,
+        )
+
+    @property
+    def on(self) -> bool:
+        return self.mode != "never"
+
+
+def is_snapshot(offset: Mapping[str, Any]) -> bool:
+    return SNAPSHOT in offset
+
+
+def pending() -> dict[str, Any]:
+    """The initial offset of a snapshot not begun: deterministic, so a restart before batch 0 commits plans the same."""
+    return {SNAPSHOT: {"pending": True}}
+
+
+def progress_of(offset: Mapping[str, Any]) -> SnapshotProgress | None:
+    """The offset's snapshot progress; None for the pending marker."""
+    body = offset[SNAPSHOT]
+    return None if body.get("pending") else SnapshotProgress.from_dict(body)
+
+
+def offset_of(progress: SnapshotProgress) -> dict[str, Any]:
+    return {SNAPSHOT: progress.to_dict(), "file": progress.start.file, "pos": progress.start.pos}
+
+
+class SpillStore:
+    """A micro-batch's chunk events until the batch is committed: files in ``root``, or memory without one.
+
+    Memory is enough for a batch read (one process, no restart); a streaming job gets a directory
+    in its checkpoint (`changefeed.spark.jobs.plan` sets ``snapshotDir``).
+    """
+
+    def __init__(self, root: Path | None) -> None:
+        self.root = root
+        self._memory: dict[str, bytes] = {}
+
+    def write(self, progress: SnapshotProgress, chunks: Sequence[ReadChunk]) -> None:
+        """Give ``progress`` a new spill id for ``chunks`` and store them durably before the offset is returned."""
+        progress.batch += 1
+        progress.spill = uuid.uuid4().hex[:12]
+        progress.chunks = len(chunks)
+        names = list(spill_names(progress))
+        for name, chunk in zip(names, chunks, strict=True):
+            data = b"".join(dumps_event(e) for e in chunk.events)
+            if self.root is None:
+                self._memory[name] = data
+                continue
+            self.root.mkdir(parents=True, exist_ok=True)
+            tmp = self.root / (name + ".tmp")
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            tmp.replace(self.root / name)
+        if self.root is not None and names:
+            fd = os.open(self.root, os.O_RDONLY)
+            try:
+                os.fsync(fd)  # the renames survive a crash
+            finally:
+                os.close(fd)
+
+    def read(self, progress: SnapshotProgress) -> list[str]:
+        """The JSONL events of each chunk the offset's batch read, in order."""
+        out: list[str] = []
+        for name in spill_names(progress):
+            if self.root is None:
+                data = self._memory.get(name)
+            else:
+                path = self.root / name
+                data = path.read_bytes() if path.is_file() else None
+            if data is None:
+                where = self.root if self.root is not None else "memory (no snapshotDir)"
+                raise ConfigError(
+                    f"the snapshot chunks of micro-batch {progress.batch} are gone from {where}: "
+                    "the checkpoint cannot be resumed; delete it (and the downstream's copy) to snapshot again"
+                )
+            out.append(data.decode())
+        return out
+
+    def prune(self, progress: SnapshotProgress) -> None:
+        """Drop the chunks of ``progress``'s batch and every earlier one (Spark committed it)."""
+        if self.root is None:
+            for name in [n for n in self._memory if int(n.split("-", 1)[0]) <= progress.batch]:
+                del self._memory[name]
+            return
+        if not self.root.is_dir():
+            return
+        for path in self.root.iterdir():
+            head = path.name.split("-", 1)[0]
+            if head.isdigit() and int(head) <= progress.batch:
+                path.unlink(missing_ok=True)

@@ -1,0 +1,264 @@
+"""`changefeed run` on a populated MariaDB whose binlog was reset: the snapshot, then the binlog, into MariaDB.
+
+The upstream holds rows its binlog no longer describes (``RESET MASTER``), in a table with an
+integer key, one with a composite text key (case-insensitive collation) and one without a key;
+a writer inserts, updates (keys too) and deletes in all of them while the run reads its chunks.
+``snapshot`` is left at its default (``initial``). The downstream must equal the upstream by
+`changefeed diff`, also after the run is SIGKILLed mid-snapshot and restarted.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from changefeed.cli import main
+from changefeed.testing import MariaDBServer
+from tests.e2e.exactly_once import Job
+
+pytestmark = [pytest.mark.mariadb, pytest.mark.spark, pytest.mark.timeout(240)]
+
+ACCOUNTS, TAGS, LOG = 700, 300, 120
+TAG_WORDS = ["alpha", "Beta", "gamma", "DELTA", "eps", "zeta", "Eta", "theta"]
+
+
+def _setup(server: MariaDBServer, schema: str, scale: float = 1.0) -> None:
+    rng = random.Random(7)
+    accounts, tags, log = int(ACCOUNTS * scale), int(TAGS * scale), int(LOG * scale)
+    with server.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{schema}`")
+        cur.execute(
+            f"CREATE TABLE `{schema}`.accounts (id INT PRIMARY KEY, name VARCHAR(20) NOT NULL, "
+            "bal DECIMAL(12,2), seen DATETIME(3))"
+        )
+        cur.execute(
+            f"CREATE TABLE `{schema}`.tags (tag VARCHAR(16) COLLATE utf8mb4_unicode_ci NOT NULL, n INT NOT NULL, "
+            "v INT, PRIMARY KEY (tag, n))"
+        )
+        cur.execute(f"CREATE TABLE `{schema}`.log (a INT, b VARCHAR(10))")
+        cur.executemany(
+            f"INSERT INTO `{schema}`.accounts VALUES (%s, %s, %s, %s)",
+            [
+                (i, f"n{i}", f"{rng.randint(-9999, 9999)}.{i % 100:02d}", "2024-05-06 07:08:09.123")
+                for i in range(accounts)
+            ],
+        )
+        cur.executemany(
+            f"INSERT INTO `{schema}`.tags VALUES (%s, %s, %s)",
+            [(TAG_WORDS[i % len(TAG_WORDS)], i, i * 3) for i in range(tags)],
+        )
+        cur.executemany(f"INSERT INTO `{schema}`.log VALUES (%s, %s)", [(i % 17, f"l{i}") for i in range(log)])
+        conn.commit()
+        cur.execute("RESET MASTER")  # the binlog no longer says how the rows got there
+        cur.execute(f"UPDATE `{schema}`.accounts SET bal = bal + 1 WHERE id < 50")
+        cur.execute(f"DELETE FROM `{schema}`.tags WHERE n < 10")
+        conn.commit()
+
+
+def _writer(server: MariaDBServer, schema: str, stop: threading.Event, seed: int) -> Iterator[None]:
+    """Random transactions across every table (key updates too) until ``stop``; yields after each."""
+    rng = random.Random(seed)
+    next_id = 100_000
+    with server.connect(database=schema) as conn, conn.cursor() as cur:
+        while not stop.is_set():
+            for _ in range(rng.randint(1, 3)):
+                op = rng.random()
+                i = rng.randrange(ACCOUNTS)
+                if op < 0.25:
+                    next_id += 1
+                    cur.execute("INSERT INTO accounts VALUES (%s, %s, %s, NOW(3))", (next_id, "w", rng.randint(0, 99)))
+                elif op < 0.45:
+                    cur.execute("UPDATE accounts SET bal = bal * 2, name = 'u' WHERE id = %s", (i,))
+                elif op < 0.55:  # moves the row to another chunk (keys far apart)
+                    next_id += 1
+                    cur.execute("UPDATE accounts SET id = %s WHERE id = %s", (next_id, i))
+                elif op < 0.62:
+                    cur.execute("DELETE FROM accounts WHERE id = %s", (i,))
+                elif op < 0.72:
+                    word = rng.choice(TAG_WORDS)
+                    cur.execute(
+                        "INSERT INTO tags VALUES (%s, %s, 1) ON DUPLICATE KEY UPDATE v = v + 1",
+                        (word.upper() if rng.random() < 0.5 else word.lower(), rng.randrange(TAGS + 50)),
+                    )
+                elif op < 0.8:
+                    cur.execute("UPDATE IGNORE tags SET n = n + 1000 WHERE n = %s", (rng.randrange(TAGS),))
+                elif op < 0.85:
+                    cur.execute("DELETE FROM tags WHERE n = %s", (rng.randrange(TAGS),))
+                elif op < 0.93:
+                    cur.execute("INSERT INTO log VALUES (%s, %s)", (rng.randrange(17), "w"))
+                else:
+                    cur.execute("DELETE FROM log WHERE a = %s LIMIT 1", (rng.randrange(17),))
+            conn.commit()
+            yield
+            time.sleep(rng.uniform(0.005, 0.03))
+
+
+def _background(server: MariaDBServer, schema: str, seed: int) -> tuple[threading.Event, Callable[[], int]]:
+    stop = threading.Event()
+    count = [0]
+    failures: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            for _ in _writer(server, schema, stop, seed):
+                count[0] += 1
+        except BaseException as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=run, name="writer", daemon=True)
+    thread.start()
+
+    def finish() -> int:
+        stop.set()
+        thread.join(30)
+        if failures:
+            raise failures[0]
+        return count[0]
+
+    return stop, finish
+
+
+def _config(path: Path, cid: str, upstream: MariaDBServer, downstream: MariaDBServer, schema: str) -> Path:
+    path.write_text(
+        f'changefeed-id = "{cid}"\n'
+        f'sink-uri = "{downstream.url}/?worker-count=2"\n'
+        f'[source]\ntype = "mysql"\nurl = "{upstream.url}"\nsnapshot-chunk-size = 64\nsnapshot-parallelism = 2\n'
+        f'[filter]\nrules = ["{schema}.*"]\n'
+    )
+    return path
+
+
+def _diff(upstream: MariaDBServer, downstream: MariaDBServer, schema: str, capsys: pytest.CaptureFixture[str]) -> None:
+    diff = ["diff", "--source", upstream.url, "--target", downstream.url, "--tables", f"{schema}.*"]
+    code = main(diff)
+    out = capsys.readouterr().out
+    assert code == 0, out
+    for table in ("accounts", "tags", "log"):
+        assert table in out
+
+
+def _cleanup(downstream: MariaDBServer, schema: str, cid: str) -> None:
+    with downstream.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"DROP DATABASE IF EXISTS `{schema}`")
+        cur.execute(f"DELETE FROM changefeed.changefeed_checkpoint WHERE changefeed_id = '{cid}'")
+        conn.commit()
+
+
+def test_snapshot_then_binlog_into_mariadb_equals_upstream(
+    spark: object,
+    mariadb_factory: Callable[..., MariaDBServer],
+    mariadb_downstream: MariaDBServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    upstream = mariadb_factory()
+    schema, cid = f"snap_{uuid.uuid4().hex[:8]}", f"snap-{uuid.uuid4().hex[:6]}"
+    _setup(upstream, schema)
+    config = _config(tmp_path / "cf.toml", cid, upstream, mariadb_downstream, schema)
+    argv = ["run", str(config), "--available-now", "--master", "local[2]", "--checkpoint", str(tmp_path / "ck")]
+    try:
+        _, finish = _background(upstream, schema, seed=11)
+        try:
+            assert main([*argv, "--max-events", "150"]) == 0  # the snapshot in ~8 batches, then the binlog so far
+        finally:
+            writes = finish()
+        first = capsys.readouterr().out
+        print(first)
+        assert writes > 20, "the writer must have run during the snapshot"
+        assert f"changefeed {cid}:" in first
+        assert "position binlog." in first, "availableNow runs until the binlog has passed the snapshot"
+        assert not list((tmp_path / "ck" / "changefeed-snapshot").glob("*.jsonl.tmp"))
+        assert main(argv) == 0  # resumes after the snapshot: the rest of the binlog
+        capsys.readouterr()
+        _diff(upstream, mariadb_downstream, schema, capsys)
+    finally:
+        _cleanup(mariadb_downstream, schema, cid)
+
+
+def test_snapshot_killed_mid_way_resumes_without_gap_or_double(
+    mariadb_factory: Callable[..., MariaDBServer],
+    mariadb_downstream: MariaDBServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """SIGKILL while chunks are being emitted (micro-batches of 4 chunks); the restart resumes at the next chunk
+    (the killed batch re-emitted from its spill at the same commit ts, which the sink drops)."""
+    upstream = mariadb_factory()
+    schema, cid = f"snapk_{uuid.uuid4().hex[:8]}", f"snapk-{uuid.uuid4().hex[:6]}"
+    _setup(upstream, schema, scale=0.45)  # 9 chunks of 64 rows, then the writer's
+    config = _config(tmp_path / "cf.toml", cid, upstream, mariadb_downstream, schema)
+    spark_args = ["--master", "local[2]", "--trigger-interval", "200ms", "--max-events", "180"]
+    job = Job("run", ["run", str(config), "--checkpoint", str(tmp_path / "ck"), *spark_args], tmp_path)
+    ck = tmp_path / "ck"
+    try:
+        _, finish = _background(upstream, schema, seed=23)
+        try:
+            for _ in range(1):  # after the run's first micro-batch, while chunks remain (each kill costs a JVM start)
+                job.start()
+                deadline = time.monotonic() + 90
+                while job.batches() < 1:
+                    job.check_alive()
+                    assert time.monotonic() < deadline, job.tail()
+                    time.sleep(0.05)
+                job.kill()
+                assert _snapshot_pending(ck), "the kill must land before the snapshot's last chunk"
+            job.start()
+            deadline = time.monotonic() + 120
+            while _snapshot_pending(ck) or job.batches() < 2:
+                job.check_alive()
+                assert time.monotonic() < deadline, job.tail()
+                time.sleep(0.2)
+        finally:
+            finish()
+        with upstream.connect(database=schema) as conn, conn.cursor() as cur:
+            cur.execute("INSERT INTO accounts VALUES (-1, 'marker', 0, NULL)")
+            conn.commit()
+        deadline = time.monotonic() + 60
+        while not _has_marker(mariadb_downstream, schema):
+            job.check_alive()
+            assert time.monotonic() < deadline, job.tail()
+            time.sleep(0.3)
+        job.interrupt()
+        job.finish()
+        logs = [(tmp_path / f"run-{i}.log").read_text(errors="replace") for i in (1, 2)]
+        assert all('position={"snapshot"' in log for log in logs), "every run emitted chunks"
+        assert "position=binlog." in logs[1]
+        _diff(upstream, mariadb_downstream, schema, capsys)
+    finally:
+        job.stop()
+        _cleanup(mariadb_downstream, schema, cid)
+
+
+def _snapshot_pending(checkpoint: Path) -> bool:
+    """Whether the last offset Spark logged still has chunks to read (or none was logged yet)."""
+    import orjson  # noqa: PLC0415
+
+    offsets = checkpoint / "offsets"
+    logged = sorted(int(p.name) for p in offsets.iterdir() if p.name.isdigit()) if offsets.is_dir() else []
+    if not logged:
+        return True
+    last = (offsets / str(logged[-1])).read_text().splitlines()[-1]
+    snapshot = orjson.loads(last).get("snapshot")
+    if snapshot is None:
+        return False
+    if snapshot.get("pending"):
+        return True
+    return int(snapshot["next"][0]) < len(snapshot["tables"])
+
+
+def _has_marker(server: MariaDBServer, schema: str) -> bool:
+    with server.connect() as conn, conn.cursor() as cur:
+        cur.execute(
+            "SELECT COUNT(*) FROM information_schema.tables WHERE table_schema = %s AND table_name = 'accounts'",
+            (schema,),
+        )
+        if not cur.fetchone()[0]:
+            return False
+        cur.execute(f"SELECT COUNT(*) FROM `{schema}`.accounts WHERE id = -1")
+        return bool(cur.fetchone()[0])
