@@ -69,8 +69,13 @@ def _clean_env(extra: Mapping[str, str]) -> dict[str, str]:
 
 
 def _json(url: str) -> Any:
+    """A status page's JSON; a page still being served by a starting daemon reads as an OSError, not a ValueError."""
     with urllib.request.urlopen(url, timeout=3) as resp:
-        return json.load(resp)
+        body = resp.read()
+    try:
+        return json.loads(body)
+    except ValueError as exc:  # an empty or cut page under load: the probe retries
+        raise OSError(f"{url} is not JSON yet ({len(body)} bytes): {exc}") from None
 
 
 class SparkMaster(ManagedProcess):
@@ -260,7 +265,7 @@ class StandaloneCluster:
             for worker in self.workers:  # the probe waits per worker; their JVMs start while we wait
                 worker.start()
             deadline = time.monotonic() + timeout
-            while sum(w.get("state") == "ALIVE" for w in self.master.state().get("workers", [])) < len(self.workers):
+            while self._alive_workers() < len(self.workers):
                 if time.monotonic() > deadline:
                     raise ServiceError(f"not all {len(self.workers)} workers registered with {self.url}")
                 time.sleep(0.2)
@@ -268,6 +273,12 @@ class StandaloneCluster:
             self.stop()
             raise
         return self
+
+    def _alive_workers(self) -> int:
+        try:
+            return sum(w.get("state") == "ALIVE" for w in self.master.state().get("workers", []))
+        except OSError:
+            return 0  # the master's page is not answering yet
 
     def stop(self) -> None:
         """Stop the workers (their executors with them), then the master; remove the directory unless kept."""

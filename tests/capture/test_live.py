@@ -25,16 +25,9 @@ from changefeed.model.types import TypeCode
 from changefeed.model.values import format_datetime, format_time
 from changefeed.testing import MariaDBServer
 
-from .workload import compare, run_workload
+from .workload import compare, master_position, run_workload
 
 pytestmark = pytest.mark.mariadb
-
-
-def master_position(server: MariaDBServer) -> BinlogPosition:
-    with server.connect() as conn, conn.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        file, pos = cur.fetchone()[:2]
-    return BinlogPosition(str(file), int(pos))
 
 
 @pytest.fixture

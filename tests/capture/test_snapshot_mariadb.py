@@ -19,16 +19,19 @@ from changefeed.model.events import Op, RowChange
 from changefeed.mysqlclient import MySQLError
 from changefeed.testing import MariaDBServer
 
-from .workload import STEPS, run_workload
+from .workload import STEPS, master_position, run_workload
 
 pytestmark = pytest.mark.mariadb
 
 
-def master_position(server: MariaDBServer) -> BinlogPosition:
-    with server.connect() as conn, conn.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        file, pos = cur.fetchone()[:2]
-    return BinlogPosition(str(file), int(pos))
+def _keyed_tables(cur: Any, schema: str) -> None:
+    """``schema`` with a composite text+int key table under a case-insensitive collation, and an int key one."""
+    cur.execute(f"CREATE DATABASE {schema}")
+    cur.execute(
+        f"CREATE TABLE {schema}.c (a VARCHAR(8) COLLATE utf8mb4_unicode_ci NOT NULL, b INT NOT NULL, v INT,"
+        " PRIMARY KEY (a, b))"
+    )
+    cur.execute(f"CREATE TABLE {schema}.i (id INT PRIMARY KEY, v VARCHAR(10))")
 
 
 def reader_for(server: MariaDBServer, chunk_size: int = 8192) -> SnapshotReader:
@@ -160,12 +163,7 @@ def test_snapshot_under_writes_then_binlog_after_handover_is_the_table(
     server = mariadb_factory()
     schema = "w"
     with server.connect() as conn, conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE {schema}")
-        cur.execute(
-            f"CREATE TABLE {schema}.c (a VARCHAR(8) COLLATE utf8mb4_unicode_ci NOT NULL, b INT NOT NULL, v INT,"
-            " PRIMARY KEY (a, b))"
-        )
-        cur.execute(f"CREATE TABLE {schema}.i (id INT PRIMARY KEY, v VARCHAR(10))")
+        _keyed_tables(cur, schema)
         rnd = random.Random(7)
         rows = {(("".join(rnd.choice(string.ascii_letters) for _ in range(3))), rnd.randint(0, 3)) for _ in range(1500)}
         unique = {}
@@ -236,12 +234,7 @@ def test_snapshot_then_binlog_is_an_exact_copy_under_writes(mariadb_factory: Cal
     server = mariadb_factory()
     schema = "h"
     with server.connect() as conn, conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE {schema}")
-        cur.execute(
-            f"CREATE TABLE {schema}.c (a VARCHAR(8) COLLATE utf8mb4_unicode_ci NOT NULL, b INT NOT NULL, v INT,"
-            " PRIMARY KEY (a, b))"
-        )
-        cur.execute(f"CREATE TABLE {schema}.i (id INT PRIMARY KEY, v VARCHAR(10))")
+        _keyed_tables(cur, schema)
         cur.execute(f"CREATE TABLE {schema}.n (x INT, y VARCHAR(5))")
         rnd = random.Random(3)
         unique = {}

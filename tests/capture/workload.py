@@ -12,7 +12,9 @@ import struct
 from decimal import Decimal
 from typing import Any
 
+from changefeed.capture.binlog import BinlogPosition
 from changefeed.model.gofloat import to_float32
+from changefeed.testing import MariaDBServer
 
 SCHEMA = "cf"
 
@@ -265,3 +267,10 @@ def compare(events: list[Any], expected: list[Expected] = EXPECTED) -> None:
                     k: (image.get(k), want.get(k)) for k in image.keys() | want.keys() if image.get(k) != want.get(k)
                 }
                 assert not diff, f"event {i} ({kind} {table}): column -> (got, want): {diff}"
+
+
+def master_position(server: MariaDBServer) -> BinlogPosition:
+    with server.connect() as conn, conn.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        file, pos = cur.fetchone()[:2]
+    return BinlogPosition(str(file), int(pos))
