@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ChangefeedError, clip
+from ..model.ddl import quote_ident, quote_table
 
 TableName = tuple[str, str]
 NameMap = Callable[[str, str], TableName | None]
@@ -38,13 +39,8 @@ class NameSpan:
     name: TableName
 
 
-def quote(name: str) -> str:
-    """A MySQL identifier in backquotes (a backquote inside doubled)."""
-    return "`" + name.replace("`", "``") + "`"
-
-
 def qualified(name: TableName) -> str:
-    return f"{quote(name[0])}.{quote(name[1])}"
+    return quote_table(name[0], name[1])
 
 
 def _sqlglot() -> Any:
@@ -230,7 +226,7 @@ def rename_schema(query: str, target: str) -> str:
     span = schema_span(query)
     if span is None or span[2] == target:
         return query
-    return _splice(query, [(span[0], span[1], quote(target))])
+    return _splice(query, [(span[0], span[1], quote_ident(target))])
 
 
 # ---------------------------------------------------------------------------------------------- shard columns
@@ -274,7 +270,7 @@ def add_shard_columns(query: str, default_schema: str, columns: Sequence[str]) -
         )
     close_at = _matching(tokens, open_at)
     lower = {c.lower() for c in columns}
-    extra = ", ".join(quote(c) for c in columns)
+    extra = ", ".join(quote_ident(c) for c in columns)
     edits: list[tuple[int, int, str]] = []
     keys: list[tuple[str, str]] = []  # (PRIMARY KEY | UNIQUE KEY, column) moved to table level
     item = open_at + 1
@@ -284,8 +280,8 @@ def add_shard_columns(query: str, default_schema: str, columns: Sequence[str]) -
             end = _matching(tokens, end) + 1 if tokens[end].token_type.name == "L_PAREN" else end + 1
         _shard_item(tokens, item, end, extra, lower, edits, keys)
         item = end + 1
-    added = [f"{quote(c)} {EXTRACT_COLUMN_TYPE}" for c in columns]
-    added += [f"{kind} ({quote(col)}, {extra})" for kind, col in keys]
+    added = [f"{quote_ident(c)} {EXTRACT_COLUMN_TYPE}" for c in columns]
+    added += [f"{kind} ({quote_ident(col)}, {extra})" for kind, col in keys]
     at = tokens[close_at].start
     edits.append((at, at - 1, ", " + ", ".join(added)))  # an insertion before the closing parenthesis
     return _splice(query, edits)
@@ -343,7 +339,6 @@ __all__ = [
     "NameSpan",
     "add_shard_columns",
     "qualified",
-    "quote",
     "rename_schema",
     "rename_tables",
     "schema_span",

@@ -172,8 +172,6 @@ def lake_array(
             return pc.cast(wall, target)
         if pa.types.is_decimal(values.type) and pa.types.is_string(target):
             return pc.cast(values, target)
-        if pa.types.is_string(values.type) and pa.types.is_decimal(target):
-            return pa.array([None if v is None else Decimal(v) for v in values.to_pylist()], type=target)
         return pc.cast(values, target)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, ArithmeticError) as exc:
         raise ValueError(

@@ -267,14 +267,25 @@ _VIEW_DDL = re.compile(
 )
 
 
-def _unquote(name: str | None) -> str:
+def quote_ident(name: str) -> str:
+    """A backquoted identifier, embedded backquotes doubled (MySQL identifier quoting)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
+def quote_table(schema: str, table: str) -> str:
+    """``schema.table`` quoted; a table without schema alone."""
+    return f"{quote_ident(schema)}.{quote_ident(table)}" if schema else quote_ident(table)
+
+
+def unquote_ident(name: str | None) -> str:
+    """`quote_ident` undone: ```a``b``` -> ``a`b``; an unquoted name as it is."""
     if not name:
         return ""
     return name[1:-1].replace("``", "`") if name.startswith("`") else name
 
 
 def _qualify(first: str, second: str | None, default_schema: str) -> tuple[str, str]:
-    return (_unquote(first), _unquote(second)) if second else (default_schema, _unquote(first))
+    return (unquote_ident(first), unquote_ident(second)) if second else (default_schema, unquote_ident(first))
 
 
 TableName = tuple[str, str]
@@ -298,7 +309,7 @@ def ddl_tables(query: str, default_schema: str) -> tuple[TableName, list[tuple[T
         return target, renames
     m = _SCHEMA_DDL.match(text)
     if m:
-        return (_unquote(m.group(1)) or default_schema, ""), renames
+        return (unquote_ident(m.group(1)) or default_schema, ""), renames
     m = _INDEX_DDL.match(text)
     if m:
         return _qualify(m.group(1), m.group(2), default_schema), renames

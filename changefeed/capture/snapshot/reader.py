@@ -25,6 +25,7 @@ from datetime import UTC, tzinfo
 from typing import Any
 
 from ...errors import CaptureError
+from ...model.ddl import quote_ident, quote_table
 from ...model.events import DDLEvent, Event, RowChange
 from ...model.schema import Column, TableSchema
 from ...model.tso import compose_tso
@@ -33,7 +34,7 @@ from ..binlog.position import BinlogPosition, file_key
 from ..binlog.tracker import SchemaTracker
 from .chunks import KeyRange, Row, chunk_filter, key_getter, reconcile, split
 from .order import Key, KeyOrder, PythonOrder, python_orderable
-from .sql import quote, table_name, tuple_compare, tuple_params
+from .sql import tuple_compare, tuple_params
 from .values import converter, order_sql, param_sql, param_value, select_sql
 
 log = logging.getLogger(__name__)
@@ -199,7 +200,7 @@ class SnapshotReader:
         conn = self.connect()
         try:
             with conn.cursor() as cur:
-                cur.execute(f"SHOW CREATE TABLE {table_name(schema, table)}")
+                cur.execute(f"SHOW CREATE TABLE {quote_table(schema, table)}")
                 row = cur.fetchone()
         finally:
             conn.close()
@@ -227,11 +228,11 @@ class SnapshotReader:
         if not key:
             return TablePlan(ts, ())
         columns = [ts.column(n) for n in key]
-        names = [quote(n) for n in key]
+        names = [quote_ident(n) for n in key]
         keys_sql = ", ".join(select_sql(c) for c in columns)
         convert = [converter(c, self.tz) for c in columns]
         order_by = ", ".join(names)
-        src = table_name(schema, table)
+        src = quote_table(schema, table)
         conn = self.connect()
         try:
             _session(conn)
@@ -259,11 +260,11 @@ class SnapshotReader:
     def _select(self, plan: TablePlan, rng: KeyRange) -> tuple[str, list[Any]]:
         ts = plan.schema
         cols = ", ".join(select_sql(c) for c in ts.columns)
-        sql = f"SELECT {cols} FROM {table_name(ts.schema, ts.table)}"
+        sql = f"SELECT {cols} FROM {quote_table(ts.schema, ts.table)}"
         conds, args = [], []
         if plan.key:
             columns = [ts.column(n) for n in plan.key]
-            names = [quote(n) for n in plan.key]
+            names = [quote_ident(n) for n in plan.key]
             params = [param_sql(c) for c in columns]
             for bound, op in ((rng.lo, ">="), (rng.hi, "<")):
                 if bound is not None:

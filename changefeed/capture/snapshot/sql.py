@@ -4,17 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlglot import exp
-
-
-def quote(name: str) -> str:
-    """A MySQL identifier in backticks (sqlglot's quoting: a backtick inside is doubled)."""
-    return exp.to_identifier(name, quoted=True).sql(dialect="mysql")
-
-
-def table_name(schema: str, table: str) -> str:
-    return f"{quote(schema)}.{quote(table)}"
-
 
 def tuple_compare(columns: Sequence[str], params: Sequence[str], op: str) -> str:
     """``(c1, .., cn) op (p1, .., pn)`` for op ``>=`` or ``<``, expanded so the optimizer sees index ranges:

@@ -25,11 +25,11 @@ from decimal import Decimal
 from typing import Any
 
 from ...errors import CaptureError
+from ...model.ddl import quote_ident
 from ...model.gofloat import to_float32
 from ...model.schema import Column
 from ...model.types import INTEGER_TYPES, STRING_TYPES, TypeCode
 from ..binlog.decoders import timestamp_text
-from .sql import quote
 
 _TEMPORAL_TEXT = frozenset({TypeCode.DATE, TypeCode.NEWDATE, TypeCode.DATETIME, TypeCode.TIME})
 _NAME = re.compile(r"^[A-Za-z0-9_]+$")
@@ -37,7 +37,7 @@ _NAME = re.compile(r"^[A-Za-z0-9_]+$")
 
 def select_sql(column: Column) -> str:
     """The SELECT expression of a column (module docstring)."""
-    name = quote(column.name)
+    name = quote_ident(column.name)
     tc = column.type_code
     if tc is TypeCode.FLOAT:
         return f"CAST({name} AS DOUBLE)"

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...errors import CodecError, clip
 from ...model import Column, Index, Op, RowChange, TableSchema, TypeCode, ddl_kind, parse_type_name
+from ...model.ddl import unquote_ident
 from ...model.types import DEFAULT_FLEN, STRING_TYPES, UNSIGNED_DEFAULT_FLEN
 from ..ddlkind import ddl_action as _ddl_action
 from ..options import CodecOptions
@@ -370,5 +371,4 @@ def schema_of_sql(sql: str) -> str:
     m = _SCHEMA_DDL.match(sql)
     if not m:
         return ""
-    name = m.group(1)
-    return name[1:-1].replace("``", "`") if name.startswith("`") else name
+    return unquote_ident(m.group(1))

@@ -13,6 +13,7 @@ from decimal import Decimal
 from typing import Any
 
 from ...model import ABSENT, Column, TableSchema, TypeCode
+from ...model.ddl import quote_ident, quote_table
 from ...model.rowblock import TableRows
 from ...model.types import INTEGER_TYPES, STRING_TYPES
 from ...mysqlclient import escape_string
@@ -43,15 +44,6 @@ __all__ = [
     "table_sql",
     "to_param",
 ]
-
-
-def quote_ident(name: str) -> str:
-    """A backquoted identifier, embedded backquotes doubled (MySQL identifier quoting)."""
-    return "`" + name.replace("`", "``") + "`"
-
-
-def quote_table(schema: str, table: str) -> str:
-    return f"{quote_ident(schema)}.{quote_ident(table)}" if schema else quote_ident(table)
 
 
 class Literal:
