@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlsplit
 
 from ..errors import ConfigError
-from .run import add_routes_option, add_spark_options, default_checkpoint, launch, wall_time
+from .run import add_routes_option, add_spark_options, default_checkpoint, default_interval, launch, wall_time
 
 if TYPE_CHECKING:
     from ..sink.base import Sink
@@ -179,7 +179,7 @@ def run(args: argparse.Namespace) -> int:
         from ..config import load_pipeline  # noqa: PLC0415
 
         router = load_pipeline(args.routes, source=args.changefeed_id)
-    interval = args.trigger_interval or "1s"
+    interval = args.trigger_interval or default_interval(scheme)
     stats = launch(args, options, make_sink, checkpoint, job="apply", interval=interval, router=router)
     print(
         f"apply: {stats.rows} rows in {stats.batches} batches ({stats.seconds:.1f} s); "

@@ -66,6 +66,7 @@ from .datasource.storage import StorageInput
 from .encode import PartitionEvents, encode_kafka, encode_storage, event_order, in_commit_order, jsonl_events, row_count
 from .merge import MergeStage, OrderedStage, Stage
 from .pyworker import quiet_gc
+from .session import checkpoint_conf
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -190,6 +191,7 @@ def _run_query(
     available_now: bool,
     query_name: str,
 ) -> JobStats:
+    checkpoint_conf(spark, checkpoint)
     writer = source.writeStream.foreachBatch(runner).option("checkpointLocation", str(checkpoint))
     writer = writer.queryName(query_name)
     if available_now:

@@ -38,6 +38,32 @@ def jdbc_url(host: str, port: int, db: str) -> str:
     return f"jdbc:mysql://{host}:{port}/{db}"
 
 
+#: Hadoop's local file system without its native library (PySpark ships none) starts a process
+#: for every ``chmod`` of a file created with a permission and every ``readlink`` of a
+#: ``FileContext`` rename, and ``LocalFileSystem`` writes a ``.crc`` file beside each file: a
+#: streaming checkpoint cost 10-16 child processes per micro-batch, ~40 ms of ``walCommit`` and
+#: ~45 ms of ``commitOffsets`` per batch and job (bench/RESULTS.md, "Checkpoint writes without
+#: forks"). The raw local file system creates files without ``chmod`` and without checksum files;
+#: other schemes (hdfs, s3a, ...) are not affected by ``fs.file.impl``.
+LOCAL_FILES_WITHOUT_FORKS = {"spark.hadoop.fs.file.impl": "org.apache.hadoop.fs.RawLocalFileSystem"}
+
+#: The checkpoint file manager for a checkpoint on a local disk: Spark's ``FileSystem``-based one
+#: writes a temporary file and renames it, which on a local disk is ``rename(2)``: atomic, so a
+#: kill -9 leaves the old file or the new one, never a torn one, as the default ``FileContext``
+#: manager does, without its ``readlink`` per rename. Elsewhere Spark's default stays (its
+#: ``FileContext`` rename is the atomic one on HDFS).
+CHECKPOINT_MANAGER = "spark.sql.streaming.checkpointFileManagerClass"
+LOCAL_CHECKPOINT_MANAGER = "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
+
+
+def checkpoint_conf(spark: SparkSession, location: str | os.PathLike[str]) -> None:
+    """Choose the checkpoint file manager for a query checkpointing at ``location``, unless the user chose one."""
+    text = os.fspath(location)
+    scheme = text.partition("://")[0] if "://" in text else "file"
+    if scheme == "file" and spark.conf.get(CHECKPOINT_MANAGER, None) in (None, LOCAL_CHECKPOINT_MANAGER):
+        spark.conf.set(CHECKPOINT_MANAGER, LOCAL_CHECKPOINT_MANAGER)
+
+
 def _conf_value(value: Any) -> str:
     """Spark wants ``true``/``false``, not Python's ``True``/``False``."""
     if isinstance(value, bool):
@@ -90,6 +116,7 @@ def spark_session(
         # The JVM only moves Arrow buffers between Python processes here: C2's optimising compiles
         # cost more CPU than they save (bench/RESULTS.md, "JIT"); C1 alone compiles fast and early.
         "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseParallelGC",
+        **LOCAL_FILES_WITHOUT_FORKS,
     }
     if jar_list:
         conf["spark.jars"] = ",".join(jar_list)

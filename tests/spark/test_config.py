@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from changefeed.cli.run import spark_interval
+from changefeed.cli.run import default_interval, spark_interval
 from changefeed.config import load_config, parse_config, parse_sink_uri
 from changefeed.errors import ConfigError
 from changefeed.spark.datasource import BinlogInput, KafkaInput, SourceOptions
@@ -185,6 +185,15 @@ def test_relative_file_uri_resolves_against_the_given_base(tmp_path: Path) -> No
 )
 def test_trigger_intervals(text: str, spark: str) -> None:
     assert spark_interval(text) == spark
+
+
+@pytest.mark.parametrize(
+    ("scheme", "interval"),
+    [("kafka", "300ms"), ("mysql", "300ms"), ("tidb", "300ms"), ("file", "1s"), ("parquet", "1s"), ("delta", "1s")],
+)
+def test_default_trigger_interval_by_sink(scheme: str, interval: str) -> None:
+    # Low lag where a row goes on to another job or a database; fewer, larger files and table commits elsewhere.
+    assert default_interval(scheme) == interval
 
 
 def test_bad_trigger_interval() -> None:

@@ -16,6 +16,7 @@ from changefeed.model import RowChange
 from changefeed.sink.parquet import ParquetSnapshotSink
 from changefeed.sink.storage.writer import StorageWriter
 from changefeed.spark.jobs import storage_source
+from changefeed.spark.session import CHECKPOINT_MANAGER, LOCAL_CHECKPOINT_MANAGER, checkpoint_conf
 
 from .helpers import BINLOG, apply, capture, captured, read_snapshot, reference_snapshot
 
@@ -47,6 +48,33 @@ def test_capture_then_apply_equals_the_direct_snapshot(spark: SparkSession, tmp_
     assert applied.checkpoint_ts == stats.checkpoint_ts == captured()[-1].commit_ts
     again = apply(spark, source, ParquetSnapshotSink(out), tmp_path / "ck-apply", available_now=True)
     assert again.batches == 0  # resumed from its checkpoint: nothing new
+    # Written by the raw local file system through the FileSystem-based manager: no checksum
+    # files, no temporary files left, every batch's offsets and commit in place.
+    assert spark.conf.get(CHECKPOINT_MANAGER) == LOCAL_CHECKPOINT_MANAGER
+    for ck in (tmp_path / "ck-capture", tmp_path / "ck-apply"):
+        names = [p.name for p in ck.rglob("*") if p.is_file()]
+        assert not [n for n in names if n.endswith((".crc", ".tmp"))], names
+        offsets = sorted(int(p.name) for p in (ck / "offsets").iterdir() if p.name.isdigit())
+        commits = sorted(int(p.name) for p in (ck / "commits").iterdir() if p.name.isdigit())
+        assert offsets == commits and offsets
+
+
+def test_checkpoint_manager_follows_the_location_and_the_users_choice(spark: SparkSession) -> None:
+    saved = spark.conf.get(CHECKPOINT_MANAGER, None)
+    try:
+        spark.conf.unset(CHECKPOINT_MANAGER)
+        checkpoint_conf(spark, "hdfs://namenode/ck")  # elsewhere: Spark's own default stays
+        assert spark.conf.get(CHECKPOINT_MANAGER, None) is None
+        checkpoint_conf(spark, "/var/lib/changefeed/ck")
+        assert spark.conf.get(CHECKPOINT_MANAGER) == LOCAL_CHECKPOINT_MANAGER
+        mine = "org.apache.spark.sql.execution.streaming.checkpointing.FileContextBasedCheckpointFileManager"
+        spark.conf.set(CHECKPOINT_MANAGER, mine)
+        checkpoint_conf(spark, "file:///var/lib/changefeed/ck")
+        assert spark.conf.get(CHECKPOINT_MANAGER) == mine  # --spark-conf wins
+    finally:
+        spark.conf.unset(CHECKPOINT_MANAGER)
+        if saved is not None:
+            spark.conf.set(CHECKPOINT_MANAGER, saved)
 
 
 def test_restart_after_a_failed_batch_replays_without_duplicates(spark: SparkSession, tmp_path: Path) -> None:
