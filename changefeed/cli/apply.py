@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -118,6 +118,19 @@ def kafka_source(uri: str) -> dict[str, str]:
     return {"input": "kafka", "bootstrap.servers": kafka.servers, "topic": kafka.topic, **params, **security.params()}
 
 
+def wait_for_kafka_topic(options: Mapping[str, str]) -> None:
+    """Before Spark starts: wait until the topic of ``options`` (`kafka_source`) exists (consume/kafka.py)."""
+    from ..consume.kafka import new_consumer, wait_for_topic  # noqa: PLC0415
+    from ..kafkasecurity import KafkaSecurity  # noqa: PLC0415
+
+    servers, topic = options["bootstrap.servers"], options["topic"]
+    consumer = new_consumer(servers, KafkaSecurity.from_params(options, where="--from kafka://").client_config())
+    try:
+        wait_for_topic(consumer, topic, servers)
+    finally:
+        consumer.close()
+
+
 def lake_sink(scheme: str, root: Path, params: dict[str, str], time_zone: str) -> Callable[[], Sink]:
     """``delta://DIR?mode=...`` / ``iceberg://DIR?mode=...&catalog-uri=...`` -> a sink factory (docs/lakehouse.md)."""
     from ..sink.lake.common import LakeOptions  # noqa: PLC0415
@@ -140,6 +153,8 @@ def run(args: argparse.Namespace) -> int:
     codec = CodecOptions()
     if urlsplit(args.source).scheme.lower() == "kafka":
         options = kafka_source(args.source)
+        if not args.available_now:  # a streaming apply started before its capture job waits for the topic
+            wait_for_kafka_topic(options)
     else:
         source, params = _local_path(args.source, "file")
         if not source.is_dir():

@@ -85,3 +85,46 @@ def read_range(consumer: Any, topic: str, partition: int, start: int, end: int) 
                 return
             at = msg.offset() + 1
             yield msg
+
+
+def wait_for_topic(
+    consumer: Any, topic: str, servers: str, *, every_s: float = 1.0, timeout_s: float | None = None
+) -> list[int]:
+    """Wait until ``topic`` exists with partitions (logging once what it waits for); its partitions.
+
+    Why: an apply job started before its capture job has created the topic (its first send, or
+    TiCDC's ``auto-create-topic``) should wait for it, as a consumer of a changefeed being set up,
+    rather than exit with "Unknown topic or partition". Only a missing topic is waited for (Kafka's
+    ``UNKNOWN_TOPIC_OR_PART``, or ``LEADER_NOT_AVAILABLE`` while it is being created); an
+    unreachable broker or a refused authorization is an error at once. ``timeout_s`` (None: no
+    limit) ends the wait with an error naming the topic.
+    """
+    from confluent_kafka import KafkaError, KafkaException  # noqa: PLC0415
+
+    waiting = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.LEADER_NOT_AVAILABLE)
+    started = time.monotonic()
+    said = False
+    while True:
+        try:
+            meta = consumer.list_topics(topic, timeout=KAFKA_TIMEOUT_S).topics.get(topic)
+        except KafkaException as exc:
+            raise CaptureError(f"kafka: cannot read metadata of topic {topic!r} at {servers}: {exc}") from exc
+        if meta is not None and meta.error is None and meta.partitions:
+            if said:
+                log.warning("kafka: topic %r at %s is there (%d partitions)", topic, servers, len(meta.partitions))
+            return sorted(meta.partitions)
+        if meta is not None and meta.error is not None and meta.error.code() not in waiting:
+            raise CaptureError(f"kafka: topic {topic!r} at {servers} is not readable: {meta.error.str()}")
+        waited = time.monotonic() - started
+        if timeout_s is not None and waited >= timeout_s:
+            raise CaptureError(f"kafka: topic {topic!r} did not appear at {servers} within {timeout_s:.0f} s")
+        if not said:
+            said = True
+            log.warning(
+                "kafka: waiting for topic %r at %s to be created (by the capture job's first send), every %.0f s",
+                topic,
+                servers,
+                every_s,
+                extra={"topic": topic},
+            )
+        time.sleep(every_s)
