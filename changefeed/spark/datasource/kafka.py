@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
 from ...codec import CodecOptions, Message
-from ...consume.kafka import KAFKA_TIMEOUT_S, new_consumer, read_range
+from ...consume.kafka import KAFKA_TIMEOUT_S, RANGE_CONSUMERS, RANGE_SETTINGS, new_consumer, read_range
 from ...errors import ChangefeedError, ConfigError, UnknownSchemaError
 from ...kafkasecurity import KAFKA_SECURITY_PARAMS, KafkaSecurity
 from ...model import Event, TableSchema
@@ -84,16 +84,15 @@ class KafkaRange(InputPartition):
 
     def _changelog(self) -> Iterator[tuple[Any, ...]]:
         decoder = _PartitionDecoder(self.servers, self.topic, self.partition, self.codec, client=self.client_config)
-        consumer = new_consumer(self.servers, self.client_config)
         try:
-            for msg in read_range(consumer, self.topic, self.partition, self.start, self.end):
-                for ev in decoder.decode(msg.offset(), msg.key(), msg.value()):
-                    row = self.changelog.row(ev)
-                    if row is not None:
-                        yield row
+            with RANGE_CONSUMERS.consumer(self.servers, self.client_config) as consumer:
+                for msg in read_range(consumer, self.topic, self.partition, self.start, self.end):
+                    for ev in decoder.decode(msg.offset(), msg.key(), msg.value()):
+                        row = self.changelog.row(ev)
+                        if row is not None:
+                            yield row
             decoder.finish(self.end)
         finally:
-            consumer.close()
             decoder.close()
 
     def _runs(self, consumer: Any) -> Iterator[tuple[list[int], list[bytes | None], list[bytes | None]]]:
@@ -112,33 +111,29 @@ class KafkaRange(InputPartition):
             yield offsets, keys, values
 
     def _raw(self) -> Iterator[pa.RecordBatch]:
-        consumer = new_consumer(self.servers, self.client_config)
-        try:
+        with RANGE_CONSUMERS.consumer(self.servers, self.client_config) as consumer:
             for offsets, keys, values in self._runs(consumer):
                 yield self._batch(offsets, keys, values)
-        finally:
-            consumer.close()
 
     def _decoded(self) -> Iterator[pa.RecordBatch]:
         decoder = _PartitionDecoder(
             self.servers, self.topic, self.partition, self.codec, columnar=True, client=self.client_config
         )
         keep = EventFilter.of(self.changelog)
-        consumer = new_consumer(self.servers, self.client_config)
         at = self.start  # the first offset of the run in hand
         try:
-            for offsets, keys, values in self._runs(consumer):
-                at = offsets[0]
-                decoded = decoder.decode_run(offsets, keys, values)
-                if keep is not None:
-                    decoded = [keep.events(events) for events in decoded]
-                sizes = [len(k or b"") + len(v or b"") for k, v in zip(keys, values, strict=True)]
-                yield pack(self.partition, offsets, sizes, decoded)
-                at = offsets[-1] + 1
+            with RANGE_CONSUMERS.consumer(self.servers, self.client_config) as consumer:
+                for offsets, keys, values in self._runs(consumer):
+                    at = offsets[0]
+                    decoded = decoder.decode_run(offsets, keys, values)
+                    if keep is not None:
+                        decoded = [keep.events(events) for events in decoded]
+                    sizes = [len(k or b"") + len(v or b"") for k, v in zip(keys, values, strict=True)]
+                    yield pack(self.partition, offsets, sizes, decoded)
+                    at = offsets[-1] + 1
         except ChangefeedError as exc:  # the driver raises it as it would have decoding there
             yield pack_error(self.partition, at, exc)
         finally:
-            consumer.close()
             decoder.close()
 
     def _batch(self, offsets: list[int], keys: list[bytes | None], values: list[bytes | None]) -> pa.RecordBatch:
@@ -353,7 +348,7 @@ class _SchemaLookback:
 
             # It re-assigns backwards chunk by chunk; a new assignment waits for the fetch in flight,
             # which at the log's end is held for fetch.wait.max.ms (500 ms by default).
-            self._consumer = new_consumer(self.servers, {**self.client_config, "fetch.wait.max.ms": 10})
+            self._consumer = new_consumer(self.servers, {**RANGE_SETTINGS, **self.client_config})
             tp = TopicPartition(self.topic, self.partition)
             self.low = int(self._consumer.get_watermark_offsets(tp, timeout=KAFKA_TIMEOUT_S)[0])
         high, low = self.start, self.low or 0
