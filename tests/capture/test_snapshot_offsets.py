@@ -223,3 +223,38 @@ def test_config_snapshot_keys_and_defaults() -> None:
         parse_config(base + "snapshot-chunk-size = 0\n")
     with pytest.raises(ConfigError, match=r"unknown|snapshot"):
         parse_config('sink-uri = "file:///x"\n[source]\npath = "/b"\nsnapshot = "initial"\n')
+
+
+def test_snapshot_batches_are_bounded_in_bytes(mariadb_factory: Callable[..., MariaDBServer], tmp_path: Path) -> None:
+    """Wide rows: a batch stops at maxBytesPerTrigger bytes of chunk data (rounds of snapshotParallelism chunks),
+    not at maxEventsPerTrigger rows alone; the batches still add up to the table."""
+    server = mariadb_factory()
+    schema = "snapbytes"
+    wide = "x" * 2000
+    with server.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {schema}")
+        cur.execute(f"CREATE TABLE {schema}.w (id INT PRIMARY KEY, pad TEXT)")
+        cur.executemany(f"INSERT INTO {schema}.w VALUES (%s, %s)", [(i, f"{i}{wide}") for i in range(100)])
+        conn.commit()
+        cur.execute("RESET MASTER")
+    spill = tmp_path / "spill"
+    options = _options(server, schema, spill, snapshotChunkSize="10", snapshotParallelism="2", maxBytesPerTrigger="30k")
+    decoder = RangeDecoder.from_options(options)
+    source = _input(options)
+    offset = source.initial_offset()
+    tables: dict[str, dict[Any, tuple[Any, ...]]] = {}
+    sizes: list[int] = []
+    while is_snapshot(offset) and not offset["snapshot"].get("done"):
+        end = source.latest_offset(offset, 10_000, None)  # the row limit alone would take the table at once
+        if end == offset:
+            break
+        sizes.append(sum(p.stat().st_size for p in spill.iterdir()))
+        _apply(tables, _events(source, decoder, offset, end), {"w": [0]})
+        source.commit(end)
+        offset = end
+    # 100 rows of ~2.4 KB of JSONL, 10 to a chunk, 2 chunks a round: one round passes 30 KB, so a
+    # batch holds 2 chunks (20 rows) and the table takes 5 batches.
+    assert len(sizes) == 5, sizes
+    assert max(sizes) < 2 * 10 * 2600, sizes
+    assert sorted(tables["w"]) == [(i,) for i in range(100)]
+    assert all(row[1] == f"{row[0]}{wide}" for row in tables["w"].values())

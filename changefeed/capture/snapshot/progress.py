@@ -26,7 +26,7 @@ from typing import Any
 from ...errors import CaptureError
 from ...model import ActionType
 from ...model.events import DDLEvent, Event, Op, Resolved, RowChange
-from ...model.jsonl import column_definition, column_from_definition
+from ...model.jsonl import column_definition, column_from_definition, dumps_event
 from ...model.tso import CommitClock
 from ..binlog.position import BinlogPosition
 from .chunks import ranges
@@ -260,10 +260,18 @@ class ReadChunk:
     table: tuple[str, str]
     index: int
     events: list[Event]
+    _jsonl: bytes | None = field(default=None, repr=False)
 
     @property
     def rows(self) -> int:
         return sum(isinstance(e, RowChange) for e in self.events)
+
+    @property
+    def jsonl(self) -> bytes:
+        """The chunk's events as JSONL: what a micro-batch spills and hands to its tasks (made once)."""
+        if self._jsonl is None:
+            self._jsonl = b"".join(dumps_event(e) for e in self.events)
+        return self._jsonl
 
 
 class BatchReader:
@@ -306,17 +314,20 @@ class BatchReader:
                 ti, ci = ti + 1, 0
         return jobs
 
-    def read(self, progress: SnapshotProgress, max_rows: int | None) -> list[ReadChunk]:
-        """The next chunks, ``parallelism`` at a time, until about ``max_rows`` rows (at least one chunk).
+    def read(self, progress: SnapshotProgress, max_rows: int | None, max_bytes: int | None = None) -> list[ReadChunk]:
+        """The next chunks, ``parallelism`` at a time, until about ``max_rows`` rows or ``max_bytes``
+        bytes of their JSONL (`ReadChunk.jsonl`), whichever comes first (at least one round of chunks).
 
         Advances ``progress`` (next chunk, highs, clock) in place; chunks come back in plan order.
         """
         out: list[ReadChunk] = []
         clock = CommitClock(progress.clock)
-        rows = 0
+        rows = size = 0
         pool = ThreadPoolExecutor(max_workers=self.parallelism, thread_name_prefix="snapshot")
         try:
-            while not progress.done and (max_rows is None or rows < max_rows):
+            while (
+                not progress.done and (max_rows is None or rows < max_rows) and (max_bytes is None or size < max_bytes)
+            ):
                 jobs = self._jobs(progress, self.parallelism)
                 if not jobs:
                     break
@@ -327,6 +338,7 @@ class BatchReader:
                     state.highs.append(result.high)
                     out.append(chunk)
                     rows += chunk.rows
+                    size += len(chunk.jsonl) if max_bytes is not None else 0
                     progress.table, progress.chunk = (ti, ci + 1) if ci + 1 < len(plan.ranges) else (ti + 1, 0)
         finally:
             pool.shutdown(wait=True)

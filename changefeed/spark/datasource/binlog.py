@@ -48,7 +48,7 @@ from ...mysqlclient import MySQLError, ProgrammingError
 from ...sink.mysql.url import MySQLParams
 from ..changelog import ChangelogRows, EventFilter
 from .options import CHANGELOG, Input, SourceOptions, zone
-from .snapshot import SnapshotOptions, SpillStore, is_snapshot, offset_of, pending, progress_of
+from .snapshot import DEFAULT_BATCH_BYTES, SnapshotOptions, SpillStore, is_snapshot, offset_of, pending, progress_of
 
 log = logging.getLogger(__name__)
 
@@ -610,7 +610,7 @@ class BinlogInput(Input):
             changelog = self.opts.changelog(None)
             clock = int(start.get("clock", 0)) if not is_snapshot(start) else 0
             progress = begin_snapshot(_connector(self.source), changelog.keeps, clock)
-        chunks = self._batch_reader().read(progress, max_events)
+        chunks = self._batch_reader().read(progress, max_events, self.opts.max_bytes or DEFAULT_BATCH_BYTES)
         self._spill.write(progress, chunks)
         rows = sum(c.rows for c in chunks)
         log.info(

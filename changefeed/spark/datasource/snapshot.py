@@ -22,7 +22,6 @@ from typing import Any
 from ...capture.snapshot.progress import ReadChunk, SnapshotProgress, spill_names
 from ...capture.snapshot.reader import DEFAULT_CHUNK_SIZE
 from ...errors import ConfigError, positive_int
-from ...model.jsonl import dumps_event
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +30,11 @@ log = logging.getLogger(__name__)
 MODES = ("initial", "never", "initial-only", "when-needed")
 #: ``snapshotParallelism`` by default: DM's dump threads default (mydumper ``threads``).
 DEFAULT_PARALLELISM = 4
+#: The most a snapshot micro-batch spills and hands to its tasks by default (JSONL bytes), whatever
+#: its rows: the chunks travel inside Spark's partitions, through the driver's JVM, and 131,072
+#: rows of a 10-column table (~140 MB of JSONL) ran a 1 GB driver out of heap
+#: (bench/RESULTS.md, "Snapshot batches bounded in bytes"). ``maxBytesPerTrigger`` sets it instead.
+DEFAULT_BATCH_BYTES = 32 * 1024 * 1024
 SNAPSHOT = "snapshot"
 
 
@@ -100,7 +104,7 @@ class SpillStore:
         progress.chunks = len(chunks)
         names = list(spill_names(progress))
         for name, chunk in zip(names, chunks, strict=True):
-            data = b"".join(dumps_event(e) for e in chunk.events)
+            data = chunk.jsonl
             if self.root is None:
                 self._memory[name] = data
                 continue
