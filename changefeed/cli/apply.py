@@ -12,7 +12,15 @@ from typing import TYPE_CHECKING
 from urllib.parse import parse_qsl, urlsplit
 
 from ..errors import ConfigError
-from .run import add_routes_option, add_spark_options, default_checkpoint, default_interval, launch, wall_time
+from .run import (
+    add_routes_option,
+    add_spark_options,
+    default_checkpoint,
+    default_interval,
+    launch,
+    refuse_remote,
+    wall_time,
+)
 
 if TYPE_CHECKING:
     from ..sink.base import Sink
@@ -150,6 +158,7 @@ def run(args: argparse.Namespace) -> int:
     from ..ops.monitor import set_job_context  # noqa: PLC0415
     from ..spark.jobs import storage_source  # noqa: PLC0415
 
+    refuse_remote(args)
     codec = CodecOptions()
     if urlsplit(args.source).scheme.lower() == "kafka":
         options = kafka_source(args.source)

@@ -164,11 +164,22 @@ def wall_time(tso: int) -> str:
     return datetime.fromtimestamp((tso >> 18) / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
 
 
+def refuse_remote(args: argparse.Namespace) -> None:
+    """``--remote sc://...`` is refused before anything connects anywhere (the source, the broker, Spark)."""
+    if getattr(args, "remote", None):
+        raise ConfigError(
+            f"--remote {args.remote}: Spark Connect cannot run these jobs: their foreachBatch holds the sink, the "
+            "merge state and the exactly-once commit in this process, and Connect runs foreachBatch in a Python "
+            "process on the server instead; run changefeed on a host of the cluster with --master (docs/deploy.md)"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     from ..config import load_config, parse_sink_uri  # noqa: PLC0415
     from ..ops.monitor import set_job_context  # noqa: PLC0415
     from ..spark.jobs import source_options  # noqa: PLC0415
 
+    refuse_remote(args)
     config = load_config(args.config)
     if args.sink_uri:
         config.sink_uri = parse_sink_uri(args.sink_uri, Path.cwd())
@@ -240,12 +251,6 @@ def launch(
     from ..spark.jobs import run_job, streaming  # noqa: PLC0415
     from ..spark.session import start_spark  # noqa: PLC0415 - only these commands pay for a JVM
 
-    if getattr(args, "remote", None):
-        raise ConfigError(
-            f"--remote {args.remote}: Spark Connect cannot run these jobs: their foreachBatch holds the sink, the "
-            "merge state and the exactly-once commit in this process, and Connect runs foreachBatch in a Python "
-            "process on the server instead; run changefeed on a host of the cluster with --master (docs/deploy.md)"
-        )
     trigger = spark_interval(interval)
     checkpoint = prepare_checkpoint(checkpoint.absolute())  # the driver's JVM may run elsewhere (session.py)
     show_progress()

@@ -190,3 +190,12 @@ def test_remote_spark_connect_is_refused_with_the_reason(
     assert main([*argv, "--remote", "sc://127.0.0.1:15002"]) == 1
     err = capsys.readouterr().err
     assert "Spark Connect cannot run these jobs" in err and "foreachBatch" in err
+    # run too, before its preflight connects to the source or the broker (nothing listens on port 9)
+    config = tmp_path / "c.toml"
+    config.write_text(
+        'changefeed-id = "cf"\nsink-uri = "kafka://127.0.0.1:9/t?protocol=open-protocol"\n'
+        '[source]\ntype = "mysql"\nurl = "mysql://root@127.0.0.1:9"\n'
+    )
+    assert main(["run", str(config), "--remote", "sc://127.0.0.1:15002"]) == 1
+    err = capsys.readouterr().err
+    assert "Spark Connect cannot run these jobs" in err and "127.0.0.1:9" not in err
