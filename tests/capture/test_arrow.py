@@ -18,6 +18,7 @@ from changefeed.capture.binlog.arrow import ArrowCapture, read_range_arrow
 from changefeed.capture.binlog.blocks import BlockCapture
 from changefeed.capture.binlog.files import BinlogFileReader
 from changefeed.errors import ConfigError
+from changefeed.model.arrow import arrow_type
 from changefeed.model.events import Event, Resolved, RowChange
 from changefeed.model.rowblock import expand_blocks
 from changefeed.model.values import ABSENT, decimal_text
@@ -73,13 +74,20 @@ def test_fixture_values_agree_with_rowchange_path(variant: str) -> None:
     strs = next(b for b in batches if _table_key(b)[1] == "strs")
     types = {f.name: f.type for f in strs.schema}
     assert types["vb"] == pa.binary() and types["vc"] == pa.string() and types["g"] == pa.binary()
-    assert types["op"] == pa.string() and types["commit_ts"] == pa.int64() and types["before_e"] == pa.int64()
+    assert types["op"] == pa.string() and types["commit_ts"] == pa.int64() and types["before_e"] == pa.uint64()
     nums = next(b for b in batches if _table_key(b)[1] == "nums")
     assert nums.schema.field("d65").type == pa.decimal256(65, 30)
     assert nums.schema.field("d10").type == pa.decimal128(10, 0) and nums.schema.field("f").type == pa.float32()
     ints = next(b for b in batches if _table_key(b)[1] == "ints")
-    assert ints.schema.field("bu").type == pa.uint64() and ints.schema.field("iu").type == pa.int64()
-    assert ints.schema.field("b64").type == pa.uint64() and ints.schema.field("b1").type == pa.int64()
+    # The model's types (model/arrow.py), the one mapping every columnar stage speaks.
+    want = {"ti": pa.int8(), "tu": pa.uint8(), "si": pa.int16(), "su": pa.uint16(), "mi": pa.int32()}
+    want |= {"mu": pa.uint32(), "i": pa.int32(), "iu": pa.uint32(), "bi": pa.int64(), "bu": pa.uint64()}
+    want |= {"b1": pa.uint64(), "b64": pa.uint64(), "y": pa.int16(), "bo": pa.int8()}
+    assert {name: ints.schema.field(name).type for name in want} == want
+    for table in ("ints", "strs", "nums"):
+        batch = next(b for b in batches if _table_key(b)[1] == table)
+        schema = next(e.table_schema for e in events if isinstance(e, RowChange) and e.table == table)
+        assert [batch.schema.field(c.name).type for c in schema.columns] == [arrow_type(c) for c in schema.columns]
 
 
 def test_decimal_as_string_and_time_zone() -> None:

@@ -17,11 +17,12 @@ own per-value readers, so both paths give the same values.
 
 Columns: the table's columns in order (the new image; the old one for deletes), then ``op``
 (``insert``/``update``/``delete``), ``commit_ts`` (int64, the same TSO as the RowChange path), then
-``before_<column>`` for each column: the old image of updates, NULL for other rows. Types: integers
-int64 (BIGINT UNSIGNED, 64-bit BIT and 64-member SET uint64), FLOAT float32, DOUBLE float64,
-DECIMAL decimal128/decimal256(p, s) or, with ``decimal="string"``, TiDB's text, temporal and JSON
-as the model's text (zero dates kept), text string, binary/GEOMETRY binary, ENUM/SET/BIT/YEAR as
-the model's integers. Columns a row image does not carry (binlog_row_image=MINIMAL/NOBLOB) are
+``before_<column>`` for each column: the old image of updates, NULL for other rows. Types: the
+model's (`changefeed.model.arrow.arrow_type`, one mapping for the project): integers of their
+width and sign (TINYINT int8/uint8 ... BIGINT int64/uint64), YEAR int16, ENUM/SET/BIT uint64,
+FLOAT float32, DOUBLE float64, DECIMAL decimal128/decimal256(p, s) or, with ``decimal="string"``,
+TiDB's text, temporal and JSON as the model's text (zero dates kept), text string,
+binary/GEOMETRY binary. Columns a row image does not carry (binlog_row_image=MINIMAL/NOBLOB) are
 NULL here: the Arrow path needs FULL images to tell NULL from absent.
 """
 
@@ -40,6 +41,7 @@ import orjson
 import pyarrow as pa
 
 from ...errors import CaptureError, ConfigError
+from ...model.arrow import arrow_type as model_arrow_type
 from ...model.events import DDLEvent
 from ...model.jsonl import table_schema_to_json
 from ...model.rowblock import TableRows
@@ -54,6 +56,7 @@ from .files import BinlogFileReader
 from .filters import BlockAllowList
 from .position import BinlogPosition, reached
 from .rows import _column_reader, column_charset
+from .schema import model_column
 from .tablemap import BLOB_TYPES, ColumnMeta, TableMap, read_lenenc
 
 log = logging.getLogger(__name__)
@@ -374,39 +377,21 @@ def _python_converter(step: Callable[[bytes, int, list], int], typ: pa.DataType,
 # ------------------------------------------------------------------ per-table plans
 
 
-def arrow_type(col: ColumnMeta, decimal: str = "arrow") -> pa.DataType:
-    """The Arrow type of a column's values (see the module docstring)."""
-    tp = col.real_type
-    if tp in _INT_SIZES:
-        return pa.uint64() if tp == ColumnType.LONGLONG and col.unsigned else pa.int64()
-    if tp == ColumnType.BIT:
-        return pa.uint64() if col.length > 63 else pa.int64()
-    if tp == ColumnType.SET:
-        return pa.uint64() if col.length == 8 and (col.elements is None or len(col.elements) > 63) else pa.int64()
-    if tp in (ColumnType.YEAR, ColumnType.ENUM):
-        return pa.int64()
-    if tp == ColumnType.FLOAT:
-        return pa.float32()
-    if tp == ColumnType.DOUBLE:
-        return pa.float64()
-    if tp == ColumnType.NEWDECIMAL:
-        if decimal == "string":
-            return pa.string()
-        return (
-            pa.decimal128(col.precision, col.scale) if col.precision <= 38 else pa.decimal256(col.precision, col.scale)
-        )
-    if tp == ColumnType.GEOMETRY:
-        return pa.binary()
-    if tp in BLOB_TYPES or tp in (ColumnType.VARCHAR, ColumnType.VAR_STRING, ColumnType.STRING):
-        return pa.binary() if col.collation_id is None or col.collation_id == BINARY_COLLATION_ID else pa.string()
-    return pa.string()  # temporal types and JSON: the model's text
+def arrow_type(
+    col: ColumnMeta, decimal: str = "arrow", collations: dict[int, tuple[str, str]] | None = None
+) -> pa.DataType:
+    """The Arrow type of a column's values: the model's (`changefeed.model.arrow.arrow_type`), the one
+    mapping every columnar stage speaks; with ``decimal="string"``, DECIMAL as TiDB's text."""
+    if col.real_type == ColumnType.NEWDECIMAL and decimal == "string":
+        return pa.string()
+    return model_arrow_type(model_column(col, collations))
 
 
 def _column_plan(
     col: ColumnMeta, name: str, tz: tzinfo, collations: dict[int, tuple[str, str]] | None, decimal: str
 ) -> _ColumnPlan:
     tp = col.real_type
-    typ = arrow_type(col, decimal)
+    typ = arrow_type(col, decimal, collations)
     step = _column_reader(col, tz, collations)
     size = struct.calcsize("<" + step) if isinstance(step, str) else 0  # a struct code: fixed-width number
     lb = 0

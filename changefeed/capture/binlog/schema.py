@@ -62,7 +62,7 @@ def build_table_schema(
             " binlog_row_metadata=FULL (MySQL 8.0.1+, MariaDB 10.5+)",
             where=where,
         )
-    columns = tuple(_column(c, collations) for c in tm.columns)
+    columns = tuple(model_column(c, collations) for c in tm.columns)
     indexes: tuple[Index, ...] = ()
     if tm.primary_key:
         indexes = (Index("PRIMARY", tuple(columns[i].name for i in tm.primary_key), primary=True),)
@@ -71,7 +71,8 @@ def build_table_schema(
     )
 
 
-def _column(c: ColumnMeta, collations: dict[int, tuple[str, str]] | None) -> Column:
+def model_column(c: ColumnMeta, collations: dict[int, tuple[str, str]] | None) -> Column:
+    """The model column of a TABLE_MAP column (type, unsigned, charset, length, fsp, members)."""
     tp = c.real_type
     code = _TYPE_CODES.get(tp)
     if code is None:
