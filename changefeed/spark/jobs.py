@@ -227,7 +227,13 @@ def _run_query(
         runner.monitor.stop(exc)
         raise
     log.info(
-        "job started", extra={**runner.monitor.log_fields, "checkpoint": str(checkpoint), "query_id": str(query.id)}
+        "job started",
+        extra={
+            **runner.monitor.log_fields,
+            "checkpoint": str(checkpoint),
+            "query_id": str(query.id),
+            "master": spark.sparkContext.master,
+        },
     )
     # Ctrl-C only sets a flag: PySpark's own SIGINT handler calls into the JVM while the main
     # thread is inside a py4j call and fails noisily. The loop stops the query between polls.

@@ -193,6 +193,12 @@ def _driver_jvm_directory(python: str) -> Iterator[None]:
 
 def submitted_conf() -> dict[str, str]:
     """Under ``spark-submit``: the settings of the submission (its ``--master``, ``--conf``s) as the JVM holds them."""
-    from pyspark import SparkConf  # noqa: PLC0415 - the JVM spark-submit started
+    # spark-submit starts the JVM first and hands its gateway to this process in
+    # PYSPARK_GATEWAY_PORT; SparkConf() only sees the JVM's settings once PySpark has connected to
+    # it (before, it is an empty Python-side conf, and --master would fall back to local[*]).
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return {}  # not under spark-submit: nothing was submitted
+    from pyspark import SparkConf, SparkContext  # noqa: PLC0415 - the JVM spark-submit started
 
+    SparkContext._ensure_initialized()
     return dict(SparkConf().getAll())

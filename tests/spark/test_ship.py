@@ -199,3 +199,39 @@ def test_remote_spark_connect_is_refused_with_the_reason(
     assert main(["run", str(config), "--remote", "sc://127.0.0.1:15002"]) == 1
     err = capsys.readouterr().err
     assert "Spark Connect cannot run these jobs" in err and "127.0.0.1:9" not in err
+
+
+def test_spark_submit_runs_the_job_on_the_submitted_master(tmp_path: Path) -> None:
+    """``spark-submit --master local[1] changefeed/cli/submit.py run ...``: the job takes the submission's
+    master (not the CLI's local[*] default) and writes the storage sink as a plain ``run`` does."""
+    import json  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    import pyspark  # noqa: PLC0415
+
+    import changefeed.cli.submit  # noqa: PLC0415
+    from changefeed.codec import CodecOptions  # noqa: PLC0415
+    from changefeed.consume.storage import StorageReader  # noqa: PLC0415
+    from changefeed.model import RowChange  # noqa: PLC0415
+
+    binlog = Path(__file__).resolve().parents[1] / "fixtures/binlog/full"
+    out = tmp_path / "out"
+    config = tmp_path / "c.toml"
+    config.write_text(
+        f'changefeed-id = "submitted"\nsink-uri = "file://{out}?protocol=canal-json&enable-tidb-extension=true"\n'
+        f'[source]\ntype = "binlog-files"\npath = "{binlog}"\n'
+    )
+    submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable}
+    argv = [str(submit), "--master", "local[1]", "--conf", "spark.ui.enabled=false", changefeed.cli.submit.__file__]
+    argv += ["--log-format", "json", "--log-level", "info", "run", str(config), "--available-now"]
+    done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    # spark-submit's Python runner passes the driver's stderr on through its own stdout: read both.
+    lines = (done.stdout + done.stderr).splitlines()
+    started = [json.loads(line) for line in lines if line.startswith("{") and '"job started"' in line]
+    assert [s["master"] for s in started] == ["local[1]"], done.stdout[-3000:]
+    codec = CodecOptions(protocol="canal-json", enable_tidb_extension=True)
+    rows = [e for e in StorageReader(out, codec).poll() if isinstance(e, RowChange)]
+    assert len(rows) == 23
