@@ -67,7 +67,8 @@ def _add_codec_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--schema-file",
         default=None,
-        help="csv decode: the table's storage-sink schema file (schema_<version>_<checksum>.json) typing the lines",
+        help="csv (and schema-less debezium) decode: the table's storage-sink schema file "
+        "(schema_<version>_<checksum>.json) typing the lines",
     )
 
 
@@ -170,10 +171,11 @@ def run_encode(args: argparse.Namespace) -> int:
 def run_decode(args: argparse.Namespace) -> int:
     options = options_from_args(args)
     decoder = make_decoder(options)
-    if options.protocol == "csv":
+    if options.protocol == "csv" and not args.schema_file:
         # CSV lines carry no types: TiCDC's consumer types them from the table's schema file.
-        if not args.schema_file:
-            raise ConfigError("csv lines carry no column types: pass the table's schema file with --schema-file")
+        raise ConfigError("csv lines carry no column types: pass the table's schema file with --schema-file")
+    if args.schema_file and options.protocol in ("csv", "debezium"):
+        # Debezium messages without their schema section (debezium-disable-schema) are typed the same way.
         try:
             with open(args.schema_file, "rb") as f:
                 text = f.read()

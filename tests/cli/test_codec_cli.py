@@ -151,3 +151,39 @@ def test_csv_round_trip_with_a_schema_file(tmp_path: Path) -> None:
         [sys.executable, "-m", "changefeed", "decode", *args], input=messages, capture_output=True, check=False
     )
     assert missing.returncode == 1 and "--schema-file" in missing.stderr.decode()
+
+
+def test_cli_debezium_without_schema_and_old_values(tmp_path: Path) -> None:
+    """``--debezium-disable-schema`` drops the ``schema`` member of keys and values, ``--no-output-old-value``
+    the ``before`` image of UPDATEs (DELETEs keep theirs: it is the row); decode reads them back."""
+    import base64  # noqa: PLC0415
+
+    args = ["--protocol", "debezium", "--enable-tidb-extension", "--debezium-disable-schema", "--no-output-old-value"]
+    messages = _run(["encode", *args], b"".join(dumps_event(e) for e in EVENTS))
+    rows = []
+    for line in messages.splitlines():
+        m = orjson.loads(line)
+        key = orjson.loads(base64.b64decode(m["key"])) if m["key"] else None
+        value = orjson.loads(base64.b64decode(m["value"]))
+        assert "schema" not in value and (key is None or "schema" not in key), value
+        if value.get("payload", {}).get("op") in ("c", "u", "d"):
+            rows.append(value["payload"])
+    assert [p["op"] for p in rows] == ["c", "c", "u", "d"]
+    assert "before" not in rows[2] and rows[2]["after"]["val"] == "bb"
+    assert rows[3]["before"]["id"] == 1
+    # Without their schema section the messages are typed by the table's schema file, as CSV lines are.
+    proc = subprocess.run(
+        [sys.executable, "-m", "changefeed", "decode", *args], input=messages, capture_output=True, check=False
+    )
+    assert proc.returncode == 1 and b"no table schema was given" in proc.stderr
+    schema_file = tmp_path / "schema.json"
+    schema_file.write_text(SchemaFile.from_table(T, T.version).to_json())
+    out = _run(["decode", *args, "--schema-file", str(schema_file)], messages)
+    decoded = [e for e in EventReader().read(io.BytesIO(out)) if isinstance(e, RowChange)]
+    assert [(e.op, e.as_dict()) for e in decoded] == [
+        (Op.INSERT, {"id": 1, "val": "aa", "amount": Decimal("1.5"), "raw": b"\x00\xff"}),
+        (Op.INSERT, {"id": 2, "val": "测试😀", "amount": None, "raw": None}),
+        (Op.UPDATE, {"id": 2, "val": "bb", "amount": Decimal("0"), "raw": b""}),
+        (Op.DELETE, {}),
+    ]
+    assert decoded[2].old is None and decoded[3].as_dict(old=True)["id"] == 1  # no old value, as asked

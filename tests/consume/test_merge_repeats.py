@@ -58,6 +58,7 @@ PROTOCOLS = [
     pytest.param(CodecOptions(protocol="open-protocol", max_batch_size=2), id="open-protocol-2-rows"),
     pytest.param(CodecOptions(protocol="canal-json", enable_tidb_extension=True), id="canal-json"),
     pytest.param(CodecOptions(protocol="simple"), id="simple-json"),
+    pytest.param(CodecOptions(protocol="debezium", enable_tidb_extension=True), id="debezium"),
 ]
 
 
@@ -362,8 +363,9 @@ def _compact(deliveries: list[list[RowChange] | Resolved]) -> str:
         CodecOptions(protocol="open-protocol", max_batch_size=2),
         CodecOptions(protocol="canal-json", enable_tidb_extension=True),
         CodecOptions(protocol="simple"),
+        CodecOptions(protocol="debezium", enable_tidb_extension=True),
     ],
-    ids=["open-protocol", "canal-json", "simple-json"],
+    ids=["open-protocol", "canal-json", "simple-json", "debezium"],
 )
 def test_through_the_broker_with_a_restarted_sink(broker, codec: CodecOptions) -> None:
     """KafkaSink -> tansu -> KafkaSource: the transaction whole, its re-send after a sink restart dropped."""

@@ -53,7 +53,7 @@ RULES = {
 }
 
 
-@pytest.mark.parametrize("protocol", ["open-protocol", "canal-json", "simple"])
+@pytest.mark.parametrize("protocol", ["open-protocol", "canal-json", "simple", "debezium"])
 @pytest.mark.parametrize("rule", sorted(RULES))
 @pytest.mark.parametrize("batch_rows", [2, 8192])
 def test_fixture_blocks_encode_like_rows(protocol: str, rule: str, batch_rows: int) -> None:
