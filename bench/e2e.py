@@ -1080,6 +1080,18 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
+def report_header(script: str, **fields: Any) -> dict[str, Any]:
+    """What every bench report starts with: the command, when, the machine's cores and load, ``fields``, git."""
+    return {
+        "command": shlex.join([".venv/bin/python", script, *sys.argv[1:]]),
+        "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
+        "cores": os.cpu_count(),
+        "load_average_start": os.getloadavg(),
+        **fields,
+        "git": git_state(),
+    }
+
+
 def git_state() -> dict[str, Any]:
     """The commit, and the files changed under changefeed/ (the jobs run the working tree, not the commit)."""
 
@@ -1100,18 +1112,14 @@ def main() -> int:
         sys.exit(f"{CHANGEFEED} not found: run scripts/setup")
     # SIGTERM unwinds like Ctrl-C, so every job, server and broker is stopped on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    report: dict[str, Any] = {
-        "command": shlex.join([".venv/bin/python", "bench/e2e.py", *sys.argv[1:]]),
-        "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
-        "cores": os.cpu_count(),
-        "load_average_start": os.getloadavg(),
-        "rows": args.rows,
-        "columns": args.columns,
-        "protocol": args.protocol,
-        "trigger_interval": args.trigger_interval or "the jobs' defaults",
-        "spark_conf": args.spark_conf,
-        "git": git_state(),
-    }
+    report = report_header(
+        "bench/e2e.py",
+        rows=args.rows,
+        columns=args.columns,
+        protocol=args.protocol,
+        trigger_interval=args.trigger_interval or "the jobs' defaults",
+        spark_conf=args.spark_conf,
+    )
     print(f"command: {report['command']}")
     load = "/".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"{report['date_utc']} UTC, {report['cores']} cores, load average {load}")

@@ -24,8 +24,8 @@ import argparse
 import json
 import os
 import resource
-import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -48,9 +48,9 @@ from bench.e2e import (
     cpu_report,
     create_tables,
     execute_all,
-    git_state,
     print_cpu,
     print_trouble,
+    report_header,
     say,
     server,
     service_pid,
@@ -176,15 +176,8 @@ def main() -> int:
     p.add_argument("--timeout", type=float, default=1800, help="give up any wait after this many seconds")
     p.add_argument("--json", type=Path, help="also write the figures here as JSON")
     args = p.parse_args()
-    report: dict[str, Any] = {
-        "command": shlex.join([".venv/bin/python", "bench/snapshot.py", *sys.argv[1:]]),
-        "date_utc": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime()),
-        "cores": os.cpu_count(),
-        "load_average_start": os.getloadavg(),
-        "rows": args.rows,
-        "columns": args.columns,
-        "git": git_state(),
-    }
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: the servers and the job are stopped
+    report = report_header("bench/snapshot.py", rows=args.rows, columns=args.columns)
     print(f"command: {report['command']}")
     print(f"{report['date_utc']} UTC, {report['cores']} cores, load average {os.getloadavg()[0]:.2f}")
     work = Path(tempfile.mkdtemp(prefix="changefeed-bench-snapshot-"))
