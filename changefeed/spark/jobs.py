@@ -395,6 +395,9 @@ def plan(
     if opts.input == "binlog":
         if not any(k.lower() == "snapshotdir" for k in options):  # a snapshot's chunks until their batch commits
             options["snapshotDir"] = str(checkpoint / "changefeed-snapshot")
+            # In local mode every reader of the batch sees that directory: partitions name the chunk files.
+            master = spark.sparkContext.master or ""
+            options.setdefault("snapshotDirShared", str(master.startswith("local")).lower())
         decoder = RangeDecoder.from_options(options)
         if encoder is not None:
             encode, write = encoder

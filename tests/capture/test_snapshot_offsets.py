@@ -225,9 +225,13 @@ def test_config_snapshot_keys_and_defaults() -> None:
         parse_config('sink-uri = "file:///x"\n[source]\npath = "/b"\nsnapshot = "initial"\n')
 
 
-def test_snapshot_batches_are_bounded_in_bytes(mariadb_factory: Callable[..., MariaDBServer], tmp_path: Path) -> None:
+@pytest.mark.parametrize("shared", [False, True], ids=["chunks-in-partitions", "chunk-files"])
+def test_snapshot_batches_are_bounded_in_bytes(
+    mariadb_factory: Callable[..., MariaDBServer], tmp_path: Path, shared: bool
+) -> None:
     """Wide rows: a batch stops at maxBytesPerTrigger bytes of chunk data (rounds of snapshotParallelism chunks),
-    not at maxEventsPerTrigger rows alone; the batches still add up to the table."""
+    not at maxEventsPerTrigger rows alone; the batches still add up to the table. With snapshotDirShared
+    (local mode) a partition names its chunk's spill file instead of carrying the chunk."""
     server = mariadb_factory()
     schema = "snapbytes"
     wide = "x" * 2000
@@ -239,6 +243,7 @@ def test_snapshot_batches_are_bounded_in_bytes(mariadb_factory: Callable[..., Ma
         cur.execute("RESET MASTER")
     spill = tmp_path / "spill"
     options = _options(server, schema, spill, snapshotChunkSize="10", snapshotParallelism="2", maxBytesPerTrigger="30k")
+    options["snapshotDirShared"] = str(shared).lower()
     decoder = RangeDecoder.from_options(options)
     source = _input(options)
     offset = source.initial_offset()
@@ -249,6 +254,9 @@ def test_snapshot_batches_are_bounded_in_bytes(mariadb_factory: Callable[..., Ma
         if end == offset:
             break
         sizes.append(sum(p.stat().st_size for p in spill.iterdir()))
+        parts = list(source.partitions(offset, end, source.opts.changelog(None)))
+        carried = [(p.chunk is not None, p.chunk_file is not None) for p in parts]  # type: ignore[attr-defined]
+        assert carried == [(not shared, shared)] * len(parts)
         _apply(tables, _events(source, decoder, offset, end), {"w": [0]})
         source.commit(end)
         offset = end

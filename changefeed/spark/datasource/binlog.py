@@ -60,8 +60,9 @@ EARLIEST, LATEST = "earliest", "latest"
 RANGES = "ranges"
 #: ``chunk``: a snapshot chunk's events (JSONL) instead of a binlog range; ``handover``: the snapshot's
 #: cuts a range is checked against while it overlaps the snapshot (docs/snapshot.md).
-RANGES_SCHEMA = "start string, end string, keys string, chunk string, handover string"
-RANGES_ARROW = pa.schema([pa.field(n, pa.string()) for n in ("start", "end", "keys", "chunk", "handover")])
+_RANGES_COLUMNS = ("start", "end", "keys", "chunk", "handover", "chunk_file")
+RANGES_SCHEMA = ", ".join(f"{n} string" for n in _RANGES_COLUMNS)
+RANGES_ARROW = pa.schema([pa.field(n, pa.string()) for n in _RANGES_COLUMNS])
 #: Planning state kept per input: catalogs at this many boundaries, key logs of this many batches.
 _REMEMBERED = 8
 #: A live source reconnects (from the savepoint) for this long before failing the read.
@@ -389,9 +390,10 @@ def _connector(source: BinlogSource) -> Any:
     return None
 
 
-def chunk_events(text: str) -> list[Event]:
-    """A snapshot chunk's events from their JSONL (`snapshot.SpillStore`)."""
-    return list(EventReader(source="snapshot chunk").read(text.encode().splitlines()))
+def chunk_events(text: str | None, path: str | None = None) -> list[Event]:
+    """A snapshot chunk's events from their JSONL (`snapshot.SpillStore`): ``text``, or the spill file ``path``."""
+    data = text.encode() if text is not None else Path(str(path)).read_bytes()
+    return list(EventReader(source=path or "snapshot chunk").read(data.splitlines()))
 
 
 @dataclass
@@ -406,6 +408,7 @@ class BinlogRange(InputPartition):
     output: str = CHANGELOG
     keys: str | None = None  # the DDL catalog as of ``start`` (`_KeyLog.payload`)
     chunk: str | None = None  # a snapshot chunk's events (JSONL): this partition is that chunk, not a range
+    chunk_file: str | None = None  # or the spill file holding them, where the reader shares the disk
     handover: str | None = None  # the snapshot's cuts while the range overlaps the snapshot (`HandoverState`)
 
     def __post_init__(self) -> None:
@@ -420,12 +423,13 @@ class BinlogRange(InputPartition):
                     "keys": [self.keys],
                     "chunk": [self.chunk],
                     "handover": [self.handover],
+                    "chunk_file": [self.chunk_file],
                 },
                 schema=RANGES_ARROW,
             )
             return
-        if self.chunk is not None:
-            events: Iterable[Event] = chunk_events(self.chunk)
+        if self.chunk is not None or self.chunk_file is not None:
+            events: Iterable[Event] = chunk_events(self.chunk, self.chunk_file)
         else:
             events = range_events(
                 self.source, self.start, self.end, self.time_zone, keys=self.keys, handover=self.handover
@@ -463,12 +467,15 @@ class RangeDecoder:
         for batch in batches:
             starts, ends = batch.column("start").to_pylist(), batch.column("end").to_pylist()
             none = [None] * len(starts)
-            keys, chunks, handovers = (
-                batch.column(n).to_pylist() if n in batch.schema.names else none for n in ("keys", "chunk", "handover")
+            keys, chunks, handovers, files = (
+                batch.column(n).to_pylist() if n in batch.schema.names else none
+                for n in ("keys", "chunk", "handover", "chunk_file")
             )
-            for start, end, catalog, chunk, handover in zip(starts, ends, keys, chunks, handovers, strict=True):
-                if chunk is not None:  # a snapshot chunk: its rows as INSERTs, DDL first on a table's first chunk
-                    yield from keep.events(chunk_events(chunk))
+            for start, end, catalog, chunk, handover, file in zip(
+                starts, ends, keys, chunks, handovers, files, strict=True
+            ):
+                if chunk is not None or file is not None:  # a snapshot chunk: INSERTs, DDL first on a table's first
+                    yield from keep.events(chunk_events(chunk, file))
                     continue
                 if handover is not None:  # overlapping the snapshot: row by row through the hand-over
                     start_d, end_d = orjson.loads(start), orjson.loads(end)
@@ -508,7 +515,7 @@ class BinlogInput(Input):
 
     OPTIONS = frozenset(
         {"startposition", "eventsperpartition", "url", "password"}
-        | {"snapshot", "snapshotchunksize", "snapshotparallelism", "snapshotdir"}
+        | {"snapshot", "snapshotchunksize", "snapshotparallelism", "snapshotdir", "snapshotdirshared"}
     )
     OUTPUTS: ClassVar[Mapping[str, str]] = {RANGES: RANGES_SCHEMA}
     # Rows per micro-batch by default (cut at the next transaction boundary): the capture job
@@ -799,6 +806,13 @@ class BinlogInput(Input):
             if progress is None or start == end:
                 return []
             where = {"snapshot": progress.batch}
+            if self.snapshot.shared:  # the reader shares the spill directory: name the files, keep the JVM out
+                return [
+                    BinlogRange(
+                        self.source, where, where, self.opts.time_zone, changelog, self.opts.output, chunk_file=str(p)
+                    )
+                    for p in self._spill.paths(progress)
+                ]
             return [
                 BinlogRange(self.source, where, where, self.opts.time_zone, changelog, self.opts.output, chunk=text)
                 for text in self._spill.read(progress)

@@ -21,7 +21,7 @@ from typing import Any
 
 from ...capture.snapshot.progress import ReadChunk, SnapshotProgress, spill_names
 from ...capture.snapshot.reader import DEFAULT_CHUNK_SIZE
-from ...errors import ConfigError, positive_int
+from ...errors import ConfigError, positive_int, true_false
 
 log = logging.getLogger(__name__)
 
@@ -40,12 +40,20 @@ SNAPSHOT = "snapshot"
 
 @dataclass(frozen=True)
 class SnapshotOptions:
-    """The input's ``snapshot``, ``snapshotChunkSize``, ``snapshotParallelism`` and ``snapshotDir`` options."""
+    """The input's ``snapshot``, ``snapshotChunkSize``, ``snapshotParallelism``, ``snapshotDir`` and
+    ``snapshotDirShared`` options.
+
+    ``snapshotDirShared=true`` (set by the jobs in local mode): whatever reads a batch's partitions
+    (executors, the driver) sees ``snapshotDir``, so a partition names its chunk's spill file instead
+    of carrying the chunk, and the chunks never pass through Spark's JVM (bench/RESULTS.md,
+    "Initial snapshot"). On a cluster the chunks travel inside the partitions.
+    """
 
     mode: str = "never"
     chunk_size: int = DEFAULT_CHUNK_SIZE
     parallelism: int = DEFAULT_PARALLELISM
     spill: Path | None = None
+    shared: bool = False
 
     @classmethod
     def parse(cls, extra: Mapping[str, str]) -> SnapshotOptions:
@@ -55,11 +63,13 @@ class SnapshotOptions:
         size = extra.get("snapshotchunksize")
         par = extra.get("snapshotparallelism")
         spill = extra.get("snapshotdir")
+        shared = true_false(extra.get("snapshotdirshared", "false"), "snapshotDirShared")
         return cls(
             mode,
             positive_int(size, "snapshotChunkSize") if size else DEFAULT_CHUNK_SIZE,
             positive_int(par, "snapshotParallelism") if par else DEFAULT_PARALLELISM,
             Path(spill) if spill else None,
+            shared and bool(spill),
         )
 
     @property
@@ -132,13 +142,24 @@ class SpillStore:
                 path = self.root / name
                 data = path.read_bytes() if path.is_file() else None
             if data is None:
-                where = self.root if self.root is not None else "memory (no snapshotDir)"
-                raise ConfigError(
-                    f"the snapshot chunks of micro-batch {progress.batch} are gone from {where}: "
-                    "the checkpoint cannot be resumed; delete it (and the downstream's copy) to snapshot again"
-                )
+                raise self._gone(progress)
             out.append(data.decode())
         return out
+
+    def paths(self, progress: SnapshotProgress) -> list[Path]:
+        """The spill file of each chunk the offset's batch read, in order (a spill directory only)."""
+        assert self.root is not None
+        out = [self.root / name for name in spill_names(progress)]
+        if not all(path.is_file() for path in out):
+            raise self._gone(progress)
+        return out
+
+    def _gone(self, progress: SnapshotProgress) -> ConfigError:
+        where = self.root if self.root is not None else "memory (no snapshotDir)"
+        return ConfigError(
+            f"the snapshot chunks of micro-batch {progress.batch} are gone from {where}: "
+            "the checkpoint cannot be resumed; delete it (and the downstream's copy) to snapshot again"
+        )
 
     def prune(self, progress: SnapshotProgress) -> None:
         """Drop the chunks of ``progress``'s batch and every earlier one (Spark committed it)."""
