@@ -44,9 +44,9 @@ Connect = Callable[[], Any]
 WindowReader = Callable[[BinlogPosition, BinlogPosition], Iterable[Event]]
 """The binlog events from a low to a high watermark (`replica_window`)."""
 
-#: Rows per chunk by default: 2048 and 8192 copied 300k rows at the same rate; 32768 (four such
-#: chunks a round, ~130 MB of JSONL) ran the driver's JVM out of heap (bench/RESULTS.md,
-#: "Initial snapshot"). A round of ``snapshot-parallelism`` chunks must fit the driver.
+#: Rows per chunk by default: 2048, 8192 and 32768 copied 300k rows at the same rate (bench/RESULTS.md,
+#: "Initial snapshot"); where chunks travel inside Spark's partitions (a cluster), a round of
+#: ``snapshot-parallelism`` 32768-row chunks (~130 MB of JSONL) ran a 1 GB driver JVM out of heap.
 DEFAULT_CHUNK_SIZE = 8192
 _RETRIES = 3
 
