@@ -68,6 +68,7 @@ from .encode import PartitionEvents, encode_kafka, encode_storage, event_order, 
 from .merge import MergeStage, OrderedStage, Stage
 from .pyworker import quiet_gc
 from .session import checkpoint_conf
+from .ship import is_local_master
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -396,8 +397,7 @@ def plan(
         if not any(k.lower() == "snapshotdir" for k in options):  # a snapshot's chunks until their batch commits
             options["snapshotDir"] = str(checkpoint / "changefeed-snapshot")
             # In local mode every reader of the batch sees that directory: partitions name the chunk files.
-            master = spark.sparkContext.master or ""
-            options.setdefault("snapshotDirShared", str(master.startswith("local")).lower())
+            options.setdefault("snapshotDirShared", str(is_local_master(spark.sparkContext.master or "")).lower())
         decoder = RangeDecoder.from_options(options)
         if encoder is not None:
             encode, write = encoder

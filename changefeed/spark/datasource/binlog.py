@@ -58,8 +58,9 @@ EARLIEST, LATEST = "earliest", "latest"
 #: The capture job's hand-over: its encode stage decodes each range where it encodes it
 #: (`RangeDecoder`), so no row crosses a process boundary before it is encoded.
 RANGES = "ranges"
-#: ``chunk``: a snapshot chunk's events (JSONL) instead of a binlog range; ``handover``: the snapshot's
-#: cuts a range is checked against while it overlaps the snapshot (docs/snapshot.md).
+#: ``chunk``: a snapshot chunk's events (JSONL) instead of a binlog range, or ``chunk_file``: the spill
+#: file holding them; ``handover``: the snapshot's cuts a range is checked against while it overlaps
+#: the snapshot (docs/snapshot.md).
 _RANGES_COLUMNS = ("start", "end", "keys", "chunk", "handover", "chunk_file")
 RANGES_SCHEMA = ", ".join(f"{n} string" for n in _RANGES_COLUMNS)
 RANGES_ARROW = pa.schema([pa.field(n, pa.string()) for n in _RANGES_COLUMNS])
@@ -392,7 +393,8 @@ def _connector(source: BinlogSource) -> Any:
 
 def chunk_events(text: str | None, path: str | None = None) -> list[Event]:
     """A snapshot chunk's events from their JSONL (`snapshot.SpillStore`): ``text``, or the spill file ``path``."""
-    data = text.encode() if text is not None else Path(str(path)).read_bytes()
+    assert text is not None or path is not None
+    data = text.encode() if text is not None else Path(path).read_bytes()  # type: ignore[arg-type]
     return list(EventReader(source=path or "snapshot chunk").read(data.splitlines()))
 
 
@@ -806,16 +808,15 @@ class BinlogInput(Input):
             if progress is None or start == end:
                 return []
             where = {"snapshot": progress.batch}
-            if self.snapshot.shared:  # the reader shares the spill directory: name the files, keep the JVM out
-                return [
-                    BinlogRange(
-                        self.source, where, where, self.opts.time_zone, changelog, self.opts.output, chunk_file=str(p)
-                    )
-                    for p in self._spill.paths(progress)
-                ]
+            # Where the readers share the spill directory, name the files: the chunks stay out of the JVM.
+            chunks = (
+                [{"chunk_file": str(p)} for p in self._spill.paths(progress)]
+                if self.snapshot.shared
+                else [{"chunk": text} for text in self._spill.read(progress)]
+            )
             return [
-                BinlogRange(self.source, where, where, self.opts.time_zone, changelog, self.opts.output, chunk=text)
-                for text in self._spill.read(progress)
+                BinlogRange(self.source, where, where, self.opts.time_zone, changelog, self.opts.output, **chunk)
+                for chunk in chunks
             ]
         start_d, handover = self._binlog_start(start)
         cuts = orjson.dumps(handover.to_dict()).decode() if handover is not None else None
