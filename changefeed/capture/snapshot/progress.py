@@ -286,15 +286,7 @@ class BatchReader:
         plan = self._plans.get(state.name)
         if plan is not None and plan.key == state.key and plan.boundaries == state.bounds:
             return plan
-        if not state.planned:
-            plan = self.reader.plan(*state.name)
-            key_columns = [plan.schema.column(n) for n in plan.key]
-            state.planned, state.key = True, plan.key
-            state.columns = [column_definition(c) for c in key_columns]
-            state.bounds = list(plan.boundaries)
-        else:  # planned by an earlier process: the same boundaries, today's shape
-            plan = TablePlan(self.reader.table_schema(*state.name), state.key, ranges(state.bounds))
-        self._plans[state.name] = plan
+        plan = self._plans[state.name] = plan_table(self.reader, state)
         return plan
 
     def _jobs(self, progress: SnapshotProgress, count: int) -> list[tuple[int, TablePlan, int]]:
@@ -348,29 +340,50 @@ class BatchReader:
     def _events(
         self, progress: SnapshotProgress, ti: int, plan: TablePlan, result: ChunkResult, clock: CommitClock
     ) -> ReadChunk:
-        ms = result.commit_ts >> 18
-        events: list[Event] = []
-        if result.index == 0:  # each DDL at a ts of its own, before the rows' (a DDL's ts closes everything below)
-            events += self._ddl(progress, ti, plan, lambda: clock.next(ms))
-        ts = clock.next(ms)
-        events += [RowChange(Op.INSERT, plan.schema, ts, new=row) for row in result.rows]
-        events.append(Resolved(ts, position={"snapshot": {"table": list(plan.name), "chunk": result.index}}))
-        return ReadChunk(plan.name, result.index, events)
+        first_of_schema = not any(t.name[0] == plan.name[0] for t in progress.tables[:ti])
+        return chunk_events(self.reader, plan, result, clock, first_of_schema)
 
-    def _ddl(self, progress: SnapshotProgress, ti: int, plan: TablePlan, ts: Callable[[], int]) -> list[Event]:
-        """CREATE DATABASE (the schema's first table) and CREATE TABLE, so a downstream without them gets them.
 
-        DM's dump carries the schema the same way; both statements are no-ops where the objects
-        exist (the MySQL sink takes "exists" as done, TiCDC's rule).
-        """
-        schema, table = plan.name
-        events: list[Event] = []
-        if not any(t.name[0] == schema for t in progress.tables[:ti]):
-            query = f"CREATE DATABASE IF NOT EXISTS {_quote(schema)}"
-            events.append(DDLEvent(schema, "", query, int(ActionType.CREATE_SCHEMA), ts()))
-        query = self.reader.create_table(schema, table)
-        events.append(DDLEvent(schema, table, query, int(ActionType.CREATE_TABLE), ts(), table_schema=plan.schema))
-        return events
+def plan_table(reader: SnapshotReader, state: TableState) -> TablePlan:
+    """``state``'s chunks: cut now (and recorded in ``state``) if not yet planned, else its recorded
+    boundaries over the table's shape today (planned by an earlier process or another task)."""
+    if state.planned:
+        return TablePlan(reader.table_schema(*state.name), state.key, ranges(state.bounds))
+    plan = reader.plan(*state.name)
+    state.planned, state.key = True, plan.key
+    state.columns = [column_definition(plan.schema.column(n)) for n in plan.key]
+    state.bounds = list(plan.boundaries)
+    return plan
+
+
+def chunk_events(
+    reader: SnapshotReader, plan: TablePlan, result: ChunkResult, clock: CommitClock, first_of_schema: bool
+) -> ReadChunk:
+    """A chunk's events: the DDL before a table's first chunk, its rows as INSERTs at one commit ts, a `Resolved`."""
+    ms = result.commit_ts >> 18
+    events: list[Event] = []
+    if result.index == 0:  # each DDL at a ts of its own, before the rows' (a DDL's ts closes everything below)
+        events += _ddl(reader, plan, first_of_schema, lambda: clock.next(ms))
+    ts = clock.next(ms)
+    events += [RowChange(Op.INSERT, plan.schema, ts, new=row) for row in result.rows]
+    events.append(Resolved(ts, position={"snapshot": {"table": list(plan.name), "chunk": result.index}}))
+    return ReadChunk(plan.name, result.index, events)
+
+
+def _ddl(reader: SnapshotReader, plan: TablePlan, first_of_schema: bool, ts: Callable[[], int]) -> list[Event]:
+    """CREATE DATABASE (before the schema's first table) and CREATE TABLE, so a downstream without them gets them.
+
+    DM's dump carries the schema the same way; both statements are no-ops where the objects
+    exist (the MySQL sink takes "exists" as done, TiCDC's rule).
+    """
+    schema, table = plan.name
+    events: list[Event] = []
+    if first_of_schema:
+        query = f"CREATE DATABASE IF NOT EXISTS {_quote(schema)}"
+        events.append(DDLEvent(schema, "", query, int(ActionType.CREATE_SCHEMA), ts()))
+    query = reader.create_table(schema, table)
+    events.append(DDLEvent(schema, table, query, int(ActionType.CREATE_TABLE), ts(), table_schema=plan.schema))
+    return events
 
 
 def _quote(name: str) -> str:

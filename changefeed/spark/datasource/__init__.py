@@ -29,6 +29,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, SupportsTriggerAvailableNow
 from pyspark.sql.types import StructType
 
+from ...errors import ConfigError
 from ...model import TableSchema
 from ..changelog import ChangelogRows, changelog_schema, image_struct
 from .binlog import BinlogInput
@@ -36,8 +37,11 @@ from .kafka import KafkaInput
 from .kv import KVInput
 from .options import CHANGELOG, INPUTS, NAME, Input, SourceOptions
 from .storage import StorageInput
+from .tables import SnapshotInput
 
-INPUTS.update({"storage": StorageInput, "binlog": BinlogInput, "kafka": KafkaInput, "kv": KVInput})
+INPUTS.update(
+    {"storage": StorageInput, "binlog": BinlogInput, "kafka": KafkaInput, "kv": KVInput, "snapshot": SnapshotInput}
+)
 
 __all__ = [
     "INPUTS",
@@ -47,6 +51,7 @@ __all__ = [
     "Input",
     "KVInput",
     "KafkaInput",
+    "SnapshotInput",
     "SourceOptions",
     "StorageInput",
     "register",
@@ -61,9 +66,7 @@ class _BatchReader(DataSourceReader):
         self.changelog = changelog
 
     def partitions(self) -> Sequence[InputPartition]:
-        start = self.source.initial_offset()
-        end = self.source.latest_offset(start, None, None)
-        return self.source.partitions(start, end, self.changelog)
+        return self.source.batch_partitions(self.changelog)
 
     def read(self, partition: InputPartition) -> Iterator[tuple[Any, ...]]:
         return partition.rows()  # type: ignore[attr-defined]
@@ -134,6 +137,8 @@ class ChangefeedDataSource(DataSource):
         return _BatchReader(self.source, self.opts.changelog(self._table()))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:  # noqa: N802
+        if self.source.NOT_STREAMING:
+            raise ConfigError(f"input {self.opts.input} {self.source.NOT_STREAMING}")
         limit = self.opts.max_events or self.source.DEFAULT_MAX_EVENTS
         return _StreamReader(self.source, self.opts.changelog(self._table()), limit)
 

@@ -48,7 +48,16 @@ from ...mysqlclient import MySQLError, ProgrammingError
 from ...sink.mysql.url import MySQLParams
 from ..changelog import ChangelogRows, EventFilter
 from .options import CHANGELOG, Input, SourceOptions, zone
-from .snapshot import DEFAULT_BATCH_BYTES, SnapshotOptions, SpillStore, is_snapshot, offset_of, pending, progress_of
+from .snapshot import (
+    DEFAULT_BATCH_BYTES,
+    SnapshotOptions,
+    SpillStore,
+    is_snapshot,
+    offset_of,
+    pending,
+    progress_of,
+    snapshot_partitions,
+)
 
 log = logging.getLogger(__name__)
 
@@ -597,6 +606,19 @@ class BinlogInput(Input):
 
     def available_now_target(self) -> dict[str, Any]:
         return self.source.end()
+
+    def batch_partitions(self, changelog: ChangelogRows) -> Sequence[InputPartition]:
+        """A batch read: the binlog available now; with ``snapshot=initial-only``, the snapshot read chunk by
+        chunk in the tasks (`snapshot_partitions`: the whole of every table, one chunk's memory per task)."""
+        if not self._snapshot_first():
+            return super().batch_partitions(changelog)
+        if self.snapshot.mode != "initial-only":
+            raise ConfigError(
+                f"a batch read takes snapshot initial-only (or input snapshot), not {self.snapshot.mode}: the "
+                "snapshot followed by the binlog is a stream (readStream with trigger availableNow)"
+            )
+        assert isinstance(self.source, BinlogServer)  # a snapshot needs one (checked in __init__)
+        return snapshot_partitions(self.source, self.opts.time_zone, self.snapshot.chunk_size, changelog)
 
     # ------------------------------------------------------------------ snapshot (docs/snapshot.md)
 

@@ -125,6 +125,8 @@ class Input:
     DEFAULT_MAX_EVENTS: ClassVar[int | None] = None
     #: Why ``maxBytesPerTrigger`` cannot apply to this input ("": it does).
     NO_BYTES_LIMIT: ClassVar[str] = "cannot bound a micro-batch in bytes"
+    #: Why this input cannot be read as a stream ("": it can).
+    NOT_STREAMING: ClassVar[str] = ""
 
     def __init__(self, opts: SourceOptions) -> None:
         self.opts = opts
@@ -151,6 +153,11 @@ class Input:
         self, start: dict[str, Any], end: dict[str, Any], changelog: ChangelogRows
     ) -> Sequence[InputPartition]:
         raise NotImplementedError
+
+    def batch_partitions(self, changelog: ChangelogRows) -> Sequence[InputPartition]:
+        """A batch read's partitions: everything available now, from the first offset to the latest."""
+        start = self.initial_offset()
+        return self.partitions(start, self.latest_offset(start, None, None), changelog)
 
     def commit(self, end: dict[str, Any]) -> None:
         """Spark committed the batch ending at ``end`` (late: at the next planning); nothing to do by default."""

@@ -1,4 +1,5 @@
-"""The ``binlog`` input's snapshot phase (docs/snapshot.md "In a Spark job"): options, spilled chunks, offsets.
+"""The ``binlog`` input's snapshot phase (docs/snapshot.md "In a Spark job"): options, spilled chunks, offsets;
+and the batch read's chunks, each read by its own task (`snapshot_partitions`).
 
 While a snapshot runs, an offset is ``{"snapshot": SnapshotProgress, "file", "pos"}`` (file/pos:
 where the binlog will take over, so the preflight checks it is not purged). The planning process
@@ -14,14 +15,30 @@ from __future__ import annotations
 import logging
 import os
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from ...capture.snapshot.progress import ReadChunk, SnapshotProgress, spill_names
-from ...capture.snapshot.reader import DEFAULT_CHUNK_SIZE
+import orjson
+from pyspark.sql.datasource import InputPartition
+
+from ...capture.binlog.replica import ServerAddress
+from ...capture.snapshot.progress import (
+    ReadChunk,
+    SnapshotProgress,
+    TableState,
+    chunk_events,
+    plan_table,
+    spill_names,
+)
+from ...capture.snapshot.progress import begin as begin_snapshot
+from ...capture.snapshot.reader import DEFAULT_CHUNK_SIZE, SnapshotReader, replica_window
 from ...errors import ConfigError, positive_int, true_false
+from ...model.tso import CommitClock
+from ...sink.mysql.url import MySQLParams
+from ...timezones import zone
+from ..changelog import ChangelogRows
 
 log = logging.getLogger(__name__)
 
@@ -173,3 +190,80 @@ class SpillStore:
             head = path.name.split("-", 1)[0]
             if head.isdigit() and int(head) <= progress.batch:
                 path.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------------------- batch reads
+
+
+class LiveServer(Protocol):
+    """What a snapshot task needs of the binlog input's live source (`binlog.BinlogServer`)."""
+
+    @property
+    def address(self) -> ServerAddress: ...
+
+    def params(self) -> MySQLParams: ...
+
+
+def snapshot_reader(server: LiveServer, time_zone: str, chunk_size: int) -> SnapshotReader:
+    params = server.params()
+    tz = zone(time_zone)
+    return SnapshotReader(
+        lambda: params.connect(autocommit=True), replica_window(server.address, tz), tz=tz, chunk_size=chunk_size
+    )
+
+
+@dataclass
+class SnapshotChunk(InputPartition):
+    """One chunk of a batch read, read in its task: low watermark, SELECT, high watermark, and the
+    binlog between reconciled (docs/snapshot.md), on the task's own connections.
+
+    Why not read in the planning process as a stream does: a stream's next offset must hold each
+    chunk's high watermark, a batch read has no next offset; here memory holds one chunk per task
+    and the chunks are read as parallel as Spark's tasks run.
+    """
+
+    server: LiveServer  # pickled into the task with its credentials, never put in a row
+    table: str  # the table's `TableState` (key, boundaries) as JSON
+    index: int
+    first_of_schema: bool  # the table's first chunk also emits CREATE DATABASE
+    chunk_size: int
+    time_zone: str
+    changelog: ChangelogRows
+
+    def __post_init__(self) -> None:
+        InputPartition.__init__(self, None)
+
+    def rows(self) -> Iterator[tuple[Any, ...]]:
+        reader = snapshot_reader(self.server, self.time_zone, self.chunk_size)
+        plan = plan_table(reader, TableState.from_dict(orjson.loads(self.table)))
+        result = reader.read_chunk(plan, self.index)
+        for ev in chunk_events(reader, plan, result, CommitClock(), self.first_of_schema).events:
+            row = self.changelog.row(ev)
+            if row is not None:
+                yield row
+
+
+def snapshot_partitions(
+    server: LiveServer, time_zone: str, chunk_size: int, changelog: ChangelogRows
+) -> list[SnapshotChunk]:
+    """A batch read of the tables ``changelog`` keeps: each cut into chunks now, one partition per chunk.
+
+    Each row is the table's row as of its chunk's high watermark (DBLog's rule), so a table read
+    while it changes holds no torn or doubled rows; chunks of one table may be of different moments.
+    """
+    reader = snapshot_reader(server, time_zone, chunk_size)
+    progress = begin_snapshot(reader.connect, changelog.keeps)
+    out: list[SnapshotChunk] = []
+    schemas: set[str] = set()
+    for state in progress.tables:
+        if not reader.exists(*state.name):
+            continue  # dropped since it was listed
+        plan = plan_table(reader, state)
+        table = orjson.dumps(state.to_dict()).decode()
+        first = state.name[0] not in schemas
+        schemas.add(state.name[0])
+        out += [
+            SnapshotChunk(server, table, i, first, chunk_size, time_zone, changelog) for i in range(len(plan.ranges))
+        ]
+    log.info("snapshot batch read: %d tables, %d chunks of %d rows", len(progress.tables), len(out), chunk_size)
+    return out
