@@ -9,6 +9,7 @@ find its key, an update or delete must find its row) give the table.
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
@@ -266,3 +267,69 @@ def test_snapshot_batches_are_bounded_in_bytes(
     assert max(sizes) < 2 * 10 * 2600, sizes
     assert sorted(tables["w"]) == [(i,) for i in range(100)]
     assert all(row[1] == f"{row[0]}{wide}" for row in tables["w"].values())
+
+
+def _drain(source: BinlogInput, decoder: RangeDecoder, offset: dict[str, Any]) -> tuple[dict[str, Any], list[Event]]:
+    """Every micro-batch from ``offset`` until the input has nothing more, as Spark would run them."""
+    events: list[Event] = []
+    target = source.available_now_target()
+    for _ in range(60):
+        end = source.latest_offset(offset, 1000, target)
+        if end == offset:
+            return offset, events
+        events += _events(source, decoder, offset, end)
+        source.commit(end)
+        offset = end
+    raise AssertionError("the input did not come to an end")
+
+
+def test_when_needed_snapshots_only_when_the_position_is_gone(
+    mariadb_factory: Callable[..., MariaDBServer], tmp_path: Path
+) -> None:
+    """``snapshot=when-needed`` (Debezium's word): a start position the server still has streams from there;
+    one it purged (also a resumed checkpoint's) begins with a snapshot of the table, then the binlog."""
+    server = mariadb_factory()
+    schema = "snapneed"
+    with server.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {schema}")
+        cur.execute(f"CREATE TABLE {schema}.k (id INT PRIMARY KEY, v VARCHAR(8))")
+        cur.executemany(f"INSERT INTO {schema}.k VALUES (%s, %s)", [(i, f"v{i}") for i in range(30)])
+        conn.commit()
+        cur.execute("SHOW MASTER STATUS")
+        file, pos = cur.fetchone()[:2]
+        cur.executemany(f"INSERT INTO {schema}.k VALUES (%s, 'late')", [(i,) for i in range(30, 35)])
+        conn.commit()
+    options = _options(server, schema, tmp_path / "spill", snapshot="when-needed", startPosition=f"{file}:{pos}")
+    decoder = RangeDecoder.from_options(options)
+    present = _input(options)
+    first = present.initial_offset()
+    assert not is_snapshot(first) and first["file"] == file
+    _, events = _drain(present, decoder, first)
+    assert sorted(e.new[0] for e in events if isinstance(e, RowChange)) == list(range(30, 35))  # type: ignore[index]
+
+    with server.connect() as conn, conn.cursor() as cur:
+        cur.execute("FLUSH BINARY LOGS")
+        cur.execute("SHOW MASTER STATUS")
+        newest = cur.fetchone()[0]
+        # MariaDB keeps a file until its binlog checkpoint is written (asynchronously after FLUSH): retry.
+        deadline = time.monotonic() + 15
+        while True:
+            cur.execute(f"PURGE BINARY LOGS TO '{newest}'")
+            cur.execute("SHOW BINARY LOGS")
+            if [r[0] for r in cur.fetchall()] == [newest]:
+                break
+            assert time.monotonic() < deadline, "the server kept the purged logs"
+            time.sleep(0.1)
+        cur.execute(f"INSERT INTO {schema}.k VALUES (99, 'after')")  # in the binlog after the snapshot's start
+        conn.commit()
+    for start in ("given", "resumed"):
+        source = _input(options)
+        offset = source.initial_offset() if start == "given" else first  # resumed: a checkpoint's binlog offset
+        if start == "given":
+            assert offset == {"snapshot": {"pending": True}}
+        end, events = _drain(source, decoder, offset)
+        assert "handover" not in end and (not is_snapshot(end) or end["snapshot"]["next"] == [1, 0])  # all read
+        tables: dict[str, dict[Any, tuple[Any, ...]]] = {}
+        _apply(tables, events, {"k": [0]})
+        assert sorted(tables["k"]) == [(i,) for i in [*range(35), 99]], start
+        assert any(isinstance(e, DDLEvent) and e.table == "k" for e in events), "the snapshot creates the table"

@@ -271,3 +271,32 @@ def _has_marker(server: MariaDBServer, schema: str) -> bool:
             return False
         cur.execute(f"SELECT COUNT(*) FROM `{schema}`.accounts WHERE id = -1")
         return bool(cur.fetchone()[0])
+
+
+def test_initial_only_copies_the_tables_and_exits(
+    spark: object,
+    mariadb_factory: Callable[..., MariaDBServer],
+    mariadb_downstream: MariaDBServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``snapshot = "initial-only"``: `changefeed run` (no --available-now) copies the tables and ends by itself;
+    a change made afterwards is not streamed, also not by a second run on the same checkpoint."""
+    upstream = mariadb_factory()
+    schema, cid = f"snapo_{uuid.uuid4().hex[:8]}", f"snapo-{uuid.uuid4().hex[:6]}"
+    _setup(upstream, schema, scale=0.2)
+    config = _config(tmp_path / "cf.toml", cid, upstream, mariadb_downstream, schema)
+    config.write_text(config.read_text().replace("[source]\n", '[source]\nsnapshot = "initial-only"\n'))
+    argv = ["run", str(config), "--master", "local[2]", "--checkpoint", str(tmp_path / "ck")]
+    try:
+        assert main(argv) == 0
+        capsys.readouterr()
+        _diff(upstream, mariadb_downstream, schema, capsys)
+        with upstream.connect(database=schema) as conn, conn.cursor() as cur:
+            cur.execute("INSERT INTO accounts VALUES (-1, 'marker', 0, NULL)")
+            conn.commit()
+        assert main(argv) == 0  # the snapshot is done: nothing more to read
+        capsys.readouterr()
+        assert not _has_marker(mariadb_downstream, schema)
+    finally:
+        _cleanup(mariadb_downstream, schema, cid)
