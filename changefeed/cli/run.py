@@ -290,17 +290,23 @@ def preflight(
 
     source: MySQLParams | None = None
     start: Any = None
+    snapshot: Callable[[str, str], bool] | None = None
     if config.source.is_live:
         a = config.source.server()
         source = MySQLParams(host=a.host, port=a.port, user=a.user, password=a.password, options=a.tls.options())
         start = resume_position(checkpoint) or _configured_start(config.source.start_position)
         if config.source.snapshot_mode == "when-needed":
             start = None  # a purged position is not an error: the run snapshots the tables again
+        if config.source.snapshot_mode != "never":
+            from ..dispatch.tablefilter import TableFilter  # noqa: PLC0415
+
+            snapshot = TableFilter(config.filter.rules).match  # the tables a snapshot reads
     bootstrap, topic, partitions = broker if broker is not None else (None, None, None)
     findings = check_all(
         source=source,
         start=start,
         schema_tracker=False,
+        snapshot=snapshot,
         broker=bootstrap,
         topic=topic,
         partitions=partitions,

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import logging
 import socket
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 from ..capture.binlog.position import BinlogPosition, file_key
+from ..capture.snapshot.progress import SYSTEM_SCHEMAS
 from ..errors import ChangefeedError
+from ..model.ddl import quote_table
 from ..mysqlclient import MySQLError, OperationalError
 from ..secrets import mask_secrets
 from ..sink.mysql.url import MySQLParams, parse_mysql_url
@@ -107,15 +109,18 @@ def check_source(
     *,
     timeout: float = 5.0,
     schema_tracker: bool = True,
+    snapshot: Callable[[str, str], bool] | None = None,
 ) -> list[Finding]:
     """Everything binlog capture needs from a MySQL/MariaDB server, checked over one connection.
 
     ``start`` is the position capture will resume from (``FILE:POS``, a `BinlogPosition` or its
     dict); its file must still exist on the server. ``schema_tracker`` says whether capture may
     fall back to the schema tracker when ``binlog_row_metadata`` is not FULL (then it is a
-    warning, otherwise an error). Returns the findings; an empty list means ready to capture.
+    warning, otherwise an error). ``snapshot``: the tables a snapshot will read (schema, table ->
+    kept), each of which must allow SELECT. Returns the findings; an empty list means ready to capture.
     """
-    return _logged(_source_findings(url, _as_position(start), timeout, schema_tracker, everything=True))
+    position = _as_position(start)
+    return _logged(_source_findings(url, position, timeout, schema_tracker, everything=True, snapshot=snapshot))
 
 
 def binlog_settings(url: str | MySQLParams, *, timeout: float = 5.0, schema_tracker: bool = True) -> list[Finding]:
@@ -128,7 +133,12 @@ def binlog_settings(url: str | MySQLParams, *, timeout: float = 5.0, schema_trac
 
 
 def _source_findings(
-    url: str | MySQLParams, position: BinlogPosition | None, timeout: float, schema_tracker: bool, everything: bool
+    url: str | MySQLParams,
+    position: BinlogPosition | None,
+    timeout: float,
+    schema_tracker: bool,
+    everything: bool,
+    snapshot: Callable[[str, str], bool] | None = None,
 ) -> list[Finding]:
     params = parse_mysql_url(url) if isinstance(url, str) else url
     target = params.url
@@ -145,6 +155,8 @@ def _source_findings(
                 findings += _grant_findings(cur, target)
             if everything and position is not None and position.file and _on(variables.get("log_bin", "OFF")):
                 findings += _position_findings(cur, position, target)
+            if everything and snapshot is not None:
+                findings += _snapshot_findings(cur, snapshot, target)
     except MySQLError as exc:
         findings.append(Finding("query", "error", f"a check query failed: {exc}", "see the server's error log", target))
     finally:
@@ -168,6 +180,7 @@ def check_all(
     source: str | MySQLParams | None = None,
     start: str | BinlogPosition | Mapping[str, Any] | None = None,
     schema_tracker: bool = True,
+    snapshot: Callable[[str, str], bool] | None = None,
     broker: str | None = None,
     topic: str | None = None,
     partitions: int | None = None,
@@ -181,7 +194,7 @@ def check_all(
     """
     findings: list[Finding] = []
     if source is not None:
-        findings += check_source(source, start, timeout=timeout, schema_tracker=schema_tracker)
+        findings += check_source(source, start, timeout=timeout, schema_tracker=schema_tracker, snapshot=snapshot)
     if broker is not None:
         findings += check_broker(broker, topic, partitions, timeout=timeout, client_config=broker_config)
     if sink is not None:
@@ -290,16 +303,20 @@ def _settings_findings(variables: Mapping[str, str], target: str, schema_tracker
     return out
 
 
-def _grant_findings(cur: Any, target: str) -> list[Finding]:
+def _privileges(cur: Any) -> tuple[str, str, set[str], bool]:
+    """The account (as the server names it, and quoted for a GRANT), its global privileges, and whether they are all."""
     cur.execute("SELECT CURRENT_USER()")
     account = str(cur.fetchone()[0])
     cur.execute("SHOW GRANTS FOR CURRENT_USER()")
     privileges: set[str] = set()
     for (grant,) in cur.fetchall():
         privileges |= _global_privileges(str(grant))
-    all_privileges = "ALL PRIVILEGES" in privileges or "ALL" in privileges
     user, _, host = account.rpartition("@")
-    quoted = f"'{user}'@'{host}'"
+    return account, f"'{user}'@'{host}'", privileges, "ALL PRIVILEGES" in privileges or "ALL" in privileges
+
+
+def _grant_findings(cur: Any, target: str) -> list[Finding]:
+    account, quoted, privileges, all_privileges = _privileges(cur)
     missing: list[str] = []
     if not all_privileges and not privileges & {"REPLICATION SLAVE", "REPLICA"}:
         missing.append("REPLICATION SLAVE")
@@ -323,6 +340,52 @@ def _grant_findings(cur: Any, target: str) -> list[Finding]:
             target,
         )
     ]
+
+
+def _snapshot_findings(cur: Any, keeps: Callable[[str, str], bool], target: str) -> list[Finding]:
+    """A snapshot reads every table the filter keeps with SELECT (DM's dump and Debezium need the same grant).
+
+    A table the user may not SELECT is an error naming it. Without a global SELECT that is all one
+    can check: a table the user has no privilege on at all is not even listed in
+    information_schema, so the snapshot would not see it (a warning says so).
+    """
+    account, quoted, privileges, all_privileges = _privileges(cur)
+    if all_privileges or "SELECT" in privileges:
+        return []
+    cur.execute("SELECT table_schema, table_name FROM information_schema.tables WHERE table_type = 'BASE TABLE'")
+    tables = [(str(s), str(t)) for s, t in cur.fetchall()]
+    denied: list[str] = []
+    for schema, table in sorted(tables):
+        if schema.lower() in SYSTEM_SCHEMAS or not keeps(schema, table):
+            continue
+        try:
+            cur.execute(f"SELECT 1 FROM {quote_table(schema, table)} LIMIT 0")
+            cur.fetchall()
+        except MySQLError:  # 1142: SELECT command denied
+            denied.append(quote_table(schema, table))
+    findings = [
+        Finding(
+            "snapshot-tables",
+            "warning",
+            f"user {account} has no global SELECT: the snapshot copies only the tables it can see",
+            f"to copy every table the filter selects, GRANT SELECT ON *.* TO {quoted}; (or per schema)",
+            target,
+        )
+    ]
+    if denied:
+        shown = ", ".join(denied[:5]) + (f" and {len(denied) - 5} more" if len(denied) > 5 else "")
+        findings.insert(
+            0,
+            Finding(
+                "snapshot-privileges",
+                "error",
+                f"user {account} may not SELECT {shown}, which the snapshot reads",
+                f"GRANT SELECT ON {denied[0]} TO {quoted}; (for each), or change [filter] rules, "
+                'or snapshot = "never" with a start-position',
+                target,
+            ),
+        )
+    return findings
 
 
 def _global_privileges(grant: str) -> set[str]:

@@ -95,6 +95,36 @@ def test_missing_replication_privileges(mariadb: MariaDBServer, plain_user: tupl
     assert check_source(url) == []
 
 
+def test_snapshot_needs_select_on_the_tables_it_reads(
+    mariadb: MariaDBServer, plain_user: tuple[str, str], fresh_db: str
+) -> None:
+    """A snapshot reads each table the filter keeps with SELECT: one the user sees but may not read is an
+    error naming it; without a global SELECT a warning says invisible tables are not copied."""
+    name, password = plain_user
+    url = f"mysql://{name}:{password}@{mariadb.host}:{mariadb.port}"
+    with mariadb.connect() as conn, conn.cursor() as cur:
+        for table in ("readable", "write_only", "other"):
+            cur.execute(f"CREATE TABLE `{fresh_db}`.{table} (id INT PRIMARY KEY)")
+        cur.execute(f"GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO '{name}'@'%'")
+        cur.execute(f"GRANT SELECT ON `{fresh_db}`.readable TO '{name}'@'%'")
+        cur.execute(f"GRANT INSERT ON `{fresh_db}`.write_only TO '{name}'@'%'")  # listed, not readable
+        cur.execute(f"GRANT INSERT ON `{fresh_db}`.other TO '{name}'@'%'")
+    assert check_source(url) == []  # no snapshot: SELECT is not needed
+    keeps = lambda schema, table: schema == fresh_db and table != "other"  # noqa: E731
+    found = _checks(check_source(url, snapshot=keeps))
+    denied = found["snapshot-privileges"]
+    assert denied.severity == "error" and f"`{fresh_db}`.`write_only`" in denied.message
+    assert "readable" not in denied.message and "other" not in denied.message
+    assert f"GRANT SELECT ON `{fresh_db}`.`write_only` TO '{name}'@'%'" in denied.fix
+    assert found["snapshot-tables"].severity == "warning" and "GRANT SELECT ON *.*" in found["snapshot-tables"].fix
+    assert password not in str(denied)
+
+    with mariadb.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"GRANT SELECT ON *.* TO '{name}'@'%'")
+    assert check_source(url, snapshot=keeps) == []
+    assert check_source(mariadb.url, snapshot=keeps) == []  # root: every privilege
+
+
 def test_wrong_password(mariadb: MariaDBServer, plain_user: tuple[str, str]) -> None:
     name, _ = plain_user
     findings = check_source(f"mysql://{name}:wrong-pw@{mariadb.host}:{mariadb.port}")
