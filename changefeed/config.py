@@ -60,7 +60,7 @@ SOURCE_TYPES = ("binlog-files", "mysql", "kv")
 _SOURCE_KEYS = {
     "binlog-files": {"type", "path", "start-position"},
     "mysql": {"type", "url", "password-env", "password-file", "start-position"}
-    | {"snapshot", "snapshot-chunk-size", "snapshot-parallelism"},
+    | {"snapshot", "snapshot-chunk-size", "snapshot-parallelism", "signal-table"},
     "kv": {"type", "path", "catalog"},
 }
 #: sink-uri schemes of the MySQL sink (TiCDC's; TiDB speaks the MySQL protocol).
@@ -153,6 +153,9 @@ class SourceConfig:
     snapshot: str = ""
     snapshot_chunk_size: int | None = None
     snapshot_parallelism: int | None = None
+    #: Where a running changefeed watches for snapshot signals (``changefeed snapshot``, Debezium's
+    #: signal table; docs/snapshot.md): None for ``changefeed.changefeed_signal``, "" for none.
+    signal_table: str | None = None
 
     @property
     def is_live(self) -> bool:
@@ -722,7 +725,8 @@ SNAPSHOT_MODES = ("initial", "never", "initial-only", "when-needed")
 
 
 def _snapshot_keys(src: dict[str, Any], source: SourceConfig) -> None:
-    """``snapshot``, ``snapshot-chunk-size``, ``snapshot-parallelism`` of a live source (docs/snapshot.md)."""
+    """``snapshot``, ``snapshot-chunk-size``, ``snapshot-parallelism``, ``signal-table`` of a live source
+    (docs/snapshot.md)."""
     mode = _typed(src.get("snapshot", ""), str, "[source] snapshot").strip().lower()
     if mode and mode not in SNAPSHOT_MODES:
         raise ConfigError(f"[source] snapshot must be one of {', '.join(SNAPSHOT_MODES)}, got {mode!r}")
@@ -732,6 +736,13 @@ def _snapshot_keys(src: dict[str, Any], source: SourceConfig) -> None:
             'or use snapshot = "when-needed" (snapshot only if start-position is purged)'
         )
     source.snapshot = mode
+    if "signal-table" in src:
+        from .capture.snapshot.signal import parse_signal_table  # noqa: PLC0415 - PyMySQL only for live sources
+
+        table = _typed(src["signal-table"], str, "[source] signal-table").strip()
+        if table:
+            parse_signal_table(table)
+        source.signal_table = table
     for key in ("snapshot-chunk-size", "snapshot-parallelism"):
         if key in src:
             value = _typed(src[key], int, f"[source] {key}")

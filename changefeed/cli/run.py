@@ -193,6 +193,11 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.max_bytes:
         source["maxBytesPerTrigger"] = args.max_bytes
+    if config.source.is_live and config.source.signal_table != "":
+        from ..capture.snapshot.signal import DEFAULT_SIGNAL_TABLE  # noqa: PLC0415
+
+        source["signalTable"] = config.source.signal_table or ".".join(DEFAULT_SIGNAL_TABLE)
+        source["changefeedId"] = config.changefeed_id  # a signal may name the changefeed it is for
     if config.sink_uri.is_kafka or config.sink_uri.is_mysql:
         # No output directory to hold Spark's offsets: default to one per changefeed in the current directory.
         checkpoint = args.checkpoint or default_checkpoint("run", config.changefeed_id)

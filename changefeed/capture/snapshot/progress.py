@@ -289,7 +289,7 @@ class BatchReader:
         plan = self._plans[state.name] = plan_table(self.reader, state)
         return plan
 
-    def _jobs(self, progress: SnapshotProgress, count: int) -> list[tuple[int, TablePlan, int]]:
+    def next_chunks(self, progress: SnapshotProgress, count: int) -> list[tuple[int, TablePlan, int]]:
         """The next ``count`` chunks (table index, plan, chunk index) from ``progress``'s next one."""
         jobs: list[tuple[int, TablePlan, int]] = []
         ti, ci = progress.table, progress.chunk
@@ -320,7 +320,7 @@ class BatchReader:
             while (
                 not progress.done and (max_rows is None or rows < max_rows) and (max_bytes is None or size < max_bytes)
             ):
-                jobs = self._jobs(progress, self.parallelism)
+                jobs = self.next_chunks(progress, self.parallelism)
                 if not jobs:
                     break
                 results = list(pool.map(lambda job: self.reader.read_chunk(job[1], job[2]), jobs))
@@ -341,7 +341,7 @@ class BatchReader:
         self, progress: SnapshotProgress, ti: int, plan: TablePlan, result: ChunkResult, clock: CommitClock
     ) -> ReadChunk:
         first_of_schema = not any(t.name[0] == plan.name[0] for t in progress.tables[:ti])
-        return chunk_events(self.reader, plan, result, clock, first_of_schema)
+        return events_of_chunk(self.reader, plan, result, clock, first_of_schema)
 
 
 def plan_table(reader: SnapshotReader, state: TableState) -> TablePlan:
@@ -356,7 +356,7 @@ def plan_table(reader: SnapshotReader, state: TableState) -> TablePlan:
     return plan
 
 
-def chunk_events(
+def events_of_chunk(
     reader: SnapshotReader, plan: TablePlan, result: ChunkResult, clock: CommitClock, first_of_schema: bool
 ) -> ReadChunk:
     """A chunk's events: the DDL before a table's first chunk, its rows as INSERTs at one commit ts, a `Resolved`."""

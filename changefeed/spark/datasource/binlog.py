@@ -20,7 +20,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import tzinfo
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 import orjson
 import pyarrow as pa
@@ -35,15 +35,18 @@ from ...capture.binlog.events import TableMapEvent
 from ...capture.binlog.files import RawEvent
 from ...capture.binlog.position import file_key, reached
 from ...capture.binlog.replica import ReplicaStream, ServerAddress, random_server_id
-from ...capture.snapshot.progress import BatchReader, HandoverState, close_orders
+from ...capture.snapshot.progress import BatchReader, HandoverState, SnapshotProgress, close_orders, events_of_chunk
 from ...capture.snapshot.progress import begin as begin_snapshot
 from ...capture.snapshot.reader import SnapshotReader, replica_window
+from ...capture.snapshot.signal import Signal, parse_signal_table, read_signal
 from ...capture.snapshot.stream import handed_over
+from ...dispatch.tablefilter import TableFilter
 from ...errors import CaptureError, ConfigError
 from ...model import DDLEvent, Event, Resolved, RowChange, TableSchema
 from ...model.ddlschema import DDLCatalog
 from ...model.jsonl import EventReader
 from ...model.rowblock import RowBlock
+from ...model.tso import CommitClock
 from ...mysqlclient import MySQLError, ProgrammingError
 from ...sink.mysql.url import MySQLParams
 from ..changelog import ChangelogRows, EventFilter
@@ -165,9 +168,19 @@ class _ScanCapture(BinlogCapture):
     (rebuilding the catalog at a resumed position).
     """
 
-    def __init__(self, *args: Any, want: tuple[str, str] | None = None, ddl_only: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        want: tuple[str, str] | None = None,
+        ddl_only: bool = False,
+        signals: tuple[tuple[str, str], str] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.want = want
+        self.signal_table: tuple[str, str] | None = signals[0] if signals is not None else None
+        self.changefeed_id = signals[1] if signals is not None else ""
+        self.signals: list[Signal] = []  # snapshot signals for this changefeed, in binlog order
         self.found: TableSchema | None = None
         self.rows = 0
         self.ddl_only = ddl_only
@@ -203,6 +216,15 @@ class _ScanCapture(BinlogCapture):
 
     def _rows(self, ev: Any, ts: int, where: str) -> Iterator[RowChange]:
         tm = self.effective_map(ev.table_map, where)
+        if self.signal_table is not None and (tm.schema, tm.table) == self.signal_table:
+            for row in list(super()._rows(ev, ts, where)):  # the signal table's rows are decoded (few, small)
+                try:
+                    signal = read_signal(row, self.changefeed_id, where)
+                except CaptureError as exc:  # hand-written: the stream goes on, the error names the row
+                    log.error("snapshot signal ignored: %s", exc)
+                    continue
+                if signal is not None:
+                    self.signals.append(signal)
         counter: ArrowBatchBuilder | None = tm.cache.get("counter")
         if counter is None:
             schema = self.table_schema_for(tm, where)
@@ -521,12 +543,27 @@ def _source(opts: SourceOptions) -> BinlogSource:
     return BinlogFiles(opts.path)
 
 
+#: A binlog offset's member holding a snapshot on demand in progress (`SnapshotProgress`, from a signal).
+INCREMENTAL = "incremental"
+#: Members of a binlog offset that are not its position.
+_NOT_POSITION = ("splits", "handover", INCREMENTAL)
+
+
+class _Scan(NamedTuple):
+    end: BinlogPosition | None
+    splits: list[dict[str, Any]]
+    found: TableSchema | None
+    keys: _KeyLog
+    signals: list[Signal]
+
+
 class BinlogInput(Input):
     """MySQL/MariaDB binlog files (offline or relay-log mode) or a live server (replica protocol)."""
 
     OPTIONS = frozenset(
         {"startposition", "eventsperpartition", "url", "password"}
         | {"snapshot", "snapshotchunksize", "snapshotparallelism", "snapshotdir", "snapshotdirshared"}
+        | {"signaltable", "changefeedid"}
     )
     OUTPUTS: ClassVar[Mapping[str, str]] = {RANGES: RANGES_SCHEMA}
     # Rows per micro-batch by default (cut at the next transaction boundary): the capture job
@@ -561,6 +598,10 @@ class BinlogInput(Input):
                 "give no startPosition (or use snapshot when-needed: snapshot only if that position is purged)"
             )
         self._spill = SpillStore(self.snapshot.spill)
+        signal = opts.extra.get("signaltable", "").strip()
+        if signal and not isinstance(self.source, BinlogServer):
+            raise ConfigError("option signalTable needs a live source (url): a snapshot reads the tables")
+        self.signals = (parse_signal_table(signal), opts.extra.get("changefeedid", "")) if signal else None
         self._chunks: BatchReader | None = None
         self._purge_checked = False
         self._first: BinlogPosition | None = None
@@ -660,7 +701,7 @@ class BinlogInput(Input):
             assert progress is not None and progress.done
             return progress.binlog_start().to_dict(), progress.handover()
         handover = HandoverState.from_dict(offset["handover"]) if "handover" in offset else None
-        return {k: v for k, v in offset.items() if k not in ("splits", "handover")}, handover
+        return {k: v for k, v in offset.items() if k not in _NOT_POSITION}, handover
 
     def commit(self, end: dict[str, Any]) -> None:
         """A committed snapshot batch's spilled chunks are no longer needed (Spark will not re-run it)."""
@@ -668,6 +709,8 @@ class BinlogInput(Input):
             progress = progress_of(end)
             if progress is not None:
                 self._spill.prune(progress)
+        elif INCREMENTAL in end:
+            self._spill.prune(SnapshotProgress.from_dict(end[INCREMENTAL]))
 
     def catalog_at(self, start: BinlogPosition) -> DDLCatalog:
         """The DDL catalog (unique and other keys) at a transaction boundary, as the non-Spark capture has it there.
@@ -727,17 +770,26 @@ class BinlogInput(Input):
         max_events: int | None = None,
         until: tuple[str, int] | None = None,
         max_bytes: int | None = None,
-    ) -> tuple[BinlogPosition | None, list[dict[str, Any]], TableSchema | None, _KeyLog]:
+        stop_at_signal: bool = True,
+    ) -> _Scan:
         """The last transaction boundary after ``start`` (within the limits), split points, the table's schema,
-        and the keys' history over the scan (`_KeyLog`).
+        the keys' history over the scan (`_KeyLog`), and the snapshot signals met.
 
         Both limits are soft, as Spark's own read limits: the batch ends at the first boundary at
         or after ``max_events`` rows (+ DDLs) or ``max_bytes`` bytes of binlog, so it holds at
-        least one whole transaction.
+        least one whole transaction. A transaction holding a snapshot signal ends the scan: the
+        snapshot it asks for starts right after it.
         """
         catalog = self.catalog_at(start).copy()
         capture = _capture(
-            _ScanCapture, self.source, start, self.tz, until=until, want=self.opts.table, catalog=catalog
+            _ScanCapture,
+            self.source,
+            start,
+            self.tz,
+            until=until,
+            want=self.opts.table,
+            catalog=catalog,
+            signals=self.signals,
         )
         end: BinlogPosition | None = None
         splits: list[dict[str, Any]] = []
@@ -753,6 +805,8 @@ class BinlogInput(Input):
                 if not isinstance(ev, Resolved) or ev.position is None:
                     continue
                 end = BinlogPosition.from_dict(ev.position)
+                if capture.signals and stop_at_signal:
+                    break
                 count = capture.rows + ddls
                 if count - since_split >= self.split_every:
                     splits.append(end.to_dict())
@@ -771,12 +825,12 @@ class BinlogInput(Input):
         if end is not None:
             key = _pkey(end.file, end.pos)
             self._remember(key, capture.keys.at(key))
-        return end, splits, capture.found, capture.keys
+        return _Scan(end, splits, capture.found, capture.keys, capture.signals)
 
     def table_schema(self) -> TableSchema | None:
         if self.opts.table is None:
             return None
-        _, _, found, _ = self.scan(self.first())
+        found = self.scan(self.first()).found
         if found is None:
             schema, table = self.opts.table
             raise ConfigError(f"table {schema}.{table} has no rows in the binlog of {self.source}: shape unknown")
@@ -795,22 +849,106 @@ class BinlogInput(Input):
                 return self._snapshot_offset(start, max_events)
         start_d, handover = self._binlog_start(start)
         begin = BinlogPosition.from_dict(start_d)
+        incremental = start.get(INCREMENTAL)
+        if incremental is not None and handover is None:
+            progress = SnapshotProgress.from_dict(incremental)
+            if not progress.done:
+                return self._incremental_offset(begin, progress)
+            incremental = None  # done: the stream goes on without it
         until = (str(target["file"]), int(target["pos"])) if target and target.get("file") else None
         last_high = handover.until if handover is not None else None
         if until is not None and last_high is not None and not reached(*until, (last_high.file, last_high.pos)):
             until = (last_high.file, last_high.pos)  # availableNow: at least past the snapshot's last high watermark
         if until is not None and begin.file and reached(begin.file, begin.pos, until):
             return start
-        end, splits, _, keys = self.scan(begin, max_events, until, self.opts.max_bytes)
+        scan = self.scan(begin, max_events, until, self.opts.max_bytes)
+        end = scan.end
         if end is None or (end.file, end.pos) == (begin.file, begin.pos):
             return start
-        self._key_logs[(_pkey(begin.file, begin.pos), _pkey(end.file, end.pos))] = keys
+        self._key_logs[(_pkey(begin.file, begin.pos), _pkey(end.file, end.pos))] = scan.keys
         while len(self._key_logs) > _REMEMBERED:
             del self._key_logs[next(iter(self._key_logs))]
-        out = {**end.to_dict(), "splits": splits}
+        out = {**end.to_dict(), "splits": scan.splits}
         if handover is not None and not handover.passed(end.file, end.pos):
             out["handover"] = handover.to_dict()  # later ranges still overlap the snapshot
+        if scan.signals:
+            progress = self._begin_incremental(
+                scan.signals, SnapshotProgress.from_dict(incremental) if incremental else None
+            )
+            if progress is not None:
+                out[INCREMENTAL] = progress.to_dict()
+        elif incremental is not None:
+            out[INCREMENTAL] = incremental  # asked for during the hand-over: it starts after it
         return out
+
+    # ------------------------------------------------------------------ snapshots on demand (docs/snapshot.md)
+
+    def _begin_incremental(
+        self, signals: Sequence[Signal], running: SnapshotProgress | None
+    ) -> SnapshotProgress | None:
+        """The tables the signals ask for (and the changefeed's filter keeps), none read yet; added to a
+        snapshot already running. None when no table matches."""
+        try:
+            wanted = TableFilter([p for s in signals for p in s.tables])
+        except ConfigError as exc:  # a hand-written signal: the job goes on, the error says which
+            log.error("snapshot signal %s ignored: %s", ", ".join(s.id for s in signals), exc)
+            return running
+        keeps = self.opts.changelog(None).keeps
+        progress = begin_snapshot(_connector(self.source), lambda s, t: keeps(s, t) and wanted.match(s, t))
+        log.info(
+            "snapshot signal %s: %d tables %s",
+            ", ".join(s.id for s in signals),
+            len(progress.tables),
+            ", ".join(".".join(t.name) for t in progress.tables[:10]),
+        )
+        if running is not None:
+            known = {t.name for t in running.tables}
+            running.tables += [t for t in progress.tables if t.name not in known]
+            return running
+        return progress if progress.tables else None
+
+    def _incremental_offset(self, begin: BinlogPosition, progress: SnapshotProgress) -> dict[str, Any]:
+        """The next micro-batch of a snapshot asked for by a signal: one chunk and the binlog up to its high watermark.
+
+        DBLog's rule: the chunk is read now (low watermark, SELECT, high watermark; the reader
+        brings its rows to the high watermark), the batch holds the binlog from ``begin`` to that
+        high watermark as usual, then the chunk's rows as INSERTs at the next commit ts. Every
+        change at or before the high watermark comes before them, every later one after.
+        """
+        reader = self._batch_reader()
+        jobs = reader.next_chunks(progress, 1)
+        if not jobs:  # every table left was dropped meanwhile
+            progress.table = len(progress.tables)
+            return {**begin.to_dict(), "splits": [], INCREMENTAL: progress.to_dict()}
+        ti, plan, ci = jobs[0]
+        result = reader.reader.read_chunk(plan, ci)
+        high = result.high
+        scan = self.scan(begin, until=(high.file, high.pos), stop_at_signal=False)
+        if scan.signals:  # more tables asked for meanwhile: read after these
+            self._begin_incremental(scan.signals, progress)
+        end = (
+            scan.end
+            if scan.end is not None and reached(scan.end.file, scan.end.pos, (begin.file, begin.pos))
+            else begin
+        )
+        if (end.file, end.pos) != (high.file, high.pos):
+            log.warning("snapshot chunk %s #%d: high watermark %s, emitted at %s", ".".join(plan.name), ci, high, end)
+        self._key_logs[(_pkey(begin.file, begin.pos), _pkey(end.file, end.pos))] = scan.keys
+        clock = CommitClock(end.clock)
+        first_of_schema = not any(t.name[0] == plan.name[0] for t in progress.tables[:ti])
+        chunk = events_of_chunk(reader.reader, plan, result, clock, first_of_schema)
+        progress.table, progress.chunk = (ti, ci + 1) if ci + 1 < len(plan.ranges) else (ti + 1, 0)
+        progress.clock = clock.last
+        self._spill.write(progress, [chunk])  # a re-run of the batch emits these very rows
+        log.info(
+            "snapshot on demand: %s #%d of %d, %d rows at %s",
+            ".".join(plan.name),
+            ci,
+            len(plan.ranges),
+            chunk.rows,
+            end,
+        )
+        return {**end.to_dict(), "clock": clock.last, "splits": scan.splits, INCREMENTAL: progress.to_dict()}
 
     def _key_log(self, start: dict[str, Any], end: dict[str, Any]) -> _KeyLog:
         """The keys' history over [start, end): from the scan that planned it, or scanned again (after a restart)."""
@@ -818,7 +956,7 @@ class BinlogInput(Input):
         keys = self._key_logs.get(span)
         if keys is None:
             stop = BinlogPosition.from_dict(end)
-            _, _, _, keys = self.scan(BinlogPosition.from_dict(start), until=(stop.file, stop.pos))
+            keys = self.scan(BinlogPosition.from_dict(start), until=(stop.file, stop.pos)).keys
             self._key_logs[span] = keys
         return keys
 
@@ -829,24 +967,20 @@ class BinlogInput(Input):
             progress = progress_of(end)
             if progress is None or start == end:
                 return []
-            where = {"snapshot": progress.batch}
-            # Where the readers share the spill directory, name the files: the chunks stay out of the JVM.
-            chunks = (
-                [{"chunk_file": str(p)} for p in self._spill.paths(progress)]
-                if self.snapshot.shared
-                else [{"chunk": text} for text in self._spill.read(progress)]
-            )
-            return [
-                BinlogRange(self.source, where, where, self.opts.time_zone, changelog, self.opts.output, **chunk)
-                for chunk in chunks
-            ]
+            return self._chunk_partitions(progress, changelog)
+        # A snapshot on demand: the chunk this batch read comes after the binlog up to its high watermark.
+        chunks: list[InputPartition] = []
+        if INCREMENTAL in end:
+            now, before = SnapshotProgress.from_dict(end[INCREMENTAL]), start.get(INCREMENTAL)
+            if now.chunks and (before is None or SnapshotProgress.from_dict(before).spill != now.spill):
+                chunks = self._chunk_partitions(now, changelog)
         start_d, handover = self._binlog_start(start)
         cuts = orjson.dumps(handover.to_dict()).decode() if handover is not None else None
         bounds = [start_d, *end.get("splits", ())]
-        bounds.append({k: v for k, v in end.items() if k not in ("splits", "handover")})
+        bounds.append({k: v for k, v in end.items() if k not in _NOT_POSITION})
         pairs = [(a, b) for a, b in itertools.pairwise(bounds) if _bound_key(a) != _bound_key(b)]
         if not pairs:
-            return []
+            return chunks
         keys = self._key_log(bounds[0], bounds[-1])
         return [
             BinlogRange(
@@ -860,4 +994,18 @@ class BinlogInput(Input):
                 handover=cuts if handover is not None and not handover.passed(a["file"], int(a["pos"])) else None,
             )
             for a, b in pairs
+        ] + chunks
+
+    def _chunk_partitions(self, progress: SnapshotProgress, changelog: ChangelogRows) -> list[InputPartition]:
+        """One partition per chunk a batch read (spilled), in plan order."""
+        where = {"snapshot": progress.batch}
+        # Where the readers share the spill directory, name the files: the chunks stay out of the JVM.
+        chunks = (
+            [{"chunk_file": str(p)} for p in self._spill.paths(progress)]
+            if self.snapshot.shared
+            else [{"chunk": text} for text in self._spill.read(progress)]
+        )
+        return [
+            BinlogRange(self.source, where, where, self.opts.time_zone, changelog, self.opts.output, **chunk)
+            for chunk in chunks
         ]

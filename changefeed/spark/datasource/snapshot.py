@@ -28,7 +28,7 @@ from ...capture.snapshot.progress import (
     ReadChunk,
     SnapshotProgress,
     TableState,
-    chunk_events,
+    events_of_chunk,
     plan_table,
     spill_names,
 )
@@ -237,7 +237,7 @@ class SnapshotChunk(InputPartition):
         reader = snapshot_reader(self.server, self.time_zone, self.chunk_size)
         plan = plan_table(reader, TableState.from_dict(orjson.loads(self.table)))
         result = reader.read_chunk(plan, self.index)
-        for ev in chunk_events(reader, plan, result, CommitClock(), self.first_of_schema).events:
+        for ev in events_of_chunk(reader, plan, result, CommitClock(), self.first_of_schema).events:
             row = self.changelog.row(ev)
             if row is not None:
                 yield row
