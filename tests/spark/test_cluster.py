@@ -15,8 +15,11 @@ application's JVM, executors and their unpacking of the archive (~1 min each on 
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,6 +27,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from changefeed.mysqlclient import MySQLError
 from changefeed.testing import Broker, MariaDBServer
 from changefeed.testing.cluster import StandaloneCluster
 from tests.mariadb_client import client_output
@@ -68,6 +72,16 @@ def _changefeed(*argv: str, cwd: Path, env: dict[str, str] | None = None) -> str
     )
     assert done.returncode == 0, f"changefeed {argv[0]} exited {done.returncode}:\n{done.stdout}\n{done.stderr[-6000:]}"
     return done.stdout
+
+
+def _has_row(server: MariaDBServer, sql: str) -> bool:
+    """Whether ``sql`` returns a row (False while its table does not exist yet)."""
+    try:
+        with server.connect() as conn, conn.cursor() as cur:
+            cur.execute(sql)
+            return cur.fetchone() is not None
+    except MySQLError:
+        return False
 
 
 def _new_app(cluster: StandaloneCluster, before: list[str]) -> str:
@@ -150,6 +164,101 @@ def test_capture_and_apply_run_on_both_workers_without_the_project_installed(
             executors = cluster.executor_dirs(app)
             assert executors and all((d / "environment" / "bin" / "python").exists() for d in executors)
     finally:
+        with mariadb.connect() as conn, conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{schema}`")
+        with mariadb_downstream.connect() as conn, conn.cursor() as cur:
+            cur.execute(f"DROP DATABASE IF EXISTS `{schema}`")
+            cur.execute("DELETE FROM changefeed.changefeed_checkpoint WHERE changefeed_id = %s", (cid,))
+
+
+def test_run_into_mariadb_survives_a_killed_worker_and_a_killed_driver(
+    cluster: StandaloneCluster,
+    mariadb: MariaDBServer,
+    mariadb_downstream: MariaDBServer,
+    replica_user: ReplicaUser,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A streaming `changefeed run` (live MariaDB -> MariaDB, exactly once) on the cluster under a writer:
+    SIGKILL one worker with its executor (the driver re-runs the lost tasks on the other; the worker comes
+    back), then SIGKILL the driver and start it again. The downstream ends equal, as MariaDB's client prints it."""
+    from tests.e2e.exactly_once import Job  # noqa: PLC0415
+
+    schema, cid = f"clk_{uuid.uuid4().hex[:8]}", f"cluster-kill-{uuid.uuid4().hex[:6]}"
+    with mariadb.connect() as conn, conn.cursor() as cur:
+        cur.execute("SHOW MASTER STATUS")
+        file, pos = cur.fetchone()[:2]
+        cur.execute(f"CREATE DATABASE `{schema}`")
+        cur.execute(f"CREATE TABLE `{schema}`.acct (id INT PRIMARY KEY, name VARCHAR(20), bal DECIMAL(10,2))")
+        conn.commit()
+    stop = threading.Event()
+    written = [0]
+
+    def write() -> None:
+        rng = random.Random(3)
+        with mariadb.connect(database=schema) as conn, conn.cursor() as cur:
+            while not stop.is_set():
+                base = written[0] * 5
+                cur.execute(
+                    "INSERT INTO acct VALUES " + ", ".join(f"({i}, 'n{i}', {i}.5)" for i in range(base, base + 5))
+                )
+                cur.execute("UPDATE acct SET bal = bal + 1, name = 'u' WHERE id = %s", (rng.randrange(base + 5),))
+                if rng.random() < 0.3:
+                    cur.execute("DELETE FROM acct WHERE id = %s", (rng.randrange(base + 5),))
+                conn.commit()
+                written[0] += 1
+                time.sleep(0.05)
+
+    config = tmp_path / "cluster-kill.toml"
+    config.write_text(
+        f'changefeed-id = "{cid}"\nsink-uri = "{mariadb_downstream.url}/?worker-count=1"\n[source]\ntype = "mysql"\n'
+        f'url = "{replica_user.url}"\npassword-env = "CF_CLUSTER_PW"\nstart-position = "{file}:{pos}"\n'
+        f'[filter]\nrules = ["{schema}.*"]\n'
+    )
+    monkeypatch.setenv("CF_CLUSTER_PW", replica_user.password)
+    argv = ["run", str(config), "--master", cluster.url, "--trigger-interval", "1s", "--max-events", "200", *SPARK]
+    job = Job("run", [*argv, "--checkpoint", str(tmp_path / "ck")], tmp_path)
+
+    def batches_after(seen: int, more: int, timeout: float = 240) -> None:
+        deadline = time.monotonic() + timeout
+        while job.batches() < seen + more:
+            job.check_alive()
+            assert time.monotonic() < deadline, job.tail()
+            time.sleep(0.5)
+
+    writer = threading.Thread(target=write, name="writer", daemon=True)
+    try:
+        writer.start()
+        job.start()
+        batches_after(0, 2)
+        cluster.workers[0].kill()  # its executor and Python workers die with it (one process group)
+        batches_after(job.batches(), 3)  # the lost tasks ran again on the other worker
+        lost = [line for line in job.log.read_text(errors="replace").splitlines() if "executor" in line.lower()]
+        print("\n".join(lost[-10:]))
+        assert any("Lost executor" in line or "Executor lost" in line for line in lost), job.tail()
+        cluster.workers[0].start()
+        job.kill()
+        job.start()
+        batches_after(0, 3)
+        stop.set()
+        writer.join(30)
+        with mariadb.connect(database=schema) as conn, conn.cursor() as cur:
+            cur.execute("INSERT INTO acct VALUES (-1, 'marker', 0)")
+            conn.commit()
+        deadline = time.monotonic() + 240
+        query = f"SELECT id, name, bal FROM `{schema}`.acct ORDER BY id"
+        while not _has_row(mariadb_downstream, f"SELECT 1 FROM `{schema}`.acct WHERE id = -1"):
+            job.check_alive()
+            assert time.monotonic() < deadline, job.tail()
+            time.sleep(0.5)
+        job.interrupt()
+        job.finish(120)
+        assert written[0] > 20
+        assert client_output(mariadb_downstream, query) == client_output(mariadb, query)
+    finally:
+        stop.set()
+        job.stop()
+        cluster.workers[0].start()  # the next test gets two workers again
         with mariadb.connect() as conn, conn.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS `{schema}`")
         with mariadb_downstream.connect() as conn, conn.cursor() as cur:
