@@ -137,6 +137,12 @@ def test_only_the_mysql_client_module_imports_pymysql() -> None:
     _check("no module but changefeed/mysqlclient.py imports pymysql", found)
 
 
+def test_only_the_kafka_client_module_imports_confluent_kafka() -> None:
+    """confluent-kafka behind one module (changefeed.kafkaclient), imported lazily by Kafka paths only."""
+    found = _edges(lambda m: m != "changefeed.kafkaclient", lambda _, i: _within(i, "confluent_kafka"))
+    _check("no module but changefeed/kafkaclient.py imports confluent_kafka", found)
+
+
 # ----------------------------------------------------------------------------------------------- model
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import CaptureError
 
 if TYPE_CHECKING:
-    from confluent_kafka import Consumer
+    from ..kafkaclient import Consumer
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ def new_consumer(
 
     Offsets are committed only by an explicit ``commit`` (``KafkaSource.commit``), never automatically.
     """
-    from confluent_kafka import Consumer  # noqa: PLC0415 - only kafka reads need it
+    from ..kafkaclient import Consumer  # noqa: PLC0415 - only kafka reads need it
 
     return Consumer(
         {
@@ -124,7 +124,7 @@ atexit.register(RANGE_CONSUMERS.close)
 
 def read_range(consumer: Any, topic: str, partition: int, start: int, end: int) -> Iterator[Any]:
     """The messages at offsets [start, end) of one partition, in order (``consumer`` is assigned here)."""
-    from confluent_kafka import KafkaError, TopicPartition  # noqa: PLC0415
+    from ..kafkaclient import KafkaError, TopicPartition  # noqa: PLC0415
 
     consumer.assign([TopicPartition(topic, partition, start)])
     deadline = time.monotonic() + KAFKA_TIMEOUT_S
@@ -167,7 +167,7 @@ def wait_for_topic(
     unreachable broker or a refused authorization is an error at once. ``timeout_s`` (None: no
     limit) ends the wait with an error naming the topic.
     """
-    from confluent_kafka import KafkaError, KafkaException  # noqa: PLC0415
+    from ..kafkaclient import KafkaError, KafkaException  # noqa: PLC0415
 
     waiting = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.LEADER_NOT_AVAILABLE)
     started = time.monotonic()

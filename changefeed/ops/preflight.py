@@ -507,8 +507,7 @@ def _check_broker(
                 bootstrap,
             )
         ]
-    from confluent_kafka import KafkaException  # noqa: PLC0415 - only a broker check pays for librdkafka
-    from confluent_kafka.admin import AdminClient  # noqa: PLC0415
+    from ..kafkaclient import AdminClient, KafkaException  # noqa: PLC0415 - only a broker check pays for librdkafka
 
     # "logger" takes a logging.Logger, which confluent-kafka's config type leaves out. The reason a
     # connection failed (TLS verification, a missing client certificate) reaches only error_cb.

@@ -33,8 +33,8 @@ from .progress import AckTracker, FlushedPosition
 from .topics import TopicManager
 
 if TYPE_CHECKING:
-    from confluent_kafka import KafkaError, Producer
-    from confluent_kafka import Message as KafkaMessage
+    from ...kafkaclient import KafkaError, Producer
+    from ...kafkaclient import Message as KafkaMessage
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +94,7 @@ class KafkaSink(SinkContext):
     kind = "kafka"
 
     def __init__(self, config: KafkaSinkConfig) -> None:
-        from confluent_kafka import Producer  # noqa: PLC0415
-        from confluent_kafka.admin import AdminClient  # noqa: PLC0415
+        from ...kafkaclient import AdminClient, Producer  # noqa: PLC0415 - only Kafka sinks load librdkafka
 
         self.config = config
         producer_conf: dict[str, Any] = {

@@ -18,7 +18,7 @@ from ...errors import SinkError
 from ...secrets import mask_secrets
 
 if TYPE_CHECKING:
-    from confluent_kafka.admin import AdminClient
+    from ...kafkaclient import AdminClient
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class TopicManager:
 
     def _metadata(self, topic: str) -> int | None:
         """Partition count from the broker, or None when the topic does not exist."""
-        from confluent_kafka import KafkaError, KafkaException  # noqa: PLC0415
+        from ...kafkaclient import KafkaError, KafkaException  # noqa: PLC0415
 
         try:
             meta = self._admin.list_topics(topic=topic, timeout=self.timeout_s).topics.get(topic)
@@ -112,8 +112,11 @@ class TopicManager:
         return used
 
     def _create(self, topic: str) -> int:
-        from confluent_kafka import KafkaError, KafkaException  # noqa: PLC0415
-        from confluent_kafka.admin import NewTopic  # noqa: PLC0415
+        from ...kafkaclient import (  # noqa: PLC0415
+            KafkaError,
+            KafkaException,
+            NewTopic,
+        )
 
         n = self.partition_num or DEFAULT_PARTITION_NUM
         new = NewTopic(topic, num_partitions=n, replication_factor=self.replication_factor)

@@ -344,7 +344,7 @@ class _SchemaLookback:
             return []  # searched already: a BOOTSTRAP later in the partition may still bring it
         self.searched |= wanted
         if self._consumer is None:
-            from confluent_kafka import TopicPartition  # noqa: PLC0415
+            from ...kafkaclient import TopicPartition  # noqa: PLC0415
 
             # It re-assigns backwards chunk by chunk; a new assignment waits for the fetch in flight,
             # which at the log's end is held for fetch.wait.max.ms (500 ms by default).
@@ -459,7 +459,7 @@ class KafkaInput(Input):
         return self._client
 
     def _partitions(self) -> list[int]:
-        from confluent_kafka import KafkaException  # noqa: PLC0415
+        from ...kafkaclient import KafkaException  # noqa: PLC0415
 
         try:
             meta = self._consumer().list_topics(self.topic, timeout=KAFKA_TIMEOUT_S).topics.get(self.topic)
@@ -497,7 +497,7 @@ class KafkaInput(Input):
         + 1, not the end. Fetching from (reported - 1) returns the true high watermark with the
         fetch response, read by ``cached=True``; on Kafka both answers are the same.
         """
-        from confluent_kafka import TopicPartition  # noqa: PLC0415
+        from ...kafkaclient import TopicPartition  # noqa: PLC0415
 
         consumer = self._consumer()
         out: dict[int, tuple[int, int]] = {}
