@@ -5,8 +5,10 @@ SQL catalog in ``DIR/_catalog.db`` (SQLite) with the data under ``DIR/<schema>/<
 encoded as paths as everywhere); ``catalog-uri`` names another SQL catalog (an SQLAlchemy URL) or a
 REST catalog (``http(s)://``). A table's checkpoint ts is a snapshot summary property of every
 commit (``changefeed.checkpoint-ts``); upsert is a delete of the batch's keys and an append of
-their last images in ONE transaction. Iceberg evolves columns natively (add, drop, int -> long,
-float -> double, decimal precision); other widenings are refused naming the table. The source
+their last images in ONE transaction; scd2 (Iceberg has no row update) deletes the open versions
+the batch closes and appends them closed, with the batch's new versions, in one transaction too.
+Iceberg evolves columns natively (add, drop, int -> long, float -> double, decimal precision);
+other widenings are refused naming the table. The source
 names are table properties, so identifiers (``.``-free encoded names) never need decoding.
 """
 
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
@@ -21,18 +24,18 @@ import pyarrow.compute as pc
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import CommitFailedException, ValidationError
-from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, IsNull, Reference
 from pyiceberg.io.pyarrow import schema_to_pyarrow
-from pyiceberg.table import Table
+from pyiceberg.table import Table, Transaction
 from pyiceberg.table.upsert_util import create_match_filter
 
-from ...errors import ConfigError
 from ...files.paths import encode_name
 from ...model import TableSchema
 from .common import (
     COMMIT_TS,
     DELETE,
     OP,
+    VALID_TO,
     Evolution,
     LakeDDLError,
     LakeError,
@@ -41,6 +44,8 @@ from .common import (
     Name,
     changelog_rows,
     collapse_upsert,
+    commit_time,
+    scd2_rows,
 )
 
 log = logging.getLogger(__name__)
@@ -71,8 +76,6 @@ class IcebergSink(LakeSink):
 
     def __init__(self, root: Any, options: LakeOptions | None = None) -> None:
         super().__init__(root, options)
-        if self.options.mode == "scd2":
-            raise ConfigError("iceberg:// supports mode=upsert and mode=changelog (scd2: delta:// only, for now)")
         self.catalog = self._load_catalog()
 
     def _load_catalog(self) -> Catalog:
@@ -156,6 +159,9 @@ class IcebergSink(LakeSink):
             if self.options.mode == "changelog":
                 table.append(self._conform(table, changelog_rows(shape, changes)), snapshot_properties=props)
                 return
+            if self.options.mode == "scd2":
+                self._write_scd2(table, shape, changes, props)
+                return
             source = collapse_upsert(shape, changes)
             keys = [shape.columns[i].name for i in shape.handle_key]
             upserts = source.filter(pc.invert(source.column(DELETE))).drop_columns([DELETE])
@@ -168,17 +174,65 @@ class IcebergSink(LakeSink):
         except (CommitFailedException, ValidationError, ValueError) as exc:
             raise LakeError(f"iceberg {self.label(name)}: {exc}", where=f"checkpoint ts {version}") from None
 
+    def _write_scd2(self, table: Table, shape: TableSchema, changes: pa.Table, props: dict[str, str]) -> None:
+        versions, closes = scd2_rows(shape, changes)
+        keys = [shape.columns[i].name for i in shape.handle_key]
+        with table.transaction() as tx:
+            if closes.num_rows:
+                ends = dict(zip(_key_tuples(closes, keys), closes.column(VALID_TO).to_pylist(), strict=True))
+                self._close(
+                    table,
+                    tx,
+                    And(create_match_filter(closes.select(keys), keys), IsNull(term=Reference(VALID_TO))),
+                    props,
+                    lambda rows: [ends[k] for k in _key_tuples(rows, keys)],
+                )
+            if versions.num_rows:
+                tx.append(self._conform(table, versions), snapshot_properties=props)
+
+    def _close(
+        self,
+        table: Table,
+        tx: Transaction,
+        match: BooleanExpression,
+        props: dict[str, str],
+        ends: Callable[[pa.Table], list[Any]],
+    ) -> None:
+        """Open versions matching ``match`` rewritten with their ``_cf_valid_to`` (``ends`` of them), in ``tx``."""
+        open_rows = table.scan(row_filter=match).to_arrow()
+        if not open_rows.num_rows:
+            return
+        at = open_rows.schema.get_field_index(VALID_TO)
+        closed = open_rows.set_column(at, VALID_TO, pa.array(ends(open_rows), open_rows.schema.field(VALID_TO).type))
+        tx.delete(match, snapshot_properties=props)
+        tx.append(self._conform(table, closed), snapshot_properties=props)
+
     def _truncate(self, name: Name, version: int, drop: bool) -> None:
         table = self._load(name)
         assert table is not None
         if self.options.mode == "upsert":
             table.delete(AlwaysTrue(), snapshot_properties=self._props(version))
             return
+        if self.options.mode == "scd2":  # every open version ends at the TRUNCATE / DROP
+            ended = commit_time(pa.array([version], pa.int64()))[0].as_py()
+            with table.transaction() as tx:
+                self._close(
+                    table,
+                    tx,
+                    IsNull(term=Reference(VALID_TO)),
+                    self._props(version),
+                    lambda rows: [ended] * rows.num_rows,
+                )
+            return
         schema = schema_to_pyarrow(table.schema(), include_field_ids=False)
         marker = {f.name: pa.nulls(1, f.type) for f in schema}
         marker[OP] = pa.array(["drop" if drop else "truncate"], schema.field(OP).type)
         marker[COMMIT_TS] = pa.array([version], pa.int64())
         table.append(pa.table(marker, schema=schema), snapshot_properties=self._props(version))
+
+
+def _key_tuples(rows: pa.Table, keys: list[str]) -> list[tuple[Any, ...]]:
+    return list(zip(*(rows.column(k).to_pylist() for k in keys), strict=True))
 
 
 __all__ = ["CHECKPOINT_KEY", "IcebergSink"]
