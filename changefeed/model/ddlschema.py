@@ -398,6 +398,30 @@ def _parse(query: str) -> Any:
     return statements[0]
 
 
+def column_renames(query: str) -> list[tuple[str, str]]:
+    """(old, new) of each column an ALTER TABLE renames (``RENAME COLUMN a TO b``, ``CHANGE a b ...``), in order.
+
+    [] for other statements and for text sqlglot cannot read (a sink then sees a drop and an add).
+    """
+    from sqlglot import exp  # noqa: PLC0415
+
+    try:
+        tree = _parse(query)
+    except Exception:  # unreadable DDL: no rename is claimed
+        return []
+    if not isinstance(tree, exp.Alter):
+        return []
+    out: list[tuple[str, str]] = []
+    for action in tree.args.get("actions") or []:
+        if isinstance(action, exp.RenameColumn):
+            out.append((_ident(action.this), _ident(action.args["to"])))
+        elif isinstance(action, exp.ModifyColumn) and action.args.get("rename_from") is not None:
+            old, new = _ident(action.args["rename_from"]), _ident(action.this.this)
+            if old != new:
+                out.append((old, new))
+    return out
+
+
 def unwrap_versioned_comments(query: str) -> str:
     """MySQL runs the body of ``/*!NNNNN ... */`` (MariaDB also ``/*M!NNNNN ... */``): make it plain text.
 

@@ -35,6 +35,7 @@ from ...files.paths import encode_name, join_under, table_label
 from ...model import ABSENT, ActionType, DDLEvent, Event, Op, Resolved, RowChange, TableSchema
 from ...model.arrow import LAKE_TIME_ZONE, images_to_batch, lake_array, lake_arrow_type, zero_dates
 from ...model.ddl import ddl_tables
+from ...model.ddlschema import column_renames
 from ...model.rowblock import RowBlock, TableRows
 from ...model.types import TEMPORAL_TYPES
 from ..base import SinkContext
@@ -405,20 +406,41 @@ class Evolution:
     added: tuple[str, ...]
     dropped: tuple[str, ...]
     widened: tuple[str, ...]
+    renamed: tuple[tuple[str, str], ...] = ()  # (stored name, new name)
 
     @property
     def needed(self) -> bool:
-        return bool(self.added or self.dropped or self.widened)
+        return bool(self.added or self.dropped or self.widened or self.renamed)
 
 
 _RENAME_COLUMN = re.compile(r"\b(RENAME\s+COLUMN|CHANGE(\s+COLUMN)?)\b", re.IGNORECASE)
 
 
+def _renames(ddl: DDLEvent | None, have: Mapping[str, pa.DataType], want: Mapping[str, pa.DataType]) -> dict[str, str]:
+    """Stored column -> its new name, for the columns the DDL renames (their ``_cf_before_`` twins too).
+
+    The DDL's renames are composed in order (``a TO t, b TO a, t TO b`` swaps a and b); a name
+    the stored table or the new shape does not know is no rename of ours.
+    """
+    if ddl is None:
+        return {}
+    current = {name: name for name in have}  # stored name -> its name after the renames so far
+    for old, new in column_renames(ddl.query):
+        for o, n in ((old, new), (BEFORE + old, BEFORE + new)):
+            for stored, now in current.items():
+                if now == o:
+                    current[stored] = n
+                    break
+    return {o: n for o, n in current.items() if o != n and n in want}
+
+
 def plan_evolution(current: pa.Schema, target: pa.Schema, what: str, ddl: DDLEvent | None) -> Evolution:
     """Compare the stored columns with the wanted ones; refuse what is no widening, naming the DDL."""
     cause = f"DDL {clip(ddl.query)} at commit ts {ddl.commit_ts}" if ddl is not None else "a new table shape"
-    have = {f.name: f.type for f in current}
+    stored = {f.name: f.type for f in current}
     want = {f.name: f.type for f in target}
+    renames = _renames(ddl, stored, want)
+    have = {renames.get(name, name): t for name, t in stored.items()}  # the stored columns, renamed
     added = tuple(n for n in want if n not in have)
     dropped = tuple(n for n in have if n not in want)
     widened = []
@@ -429,13 +451,15 @@ def plan_evolution(current: pa.Schema, target: pa.Schema, what: str, ddl: DDLEve
         if not widens(old, new):
             raise LakeDDLError(f"{what}: {cause} changes column {name!r} from {old} to {new}, which is no widening")
         widened.append(name)
-    if added and dropped and ddl is not None and _RENAME_COLUMN.search(ddl.query):
-        raise LakeDDLError(f"{what}: {cause} renames a column: not supported by this sink yet")
-    return Evolution(target, added, dropped, tuple(widened))
+    if added and dropped and ddl is not None and not renames and _RENAME_COLUMN.search(ddl.query):
+        raise LakeDDLError(f"{what}: {cause} renames a column in a way this sink cannot follow")
+    return Evolution(target, added, dropped, tuple(widened), tuple(renames.items()))
 
 
-def reshape(data: pa.Table, target: pa.Schema) -> pa.Table:
-    """Rows of a stored table in the ``target`` columns: dropped ones gone, new ones NULL, widened cast."""
+def reshape(data: pa.Table, target: pa.Schema, renamed: Iterable[tuple[str, str]] = ()) -> pa.Table:
+    """Rows of a stored table in the ``target`` columns: renamed, dropped ones gone, new ones NULL, widened cast."""
+    names = dict(renamed)
+    data = data.rename_columns([names.get(n, n) for n in data.column_names])
     arrays = []
     for f in target:
         if f.name in data.column_names:

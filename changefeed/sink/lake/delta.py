@@ -4,8 +4,9 @@ How Delta differs from the shared lake sink (common.py): a table's checkpoint is
 application transaction (``app_id`` -> version = the checkpoint ts) in the same commit as the
 data, the mechanism Spark's idempotent writes use, and each commit also carries it as commit
 metadata (``changefeed.checkpoint_ts``) for time travel by commit ts. upsert and scd2 are one MERGE
-per chunk; changelog is an append. delta-rs cannot drop a column or change its type in place, so
-those rewrite the table (one overwrite commit with the new schema); adding columns is metadata only.
+per chunk; changelog is an append. delta-rs cannot drop, rename or retype a column in place
+(renames need column mapping, which it does not write), so those rewrite the table (one overwrite
+commit with the new schema); adding columns is metadata only.
 
 Tables are read with pyarrow's local file system, not deltalake's own one: with the latter a
 process that read a table aborts at exit now and then ("terminate called without an active exception").
@@ -97,12 +98,12 @@ class DeltaSink(LakeSink):
         self._check_names(name, evolution.target)
         table = self._table(name)
         assert table is not None
-        if not evolution.dropped and not evolution.widened:
+        if not evolution.dropped and not evolution.widened and not evolution.renamed:
             fields = [Field.from_arrow(evolution.target.field(n)) for n in evolution.added]
             table.alter.add_columns(fields, commit_properties=self._props(version))
             return
         path = self.table_path(name)
-        data = reshape(read_delta(path), evolution.target)
+        data = reshape(read_delta(path), evolution.target, evolution.renamed)
         write_deltalake(
             str(path),
             data,
@@ -111,10 +112,15 @@ class DeltaSink(LakeSink):
             commit_properties=self._props(version),
         )
         log.info(
-            "delta %s: rewritten for dropped/widened columns (%d rows)",
+            "delta %s: rewritten for dropped/widened/renamed columns (%d rows)",
             self.label(name),
             data.num_rows,
-            extra={"table": f"{name[0]}.{name[1]}", "dropped": evolution.dropped, "widened": evolution.widened},
+            extra={
+                "table": f"{name[0]}.{name[1]}",
+                "dropped": evolution.dropped,
+                "widened": evolution.widened,
+                "renamed": evolution.renamed,
+            },
         )
 
     def _write(self, name: Name, shape: TableSchema, changes: pa.Table, version: int) -> None:

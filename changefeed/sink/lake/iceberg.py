@@ -137,6 +137,12 @@ class IcebergSink(LakeSink):
         table = self._load(name)
         assert table is not None
         try:
+            if evolution.renamed:  # a commit of its own: union_by_name below matches by the new names
+                with table.update_schema() as update:
+                    for old, new in evolution.renamed:
+                        update.rename_column(old, new)
+                table = self._load(name)
+                assert table is not None
             with table.update_schema() as update:
                 update.union_by_name(evolution.target)  # adds and promotes
                 for column in evolution.dropped:
