@@ -481,8 +481,8 @@ class _Chunk:
     last_ts: int = 0
 
 
-Step = _Chunk | DDLEvent
 Name = tuple[str, str]
+Step = _Chunk | DDLEvent
 
 
 class LakeSink(SinkContext):
@@ -504,6 +504,9 @@ class LakeSink(SinkContext):
         self._guard = ResolvedGuard(f"{self.kind} sink", 0)
         self._opened = False
         self._root = 0  # the root checkpoint read at open: every table is complete to it
+        # RENAME TABLE journal, kept in the root checkpoint file: (from, to, ts, done). The old name's
+        # rows up to ts are in the renamed table, so a replay after a crash must not bring it back.
+        self._renames: list[tuple[Name, Name, int, bool]] = []
 
     # ------------------------------------------------------------ format hooks
 
@@ -531,6 +534,14 @@ class LakeSink(SinkContext):
     def _truncate(self, name: Name, version: int, drop: bool) -> None:
         """TRUNCATE / DROP TABLE: no current rows remain, recording ``version``."""
 
+    @abstractmethod
+    def _move(self, old: Name, new: Name) -> None:
+        """RENAME TABLE in the format: the table stored as ``old`` becomes ``new`` (a no-op once done)."""
+
+    @abstractmethod
+    def _mark(self, name: Name, version: int) -> None:
+        """Record ``version`` in the table without changing its rows (a renamed table's checkpoint)."""
+
     def label(self, name: Name) -> str:
         return table_label(*name)
 
@@ -543,7 +554,14 @@ class LakeSink(SinkContext):
     def open(self) -> int:
         """Read every table's checkpoint; return the lowest ts every table is complete to."""
         root = self._root = self._read_root()
+        for i, (old, new, ts, done) in enumerate(self._renames):
+            if not done:  # a crash in the middle of a RENAME TABLE: finish it
+                self._finish_rename(old, new, ts)
+                self._renames[i] = (old, new, ts, True)
+                self._write_root(self._root)
         self._versions = self._scan()
+        for old, _new, ts, _done in self._renames:
+            self._versions[old] = max(self._versions.get(old, 0), ts)
         complete = [max(v, root) for v in self._versions.values()]
         self.checkpoint_ts = min(complete) if complete else root
         self._pending_checkpoint = self.checkpoint_ts
@@ -625,12 +643,12 @@ class LakeSink(SinkContext):
     def _ddl(self, ddl: DDLEvent) -> None:
         if ddl.ddl_type in (ActionType.RENAME_TABLE, ActionType.RENAME_TABLES):
             _, pairs = ddl_tables(ddl.query, ddl.schema)
-            touched = [p for p in pairs if p[0] != p[1] and (p[0] in self._versions or p[0] in self._steps)]
-            if touched and ddl.commit_ts > self.checkpoint_ts:
-                raise LakeDDLError(
-                    f"{self.label(touched[0][0])}: DDL {clip(ddl.query)} at commit ts {ddl.commit_ts} renames a "
-                    f"table: not supported by the {self.kind} sink yet"
-                )
+            # Skipped: no move, or done before a restart (the journal holds the old name's ts).
+            todo = [(a, b) for a, b in pairs if a != b and ddl.commit_ts > self.table_version(a)]
+            if todo:
+                self._commit_steps()  # what came before the rename lands under the old names first
+            for old_name, new_name in todo:  # in order: a TO t, b TO a, t TO b swaps, as in MySQL
+                self._rename(old_name, new_name, ddl)
             return
         if not ddl.table:
             return  # schema-level DDL: tables follow their own events
@@ -641,6 +659,14 @@ class LakeSink(SinkContext):
 
     def flush(self) -> int:
         """Commit each table's steps in order (one commit each), then the root checkpoint."""
+        self._commit_steps()
+        if self._pending_checkpoint > self.checkpoint_ts:
+            self._write_root(self._pending_checkpoint)
+            self.checkpoint_ts = self._pending_checkpoint
+            self._guard.saw(self.checkpoint_ts, "the checkpoint published")
+        return self.checkpoint_ts
+
+    def _commit_steps(self) -> None:
         for name, steps in self._steps.items():
             for i, step in enumerate(steps):
                 final = i == len(steps) - 1
@@ -652,12 +678,6 @@ class LakeSink(SinkContext):
                     self._flush_ddl(name, step, done)
                 self._versions[name] = max(self._versions.get(name, 0), done)
         self._steps.clear()
-        if self._pending_checkpoint > self.checkpoint_ts:
-            doc = {"checkpoint_ts": self._pending_checkpoint}
-            write_atomically(self.root / CHECKPOINT_FILE, orjson.dumps(doc))
-            self.checkpoint_ts = self._pending_checkpoint
-            self._guard.saw(self.checkpoint_ts, "the checkpoint published")
-        return self.checkpoint_ts
 
     def _flush_chunk(self, name: Name, chunk: _Chunk, version: int) -> None:
         self._ensure(name, chunk.shape, version, None)
@@ -676,6 +696,36 @@ class LakeSink(SinkContext):
                 "checkpoint_ts": version,
             },
         )
+
+    def _rename(self, name: Name, new: Name, ddl: DDLEvent) -> None:
+        """RENAME TABLE: journaled in the root file first, so a crash anywhere in it is finished at open."""
+        ts = ddl.commit_ts
+        if self._schema(name) is None:
+            return  # nothing stored under the old name (its rows were never written here)
+        if self._schema(new) is not None:
+            raise LakeDDLError(
+                f"{self.label(name)}: DDL {clip(ddl.query)} at commit ts {ts} renames it to {self.label(new)}, "
+                "which the lake already holds (a dropped table keeps its files here): remove that table first"
+            )
+        self._renames.append((name, new, ts, False))
+        self._write_root(self.checkpoint_ts)
+        self._finish_rename(name, new, ts)
+        self._renames[-1] = (name, new, ts, True)
+        self._write_root(self.checkpoint_ts)
+        self._versions[new] = max(self._versions.get(new, 0), ts)
+        self._versions[name] = max(self._versions.get(name, 0), ts)
+        log.info(
+            "%s %s: renamed to %s at commit ts %d",
+            self.kind,
+            self.label(name),
+            self.label(new),
+            ts,
+            extra={"sink": self.kind, "table": f"{name[0]}.{name[1]}", "ddl": clip(ddl.query)},
+        )
+
+    def _finish_rename(self, old: Name, new: Name, ts: int) -> None:
+        self._move(old, new)
+        self._mark(new, ts)
 
     def _flush_ddl(self, name: Name, ddl: DDLEvent, version: int) -> None:
         what = f"{self.label(name)}: DDL {clip(ddl.query)} at commit ts {ddl.commit_ts}"
@@ -722,15 +772,34 @@ class LakeSink(SinkContext):
     def _read_root(self) -> int:
         path = self.root / CHECKPOINT_FILE
         try:
-            return int(orjson.loads(path.read_bytes())["checkpoint_ts"])
+            doc = orjson.loads(path.read_bytes())
+            self._renames = [
+                (_name(r["from"]), _name(r["to"]), int(r["ts"]), bool(r["done"])) for r in doc.get("renames") or []
+            ]
+            return int(doc["checkpoint_ts"])
         except FileNotFoundError:
+            self._renames = []
             return 0
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
             raise SinkError(f"unreadable lake checkpoint: {exc}", where=str(path)) from None
+
+    def _write_root(self, checkpoint_ts: int) -> None:
+        """The root checkpoint file: the ts every table is complete to, and the renames it does not cover yet."""
+        self._renames = [r for r in self._renames if not (r[3] and r[2] <= checkpoint_ts)]
+        renames = [{"from": list(a), "to": list(b), "ts": ts, "done": done} for a, b, ts, done in self._renames]
+        doc: dict[str, Any] = {"checkpoint_ts": checkpoint_ts}
+        if renames:
+            doc["renames"] = renames
+        write_atomically(self.root / CHECKPOINT_FILE, orjson.dumps(doc))
 
     def table_version(self, name: Name) -> int:
         """The ts a table is complete to: its last commit's checkpoint, or the root checkpoint if higher."""
         return max(self._versions.get(name, 0), self._root)
+
+
+def _name(raw: Any) -> Name:
+    schema, table = raw
+    return str(schema), str(table)
 
 
 def _same_shape(a: TableSchema, b: TableSchema) -> bool:

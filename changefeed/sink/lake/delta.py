@@ -15,6 +15,7 @@ process that read a table aborts at exit now and then ("terminate called without
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import pyarrow as pa
@@ -196,6 +197,22 @@ class DeltaSink(LakeSink):
             write_deltalake(
                 table, pa.table(marker, schema=schema), mode="append", commit_properties=self._props(version)
             )
+
+    def _move(self, old: Name, new: Name) -> None:
+        src, dst = self.table_path(old), self.table_path(new)
+        if not DeltaTable.is_deltatable(str(src)):
+            return  # moved before a crash (or never written)
+        if dst.exists():
+            raise LakeError(f"delta {self.label(old)}: cannot rename to {self.label(new)}: {dst} exists")
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(src, dst)  # rename(2): the table's log and files move at once
+
+    def _mark(self, name: Name, version: int) -> None:
+        table = self._table(name)
+        if table is None or (table.transaction_version(self.options.app_id) or 0) >= version:
+            return
+        empty = pa.schema(table.schema().to_arrow()).empty_table()
+        write_deltalake(table, empty, mode="append", commit_properties=self._props(version))  # a commit, no rows
 
     def _check_names(self, name: Name, schema: pa.Schema) -> None:
         """delta-rs quotes column names with backticks in MERGE and cannot hold one inside a name."""

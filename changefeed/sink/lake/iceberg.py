@@ -102,7 +102,8 @@ class IcebergSink(LakeSink):
         snapshot = table.current_snapshot()
         summary = None if snapshot is None else snapshot.summary
         recorded = None if summary is None else summary.additional_properties.get(CHECKPOINT_KEY)
-        return int(recorded if recorded is not None else table.properties.get(CHECKPOINT_KEY, 0))
+        # The table property: set at create and by a RENAME TABLE (`_mark`), which commits no snapshot.
+        return max(int(recorded or 0), int(table.properties.get(CHECKPOINT_KEY, 0)))
 
     def _scan(self) -> dict[Name, int]:
         out: dict[Name, int] = {}
@@ -179,6 +180,24 @@ class IcebergSink(LakeSink):
                     tx.append(self._conform(table, upserts), snapshot_properties=props)
         except (CommitFailedException, ValidationError, ValueError) as exc:
             raise LakeError(f"iceberg {self.label(name)}: {exc}", where=f"checkpoint ts {version}") from None
+
+    def _move(self, old: Name, new: Name) -> None:
+        src, dst = self._identifier(old), self._identifier(new)
+        if self.catalog.table_exists(src):
+            if self.catalog.table_exists(dst):
+                raise LakeError(f"iceberg {self.label(old)}: cannot rename to {self.label(new)}: it exists")
+            self.catalog.create_namespace_if_not_exists(dst[0])
+            self.catalog.rename_table(src, dst)
+        table = self.catalog.load_table(dst)
+        if (table.properties.get(SCHEMA_KEY), table.properties.get(TABLE_KEY)) != new:
+            with table.transaction() as tx:
+                tx.set_properties({SCHEMA_KEY: new[0], TABLE_KEY: new[1]})
+
+    def _mark(self, name: Name, version: int) -> None:
+        table = self._load(name)
+        if table is not None and self._version(table) < version:
+            with table.transaction() as tx:
+                tx.set_properties({CHECKPOINT_KEY: str(version)})
 
     def _write_scd2(self, table: Table, shape: TableSchema, changes: pa.Table, props: dict[str, str]) -> None:
         versions, closes = scd2_rows(shape, changes)
