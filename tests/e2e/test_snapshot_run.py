@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -244,16 +245,24 @@ def test_snapshot_killed_mid_way_resumes_without_gap_or_double(
         _cleanup(mariadb_downstream, schema, cid)
 
 
-def _snapshot_pending(checkpoint: Path) -> bool:
-    """Whether the last offset Spark logged still has chunks to read (or none was logged yet)."""
+def _last_offset(checkpoint: Path) -> dict[str, Any] | None:
+    """The last source offset Spark logged in ``checkpoint`` (None before the first)."""
     import orjson  # noqa: PLC0415
 
     offsets = checkpoint / "offsets"
     logged = sorted(int(p.name) for p in offsets.iterdir() if p.name.isdigit()) if offsets.is_dir() else []
     if not logged:
+        return None
+    offset: dict[str, Any] = orjson.loads((offsets / str(logged[-1])).read_text().splitlines()[-1])
+    return offset
+
+
+def _snapshot_pending(checkpoint: Path) -> bool:
+    """Whether the last offset Spark logged still has chunks to read (or none was logged yet)."""
+    last = _last_offset(checkpoint)
+    if last is None:
         return True
-    last = (offsets / str(logged[-1])).read_text().splitlines()[-1]
-    snapshot = orjson.loads(last).get("snapshot")
+    snapshot = last.get("snapshot")
     if snapshot is None:
         return False
     if snapshot.get("pending"):
@@ -304,13 +313,7 @@ def test_initial_only_copies_the_tables_and_exits(
 
 def _incremental_pending(checkpoint: Path) -> bool:
     """Whether the last offset Spark logged holds a snapshot on demand with chunks left to read."""
-    import orjson  # noqa: PLC0415
-
-    offsets = checkpoint / "offsets"
-    logged = sorted(int(p.name) for p in offsets.iterdir() if p.name.isdigit()) if offsets.is_dir() else []
-    if not logged:
-        return False
-    progress = orjson.loads((offsets / str(logged[-1])).read_text().splitlines()[-1]).get("incremental")
+    progress = (_last_offset(checkpoint) or {}).get("incremental")
     return progress is not None and int(progress["next"][0]) < len(progress["tables"])
 
 
