@@ -7,7 +7,7 @@ each column's definition beside its value, so a line stands alone; readers share
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import IO, Any
 
@@ -140,6 +140,20 @@ def dumps_event(event: Event) -> bytes:
     return orjson.dumps(event_to_json(event), option=orjson.OPT_APPEND_NEWLINE)
 
 
+def dumps_inserts(table: TableSchema, commit_ts: int, images: Sequence[tuple[Any, ...]]) -> bytes:
+    """Many INSERTs of one table at one commit ts as ONE line (kind ``inserts``): the schema once, then
+    each row's values in column order, each written as a row line writes it.
+
+    Why: a snapshot chunk's rows share both, and a row line repeats the table's definition (~1 KB
+    and ~37 µs a 10-column row to write, as much to read: bench/RESULTS.md). `EventReader.read`
+    gives back the same `RowChange`s a row line each would.
+    """
+    cols = table.columns
+    rows = [[_value_to_json(c, v) for c, v in zip(cols, image, strict=True)] for image in images]
+    obj = {"kind": "inserts", "commit_ts": commit_ts, "table_schema": table_schema_to_json(table), "rows": rows}
+    return orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE)
+
+
 def write_events(events: Iterable[Event], out: IO[bytes]) -> int:
     n = 0
     for event in events:
@@ -159,11 +173,19 @@ class EventReader:
         self._schemas: dict[Any, TableSchema] = {}
 
     def read(self, stream: IO[bytes] | Iterable[bytes]) -> Iterator[Event]:
+        """Every event of every line (an ``inserts`` line holds many, `dumps_inserts`)."""
         for lineno, line in enumerate(stream, 1):
             if line.strip():
-                yield self.parse(line, where=f"{self.source}:{lineno}")
+                yield from self.parse_all(line, where=f"{self.source}:{lineno}")
 
     def parse(self, line: bytes | str, where: str | None = None) -> Event:
+        """The event of one line (an ``inserts`` line, which holds many, is read by `read` / `parse_all`)."""
+        events = self.parse_all(line, where)
+        if len(events) != 1:
+            raise EventFormatError(f"the line holds {len(events)} events, not one", where=where)
+        return events[0]
+
+    def parse_all(self, line: bytes | str, where: str | None = None) -> list[Event]:
         try:
             obj = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
@@ -171,12 +193,31 @@ class EventReader:
         if not isinstance(obj, dict):
             raise EventFormatError("an event line must be a JSON object", where=where)
         try:
-            return self._event(obj)
+            return self._inserts(obj) if obj.get("kind") == "inserts" else [self._event(obj)]
         except EventFormatError as exc:
             raise EventFormatError(exc.message, where=where) from None
         except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
             detail = f"missing member {clip(exc.args[0])}" if isinstance(exc, KeyError) else str(exc)
             raise EventFormatError(f"bad {obj.get('kind', 'event')} line: {detail}", where=where) from None
+
+    def _inserts(self, obj: dict[str, Any]) -> list[Event]:
+        table = self._table_schema(obj["table_schema"])
+        commit_ts = _uint(obj["commit_ts"], "commit_ts")
+        rows = obj["rows"]
+        cols = table.columns
+        if not isinstance(rows, list) or not all(isinstance(r, list) and len(r) == len(cols) for r in rows):
+            raise EventFormatError(f"an inserts line needs 'rows': lists of {len(cols)} values")
+        position = obj.get("position")
+        return [
+            RowChange(
+                Op.INSERT,
+                table,
+                commit_ts,
+                new=tuple(_value_from_json(c, v) for c, v in zip(cols, r, strict=True)),
+                position=position,
+            )
+            for r in rows
+        ]
 
     def _event(self, obj: dict[str, Any]) -> Event:
         kind = obj.get("kind")

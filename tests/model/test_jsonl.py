@@ -20,7 +20,7 @@ from changefeed.model import (
     TableSchema,
     TypeCode,
 )
-from changefeed.model.jsonl import EventReader, dumps_event
+from changefeed.model.jsonl import EventReader, dumps_event, dumps_inserts
 from tests.strategies import row_changes, tables
 
 T1 = TableSchema(
@@ -38,6 +38,21 @@ T1 = TableSchema(
 @given(row_changes())
 def test_row_round_trip(event: RowChange) -> None:
     assert EventReader().parse(dumps_event(event)) == event
+
+
+@settings(max_examples=200, deadline=None)
+@given(row_changes())
+def test_an_inserts_line_gives_the_rows_row_lines_give(event: RowChange) -> None:
+    """``dumps_inserts`` (a snapshot chunk's rows: one table, one commit ts) reads back as row lines do."""
+    if event.op is not Op.INSERT or event.new is None or ABSENT in event.new:
+        return
+    rows = [event, RowChange(Op.INSERT, event.table_schema, event.commit_ts, new=event.new)]
+    line = dumps_inserts(event.table_schema, event.commit_ts, [r.new for r in rows if r.new is not None])
+    got = list(EventReader().read([line]))
+    assert got == [EventReader().parse(dumps_event(r)) for r in rows]
+    assert len(line) < sum(len(dumps_event(r)) for r in rows)
+    with pytest.raises(EventFormatError, match="not one"):
+        EventReader().parse(line)
 
 
 @settings(max_examples=50, deadline=None)
@@ -125,6 +140,17 @@ def test_values_are_typed_back() -> None:
             "unknown columns",
         ),
         (b'{"kind":"row","op":"insert","schema":"s","table":"t","commit_ts":1}', "missing member"),
+        (
+            b'{"kind":"inserts","commit_ts":1,"table_schema":{"schema":"s","table":"t",'
+            b'"columns":[{"name":"a","type":"int","flags":0}]},"rows":[[1],[2,3]]}',
+            "lists of 1 values",
+        ),
+        (
+            b'{"kind":"inserts","commit_ts":1,"table_schema":{"schema":"s","table":"t",'
+            b'"columns":[{"name":"a","type":"tinyint","flags":0}]},"rows":[[1],[300]]}',
+            "out of range",
+        ),
+        (b'{"kind":"inserts","commit_ts":1,"rows":[]}', "missing member"),
     ],
 )
 def test_bad_lines_name_the_line(line: bytes, message: str) -> None:
