@@ -830,7 +830,7 @@ class BinlogInput(Input):
     def table_schema(self) -> TableSchema | None:
         if self.opts.table is None:
             return None
-        found = self.scan(self.first()).found
+        found = self.scan(self.first(), stop_at_signal=False).found
         if found is None:
             schema, table = self.opts.table
             raise ConfigError(f"table {schema}.{table} has no rows in the binlog of {self.source}: shape unknown")
@@ -956,7 +956,7 @@ class BinlogInput(Input):
         keys = self._key_logs.get(span)
         if keys is None:
             stop = BinlogPosition.from_dict(end)
-            keys = self.scan(BinlogPosition.from_dict(start), until=(stop.file, stop.pos)).keys
+            keys = self.scan(BinlogPosition.from_dict(start), until=(stop.file, stop.pos), stop_at_signal=False).keys
             self._key_logs[span] = keys
         return keys
 
