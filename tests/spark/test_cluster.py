@@ -38,12 +38,17 @@ if TYPE_CHECKING:
 
 pytestmark = [pytest.mark.mariadb, pytest.mark.broker, pytest.mark.spark, pytest.mark.timeout(900)]
 
-#: Small executors (a worker offers 1g) and fast-starting JVMs, as the other Spark tests use.
+#: Small executors (a worker offers 1g) and fast-starting JVMs, as the other Spark tests use. The
+#: driver waits for both workers' cores before its first task (standalone's default waits for
+#: none: on a loaded machine one executor could register late and another run every task).
 JVM = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
 SPARK = [
     *("--spark-conf", "spark.executor.memory=512m"),
     *("--spark-conf", f"spark.driver.extraJavaOptions={JVM}"),
     *("--spark-conf", f"spark.executor.extraJavaOptions={JVM}"),
+    *("--spark-conf", "spark.cores.max=2"),
+    *("--spark-conf", "spark.scheduler.minRegisteredResourcesRatio=1.0"),
+    *("--spark-conf", "spark.scheduler.maxRegisteredResourcesWaitingTime=240s"),
 ]
 
 
