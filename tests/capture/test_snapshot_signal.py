@@ -176,7 +176,8 @@ def test_a_signal_snapshots_tables_into_the_running_stream(
         raise AssertionError("the stream did not come to an end")
     assert chunk_parts == 9 + 4, chunk_parts  # ~60 keys of k and 25 of c, 7 a chunk (the writer moves some)
     assert strict, "the snapshot finished"
-    assert not list((tmp_path / "spill").iterdir()), "committed chunks are dropped"
+    assert not [p for p in (tmp_path / "spill").rglob("*") if p.is_file()], "committed chunks are dropped"
+    assert (tmp_path / "spill" / "on-demand").is_dir(), "on-demand chunks spill apart from the initial snapshot's"
     with server.connect(database=schema) as conn, conn.cursor() as cur:
         for table in ("k", "c"):
             cur.execute(f"SELECT * FROM {table}")

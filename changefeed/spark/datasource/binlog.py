@@ -598,6 +598,8 @@ class BinlogInput(Input):
                 "give no startPosition (or use snapshot when-needed: snapshot only if that position is purged)"
             )
         self._spill = SpillStore(self.snapshot.spill)
+        # Snapshots on demand spill apart: `SpillStore.prune` goes by batch number, and their batches count from 1.
+        self._on_demand = SpillStore(self.snapshot.spill / "on-demand" if self.snapshot.spill else None)
         signal = opts.extra.get("signaltable", "").strip()
         if signal and not isinstance(self.source, BinlogServer):
             raise ConfigError("option signalTable needs a live source (url): a snapshot reads the tables")
@@ -710,7 +712,7 @@ class BinlogInput(Input):
             if progress is not None:
                 self._spill.prune(progress)
         elif INCREMENTAL in end:
-            self._spill.prune(SnapshotProgress.from_dict(end[INCREMENTAL]))
+            self._on_demand.prune(SnapshotProgress.from_dict(end[INCREMENTAL]))
 
     def catalog_at(self, start: BinlogPosition) -> DDLCatalog:
         """The DDL catalog (unique and other keys) at a transaction boundary, as the non-Spark capture has it there.
@@ -939,7 +941,7 @@ class BinlogInput(Input):
         chunk = events_of_chunk(reader.reader, plan, result, clock, first_of_schema)
         progress.table, progress.chunk = (ti, ci + 1) if ci + 1 < len(plan.ranges) else (ti + 1, 0)
         progress.clock = clock.last
-        self._spill.write(progress, [chunk])  # a re-run of the batch emits these very rows
+        self._on_demand.write(progress, [chunk])  # a re-run of the batch emits these very rows
         log.info(
             "snapshot on demand: %s #%d of %d, %d rows at %s",
             ".".join(plan.name),
@@ -967,13 +969,13 @@ class BinlogInput(Input):
             progress = progress_of(end)
             if progress is None or start == end:
                 return []
-            return self._chunk_partitions(progress, changelog)
+            return self._chunk_partitions(self._spill, progress, changelog)
         # A snapshot on demand: the chunk this batch read comes after the binlog up to its high watermark.
         chunks: list[InputPartition] = []
         if INCREMENTAL in end:
             now, before = SnapshotProgress.from_dict(end[INCREMENTAL]), start.get(INCREMENTAL)
             if now.chunks and (before is None or SnapshotProgress.from_dict(before).spill != now.spill):
-                chunks = self._chunk_partitions(now, changelog)
+                chunks = self._chunk_partitions(self._on_demand, now, changelog)
         start_d, handover = self._binlog_start(start)
         cuts = orjson.dumps(handover.to_dict()).decode() if handover is not None else None
         bounds = [start_d, *end.get("splits", ())]
@@ -996,14 +998,16 @@ class BinlogInput(Input):
             for a, b in pairs
         ] + chunks
 
-    def _chunk_partitions(self, progress: SnapshotProgress, changelog: ChangelogRows) -> list[InputPartition]:
-        """One partition per chunk a batch read (spilled), in plan order."""
+    def _chunk_partitions(
+        self, spill: SpillStore, progress: SnapshotProgress, changelog: ChangelogRows
+    ) -> list[InputPartition]:
+        """One partition per chunk a batch read (spilled in ``spill``), in plan order."""
         where = {"snapshot": progress.batch}
         # Where the readers share the spill directory, name the files: the chunks stay out of the JVM.
         chunks = (
-            [{"chunk_file": str(p)} for p in self._spill.paths(progress)]
+            [{"chunk_file": str(p)} for p in spill.paths(progress)]
             if self.snapshot.shared
-            else [{"chunk": text} for text in self._spill.read(progress)]
+            else [{"chunk": text} for text in spill.read(progress)]
         )
         return [
             BinlogRange(self.source, where, where, self.opts.time_zone, changelog, self.opts.output, **chunk)
