@@ -297,8 +297,7 @@ def preflight(
     start: Any = None
     snapshot: Callable[[str, str], bool] | None = None
     if config.source.is_live:
-        a = config.source.server()
-        source = MySQLParams(host=a.host, port=a.port, user=a.user, password=a.password, options=a.tls.options())
+        source = MySQLParams.of_replica(config.source.server())
         start = resume_position(checkpoint) or _configured_start(config.source.start_position)
         if config.source.snapshot_mode == "when-needed":
             start = None  # a purged position is not an error: the run snapshots the tables again

@@ -51,7 +51,7 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     TableFilter(patterns)  # the run would ignore a bad pattern: refuse it here
     schema, table = signal.parse_signal_table(config.source.signal_table or ".".join(signal.DEFAULT_SIGNAL_TABLE))
     a = config.source.server()
-    params = MySQLParams(host=a.host, port=a.port, user=a.user, password=a.password, options=a.tls.options())
+    params = MySQLParams.of_replica(a)
     row = signal.signal_row(config.changefeed_id, patterns)
     conn = params.connect(autocommit=True)
     try:

@@ -354,7 +354,7 @@ class BatchReader:
                 results = list(pool.map(lambda job: self.reader.read_chunk(job[1], job[2]), jobs))
                 for (ti, plan, ci), result in zip(jobs, results, strict=True):
                     state = progress.tables[ti]
-                    chunk = self._events(progress, ti, plan, result, clock)
+                    chunk = self.chunk(progress, ti, plan, result, clock)
                     state.highs.append(result.high)
                     out.append(chunk)
                     rows += chunk.rows
@@ -365,9 +365,10 @@ class BatchReader:
         progress.clock = clock.last
         return out
 
-    def _events(
+    def chunk(
         self, progress: SnapshotProgress, ti: int, plan: TablePlan, result: ChunkResult, clock: CommitClock
     ) -> ReadChunk:
+        """A read chunk's events (CREATE DATABASE before the first of its schema's tables in ``progress``)."""
         first_of_schema = not any(t.name[0] == plan.name[0] for t in progress.tables[:ti])
         return events_of_chunk(self.reader, plan, result, clock, first_of_schema)
 

@@ -14,12 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from ...errors import ConfigError
 from ...mysqlclient import Connection, TLSOptions, connect
 from ...secrets import mask_secrets, resolve_password
+
+if TYPE_CHECKING:
+    from ...capture.binlog.replica import ServerAddress
 
 __all__ = ["MySQLParams", "mask_url", "parse_mysql_url", "split_mysql_url"]
 
@@ -45,6 +48,12 @@ class MySQLParams:
     password: str = field(default="", repr=False)
     database: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def of_replica(cls, address: ServerAddress) -> MySQLParams:
+        """The SQL connection to a replica-protocol source address (its user, password and TLS options)."""
+        a = address
+        return cls(host=a.host, port=a.port, user=a.user, password=a.password, options=a.tls.options())
 
     @property
     def tls(self) -> TLSOptions:

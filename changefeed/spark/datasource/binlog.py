@@ -35,7 +35,7 @@ from ...capture.binlog.events import TableMapEvent
 from ...capture.binlog.files import RawEvent
 from ...capture.binlog.position import file_key, reached
 from ...capture.binlog.replica import ReplicaStream, ServerAddress, random_server_id
-from ...capture.snapshot.progress import BatchReader, HandoverState, SnapshotProgress, close_orders, events_of_chunk
+from ...capture.snapshot.progress import BatchReader, HandoverState, SnapshotProgress, close_orders
 from ...capture.snapshot.progress import begin as begin_snapshot
 from ...capture.snapshot.reader import SnapshotReader, replica_window
 from ...capture.snapshot.signal import Signal, parse_signal_table, read_signal
@@ -346,8 +346,7 @@ class BinlogServer:
         return {"file": str(row[0]), "pos": int(row[1])}
 
     def params(self) -> MySQLParams:
-        a = self.address
-        return MySQLParams(host=a.host, port=a.port, user=a.user, password=a.password, options=a.tls.options())
+        return MySQLParams.of_replica(self.address)
 
     def key_snapshot(self) -> DDLCatalog:
         """Every user table's columns and indexes from information_schema now (`tracker.snapshot_catalog`)."""
@@ -937,8 +936,7 @@ class BinlogInput(Input):
             log.warning("snapshot chunk %s #%d: high watermark %s, emitted at %s", ".".join(plan.name), ci, high, end)
         self._key_logs[(_pkey(begin.file, begin.pos), _pkey(end.file, end.pos))] = scan.keys
         clock = CommitClock(end.clock)
-        first_of_schema = not any(t.name[0] == plan.name[0] for t in progress.tables[:ti])
-        chunk = events_of_chunk(reader.reader, plan, result, clock, first_of_schema)
+        chunk = reader.chunk(progress, ti, plan, result, clock)
         progress.table, progress.chunk = (ti, ci + 1) if ci + 1 < len(plan.ranges) else (ti + 1, 0)
         progress.clock = clock.last
         self._on_demand.write(progress, [chunk])  # a re-run of the batch emits these very rows
