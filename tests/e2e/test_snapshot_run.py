@@ -193,7 +193,7 @@ def test_snapshot_killed_mid_way_resumes_without_gap_or_double(
     from its spill at the same commit ts, which the sink drops) and the downstream ends equal."""
     upstream = mariadb_factory()
     schema, cid = f"snapk_{uuid.uuid4().hex[:8]}", f"snapk-{uuid.uuid4().hex[:6]}"
-    _setup(upstream, schema, scale=1.0)  # ~20 chunks of 64 rows (2 a micro-batch), then the writer's
+    _setup(upstream, schema, scale=2.0)  # ~35 chunks of 64 rows (2 a micro-batch: ~18 batches), then the writer's
     config = _config(tmp_path / "cf.toml", cid, upstream, mariadb_downstream, schema)
     spark_args = ["--master", "local[2]", "--trigger-interval", "200ms", "--max-events", "64"]
     job = Job("run", ["run", str(config), "--checkpoint", str(tmp_path / "ck"), *spark_args], tmp_path)
@@ -208,12 +208,14 @@ def test_snapshot_killed_mid_way_resumes_without_gap_or_double(
                 deadline = time.monotonic() + 90
                 if rng.random() < 0.3:  # before its first micro-batch: Spark starting, offsets, chunk reads
                     time.sleep(rng.uniform(1.0, 4.0))
-                else:  # a random time after its first micro-batch
-                    while job.batches() < 1:
+                else:  # soon after its first or second micro-batch: counted in batches, not seconds, so a
+                    # fast machine cannot finish the snapshot within the first kills (CI once did, at 1.5 s)
+                    after = rng.randint(1, 2)
+                    while job.batches() < after:
                         job.check_alive()
                         assert time.monotonic() < deadline, job.tail()
-                        time.sleep(0.05)
-                    time.sleep(rng.uniform(0.0, 1.5))
+                        time.sleep(0.02)
+                    time.sleep(rng.uniform(0.0, 0.4))
                 job.check_alive()
                 job.kill()
                 mid_snapshot += _snapshot_pending(ck)
