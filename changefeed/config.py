@@ -30,7 +30,7 @@ by one rule (`_config_path`). docs/configuration.md lists the keys.
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -48,11 +48,13 @@ from .errors import ConfigError, ascii_digits, positive_int, true_false
 from .kafkasecurity import KAFKA_SECURITY_PARAMS, KAFKA_WRITE_PARAMS, KafkaSecurity, KafkaURI
 from .mysqlclient import TLS_OPTIONS
 from .secrets import mask_secrets, resolve_password
+from .sink.lake import LAKE_SCHEMES, lake_sink
 from .sink.storage.writer import StorageOptions
 from .timezones import zone
 
 if TYPE_CHECKING:
     from .capture.binlog.replica import ServerAddress
+    from .sink.base import Sink
     from .sink.kafka import KafkaSinkConfig
     from .sink.mysql import MySQLParams, MySQLSinkConfig
 
@@ -275,6 +277,10 @@ class SinkURI:
     def is_mysql(self) -> bool:
         return self.scheme in MYSQL_SCHEMES
 
+    @property
+    def is_lake(self) -> bool:
+        return self.scheme in LAKE_SCHEMES
+
 
 @dataclass
 class ChangefeedConfig:
@@ -341,6 +347,14 @@ class ChangefeedConfig:
         """
         return mysql_target(self.sink_uri.uri, self.changefeed_id, self.time_zone)
 
+    def lake_sink(self) -> Callable[[], Sink]:
+        """The ``delta://DIR?mode=...`` / ``iceberg://DIR?...`` sink (docs/lakehouse.md): a factory, parameters checked.
+
+        ``flush-interval`` is the job's trigger (as for the other sinks), not a table parameter.
+        """
+        params = {k: v for k, v in self.sink_uri.params.items() if k != "flush-interval"}
+        return lake_sink(self.sink_uri.scheme, self.sink_uri.path, params, self.time_zone)
+
     def codec_options(self) -> CodecOptions:
         """The codec options (URI parameters, ``[sink]``, ``[sink.csv]``, ``[sink.debezium]``, ``cluster-id``)."""
         csv = self.sink.csv
@@ -387,7 +401,8 @@ class ChangefeedConfig:
 
 
 def parse_sink_uri(uri: str, base_dir: Path | None = None) -> SinkURI:
-    """``file://DIR?...``, ``kafka://HOST:PORT/TOPIC?...``, ``mysql://`` and ``tidb://``; others are refused."""
+    """``file://DIR?...``, ``kafka://HOST:PORT/TOPIC?...``, ``mysql://``, ``tidb://``, ``delta://DIR``,
+    ``iceberg://DIR``; others are refused."""
     parts = urlsplit(uri)
     scheme = parts.scheme.lower()
     if scheme == "kafka":
@@ -406,12 +421,20 @@ def parse_sink_uri(uri: str, base_dir: Path | None = None) -> SinkURI:
         if anchored != params:  # the sink parses the URI again (mysql_sink): the paths go into its text
             uri = urlunsplit(parts._replace(query=urlencode(list(anchored.items()))))
         return SinkURI(scheme, parts.netloc + parts.path, anchored, uri)
+    if scheme in LAKE_SCHEMES:  # a local directory of tables, as for file://
+        location = parts.netloc + parts.path
+        if not location:
+            raise ConfigError(f"sink-uri {uri!r} names no directory")
+        return SinkURI(scheme, str(_config_path(location, base_dir)), params, uri)
     if scheme in ("mysql+ssl", "tidb+ssl"):
         raise ConfigError(f"write {scheme[:-4]}://...?ssl-ca=FILE&ssl-cert=FILE&ssl-key=FILE for TLS, not {scheme}://")
     if scheme in ("kafka+ssl", "pulsar"):
         raise ConfigError(f"the {scheme} sink is not wired into `changefeed run` yet; use file:// or kafka://")
     if scheme != "file":
-        raise ConfigError(f"unsupported sink-uri scheme {scheme or '(none)'!r} in {uri!r}; expected file://DIR")
+        raise ConfigError(
+            f"unsupported sink-uri scheme {scheme or '(none)'!r} in {uri!r}; "
+            "expected file://DIR, kafka://, mysql://, delta://DIR or iceberg://DIR"
+        )
     location = parts.netloc + parts.path
     if not location:
         raise ConfigError(f"sink-uri {uri!r} names no directory")
@@ -598,6 +621,9 @@ def _build(doc: dict[str, Any], base: Path) -> ChangefeedConfig:
     )
     if uri.is_mysql:
         config.mysql_sink()  # validates the parameters now, not inside the job
+        return config
+    if uri.is_lake:
+        config.lake_sink()  # validates the parameters now, not inside the job
         return config
     if uri.is_kafka:
         if config.protocol not in KAFKA_PROTOCOLS:

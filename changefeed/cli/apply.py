@@ -139,20 +139,6 @@ def wait_for_kafka_topic(options: Mapping[str, str]) -> None:
         consumer.close()
 
 
-def lake_sink(scheme: str, root: Path, params: dict[str, str], time_zone: str) -> Callable[[], Sink]:
-    """``delta://DIR?mode=...`` / ``iceberg://DIR?mode=...&catalog-uri=...`` -> a sink factory (docs/lakehouse.md)."""
-    from ..sink.lake.common import LakeOptions  # noqa: PLC0415
-
-    options = LakeOptions.from_params(scheme, params, time_zone)  # unknown parameters fail here
-    if scheme == "delta":
-        from ..sink.lake.delta import DeltaSink  # noqa: PLC0415
-
-        return partial(DeltaSink, root, options)
-    from ..sink.lake.iceberg import IcebergSink  # noqa: PLC0415
-
-    return partial(IcebergSink, root, options)
-
-
 def run(args: argparse.Namespace) -> int:
     from ..codec import CodecOptions  # noqa: PLC0415
     from ..ops.monitor import set_job_context  # noqa: PLC0415
@@ -186,6 +172,8 @@ def run(args: argparse.Namespace) -> int:
         where = f"{connection} (changefeed {args.changefeed_id})"
     elif scheme in ("delta", "iceberg"):
         target, params = _local_path(args.target, scheme)
+        from ..sink.lake import lake_sink  # noqa: PLC0415
+
         make_sink = lake_sink(scheme, target, params, options.get("time-zone", codec.time_zone))
         checkpoint = args.checkpoint or target / "_spark_checkpoint"
         where = f"{scheme} tables in {target} (mode={params.get('mode', 'upsert')})"

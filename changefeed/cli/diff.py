@@ -1,4 +1,4 @@
-"""``changefeed diff``: compare tables of two MySQL/MariaDB servers; optionally write fix-up SQL.
+"""``changefeed diff``: compare tables of two MySQL/MariaDB servers, or of one and a lake; optionally fix-up SQL.
 
 Exit codes (as sync-diff-inspector's spirit, and scripts need them): 0 equal, 1 different,
 2 the comparison itself failed.
@@ -10,11 +10,16 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable
-from typing import IO
+from typing import IO, TYPE_CHECKING
+from urllib.parse import urlsplit
 
-from ..errors import ChangefeedError
+from ..errors import ChangefeedError, ConfigError
 from ..ops.progress import Progress, add_progress_option
+from ..sink.lake import LAKE_SCHEMES
 from ..sink.mysql.url import parse_mysql_url
+
+if TYPE_CHECKING:
+    from ..diff import DiffReport
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +46,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "or MYSQL_PWD)",
     )
     p.add_argument(
-        "--target", required=True, help="mysql://user@host:port of the side to check (password: as --source)"
+        "--target",
+        required=True,
+        help="mysql://user@host:port of the side to check (password: as --source), or the lake tables of "
+        "delta://DIR | iceberg://DIR[?catalog-uri=URI] (their newest state; docs/lakehouse.md)",
     )
     p.add_argument(
         "--tables",
@@ -64,6 +72,14 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     fix_file: IO[str] | None = None
     try:
         source = parse_mysql_url(args.source)
+        if urlsplit(args.target).scheme.lower() in LAKE_SCHEMES:
+            if args.fix_sql:
+                raise ConfigError("--fix-sql writes SQL for a MySQL target; a lake table is not written with SQL")
+            from ..diff.lake import LakeDiffer  # noqa: PLC0415
+
+            with Progress("diff", unit="tables", disabled=args.no_progress) as bar:
+                report = LakeDiffer(source, args.target, max_samples=args.max_rows, progress=bar).run(args.tables)
+            return _print_report(report, args, out)
         target = parse_mysql_url(args.target)
         if args.fix_sql:
             fix_file = open(args.fix_sql, "w", encoding="utf-8", errors="surrogateescape")  # noqa: SIM115
@@ -90,6 +106,10 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     finally:
         if fix_file is not None:
             fix_file.close()
+    return _print_report(report, args, out)
+
+
+def _print_report(report: DiffReport, args: argparse.Namespace, out: IO[str]) -> int:
     different = 0
     for t in report.tables:
         if t.status == "equal":

@@ -225,6 +225,13 @@ def run(args: argparse.Namespace) -> int:
             preflight(config, checkpoint, sink=connection)
         make_sink = partial(MySQLSink, connection, sink_config)
         where = f"{connection} (changefeed {config.changefeed_id})"
+    elif config.sink_uri.is_lake:
+        # Capture writes the tables itself (docs/lakehouse.md): no topic or files in between.
+        make_sink = config.lake_sink()
+        if not args.skip_preflight:
+            preflight(config, checkpoint)
+        mode = config.sink_uri.params.get("mode", "upsert")
+        where = f"{config.sink_uri.scheme} tables in {config.sink_uri.path} (mode={mode})"
     else:
         from ..sink.storage.writer import StorageWriter  # noqa: PLC0415
 

@@ -43,7 +43,7 @@ SYSTEM_SCHEMAS = frozenset({"mysql", "information_schema", "performance_schema",
 _NUMBER_TYPES = frozenset(
     {"tinyint", "smallint", "mediumint", "int", "integer", "bigint", "decimal", "numeric", "float", "double", "year"}
 )
-_BINARY_TYPES = frozenset(
+BINARY_TYPES = frozenset(
     {
         "binary",
         "varbinary",
@@ -80,7 +80,7 @@ class ColumnInfo:
         """How values print and are written back: number (bare), binary (X'hex') or text (quoted)."""
         if self.data_type in _NUMBER_TYPES:
             return "number"
-        if self.data_type in _BINARY_TYPES:
+        if self.data_type in BINARY_TYPES:
             return "binary"
         return "text"
 
@@ -180,7 +180,7 @@ def _cond(op: str, cols: Sequence[str], vals: Sequence[str]) -> str:
     return "(" + " OR ".join(parts) + ")"
 
 
-class _Side:
+class Side:
     """One server: a raw-value connection (no type conversion) in UTC, in the sink's sql_mode.
 
     The sql_mode is set, not inherited from the server: `literal` escapes with backslashes, which a
@@ -217,7 +217,7 @@ class _Side:
         rows = self.query(
             "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE='BASE TABLE'"
         )
-        return [(_s(a), _s(b)) for a, b in rows if _s(a).lower() not in SYSTEM_SCHEMAS]
+        return [(text_of(a), text_of(b)) for a, b in rows if text_of(a).lower() not in SYSTEM_SCHEMAS]
 
     def table_info(self, schema: str, table: str) -> TableInfo | None:
         s, t = "'" + escape_string(schema) + "'", "'" + escape_string(table) + "'"
@@ -227,15 +227,17 @@ class _Side:
         )
         if not cols:
             return None
-        columns = tuple(ColumnInfo(_s(n), _s(dt).lower(), "GENERATED" in _s(ex).upper()) for n, dt, ex, _ in cols)
-        nullable = {_s(n) for n, _, _, nul in cols if _s(nul).upper() == "YES"}
+        columns = tuple(
+            ColumnInfo(text_of(n), text_of(dt).lower(), "GENERATED" in text_of(ex).upper()) for n, dt, ex, _ in cols
+        )
+        nullable = {text_of(n) for n, _, _, nul in cols if text_of(nul).upper() == "YES"}
         stats = self.query(
             "SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS"
             f" WHERE TABLE_SCHEMA={s} AND TABLE_NAME={t} AND NON_UNIQUE=0 ORDER BY INDEX_NAME, SEQ_IN_INDEX"
         )
         indexes: dict[str, list[str]] = {}
         for idx, col in stats:
-            indexes.setdefault(_s(idx), []).append(_s(col))
+            indexes.setdefault(text_of(idx), []).append(text_of(col))
         positions = {c.name: i for i, c in enumerate(columns)}
         key_name = None
         if "PRIMARY" in indexes:
@@ -249,16 +251,16 @@ class _Side:
 
     def create_table(self, info: TableInfo) -> str:
         rows = self.query(f"SHOW CREATE TABLE {info.name}")
-        return _s(rows[0][1])
+        return text_of(rows[0][1])
 
 
-def _select_expr(column: ColumnInfo) -> str:
+def select_expr(column: ColumnInfo) -> str:
     # FLOAT prints with 6 significant digits; as DOUBLE it prints every digit of the float32.
     q = quote_ident(column.name)
     return f"CAST({q} AS DOUBLE)" if column.data_type == "float" else q
 
 
-def _s(value: Any) -> str:
+def text_of(value: Any) -> str:
     return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes | bytearray) else str(value)
 
 
@@ -288,9 +290,9 @@ class Differ:
 
     def run(self, patterns: Sequence[str] | None = None) -> DiffReport:
         """Compare every table matched by ``patterns`` (TiDB table-filter syntax) on either side."""
-        src = _Side(self.source_params, "source")
+        src = Side(self.source_params, "source")
         try:
-            dst = _Side(self.target_params, "target")
+            dst = Side(self.target_params, "target")
         except BaseException:
             src.close()
             raise
@@ -310,7 +312,7 @@ class Differ:
 
     # --- one table -------------------------------------------------------------------------------
 
-    def _table(self, src: _Side, dst: _Side, schema: str, table: str) -> TableReport:
+    def _table(self, src: Side, dst: Side, schema: str, table: str) -> TableReport:
         report = TableReport(schema, table)
         s_info = src.table_info(schema, table)
         t_info = dst.table_info(schema, table)
@@ -366,7 +368,7 @@ class Differ:
         for c in info.columns:
             q = quote_ident(c.name)
             parts.append(f"ISNULL({q})")
-            parts.append(f"HEX(CAST({_select_expr(c)} AS BINARY))")
+            parts.append(f"HEX(CAST({select_expr(c)} AS BINARY))")
         return "CONCAT_WS(','," + ",".join(parts) + ")"
 
     def _checksum_sql(self, info: TableInfo, where: str) -> str:
@@ -387,7 +389,7 @@ class Differ:
         return " AND ".join(conds)
 
     def _bounds(
-        self, side: _Side, info: TableInfo, lo: tuple[Any, ...] | None, hi: tuple[Any, ...] | None, step: int
+        self, side: Side, info: TableInfo, lo: tuple[Any, ...] | None, hi: tuple[Any, ...] | None, step: int
     ) -> list[tuple[Any, ...]]:
         """Keys closing each ``step`` rows of (lo, hi] on ``side`` (keyset pagination)."""
         cols = ",".join(quote_ident(info.columns[i].name) for i in info.key)
@@ -407,7 +409,7 @@ class Differ:
                 return bounds
             bounds.append(cursor)
 
-    def _keyed(self, src: _Side, dst: _Side | None, info: TableInfo, report: TableReport) -> None:
+    def _keyed(self, src: Side, dst: Side | None, info: TableInfo, report: TableReport) -> None:
         bounds = self._bounds(src, info, None, None, self.chunk_size)
         edges: list[tuple[Any, ...] | None] = [None, *bounds, None]
         for lo, hi in itertools.pairwise(edges):
@@ -417,8 +419,8 @@ class Differ:
 
     def _chunk(
         self,
-        src: _Side,
-        dst: _Side | None,
+        src: Side,
+        dst: Side | None,
         info: TableInfo,
         report: TableReport,
         lo: tuple[Any, ...] | None,
@@ -445,10 +447,10 @@ class Differ:
             self._chunk(src, dst, info, report, a, b)
 
     def _select(self, info: TableInfo, where: str, order: str) -> str:
-        cols = ",".join(_select_expr(c) for c in info.columns)
+        cols = ",".join(select_expr(c) for c in info.columns)
         return f"SELECT {cols} FROM {info.name}" + (f" WHERE {where}" if where else "") + f" ORDER BY {order}"
 
-    def _compare_rows(self, src: _Side, dst: _Side | None, info: TableInfo, report: TableReport, where: str) -> None:
+    def _compare_rows(self, src: Side, dst: Side | None, info: TableInfo, report: TableReport, where: str) -> None:
         order = ",".join(quote_ident(info.columns[i].name) for i in info.key)
         sql = self._select(info, where, order)
         s_rows = {tuple(r[i] for i in info.key): tuple(r) for r in src.query(sql)}
@@ -487,7 +489,7 @@ class Differ:
             )
             yield head + ",".join(values) + ";"
 
-    def _keyless(self, src: _Side, dst: _Side | None, info: TableInfo, report: TableReport) -> None:
+    def _keyless(self, src: Side, dst: Side | None, info: TableInfo, report: TableReport) -> None:
         report.chunks = 1
         s_sum = tuple(src.query(self._checksum_sql(info, ""))[0])
         t_sum = tuple(dst.query(self._checksum_sql(info, ""))[0]) if dst is not None else (0, 0, 0)

@@ -357,3 +357,21 @@ def test_relative_tls_and_password_files_resolve_against_the_config_file(
     assert client["sasl.password"] == "s3cret"
     # On the command line (--sink-uri), relative means the current directory.
     assert parse_sink_uri("kafka://b:9092/t?ca=ca.pem", Path.cwd()).params["ca"] == str(elsewhere / "ca.pem")
+
+
+def test_lake_sink_uri(tmp_path: Path) -> None:
+    """``delta://DIR`` / ``iceberg://DIR`` in the config: a directory relative to the config file, the lake
+    parameters checked at load (not in the job), ``flush-interval`` the trigger, as for the other sinks."""
+    text = 'sink-uri = "delta://lake?mode=scd2&flush-interval=2s"\n[source]\npath="/p"\n'
+    cfg = parse_config(text, tmp_path)
+    assert cfg.sink_uri.is_lake and cfg.sink_uri.path == tmp_path / "lake"
+    assert cfg.flush_interval == "2s"
+    sink = cfg.lake_sink()()
+    assert (sink.kind, sink.options.mode, sink.root) == ("delta", "scd2", tmp_path / "lake")
+    assert parse_config('sink-uri = "iceberg:///abs/lake?catalog-uri=sqlite:///c.db"\n[source]\npath="/p"\n').sink_uri
+    with pytest.raises(ConfigError, match="unknown: bogus"):
+        parse_config('sink-uri = "delta://lake?bogus=1"\n[source]\npath="/p"\n', tmp_path)
+    with pytest.raises(ConfigError, match="mode must be one of"):
+        parse_config('sink-uri = "iceberg://lake?mode=merge"\n[source]\npath="/p"\n', tmp_path)
+    with pytest.raises(ConfigError, match="names no directory"):
+        parse_sink_uri("delta://")

@@ -39,8 +39,8 @@ def test_apply_storage_directory_into_delta(spark: object, tmp_path: Path) -> No
 
 
 def test_lake_target_parameters_are_checked(tmp_path: Path) -> None:
-    from changefeed.cli.apply import lake_sink  # noqa: PLC0415
     from changefeed.errors import ConfigError  # noqa: PLC0415
+    from changefeed.sink.lake import lake_sink  # noqa: PLC0415
 
     with pytest.raises(ConfigError, match="unknown: bogus"):
         lake_sink("delta", tmp_path, {"bogus": "1"}, "UTC")
