@@ -10,6 +10,8 @@ import argparse
 import logging
 import sys
 from collections.abc import Callable
+from contextlib import ExitStack
+from pathlib import Path
 from typing import IO, TYPE_CHECKING
 from urllib.parse import urlsplit
 
@@ -42,8 +44,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--source",
         required=True,
+        action="append",
         help="mysql://user@host:port of the reference side (password: ?password-file=PATH, ?password-env=NAME "
-        "or MYSQL_PWD)",
+        "or MYSQL_PWD); repeated with --routes: several sources merged into the target",
+    )
+    p.add_argument(
+        "--routes",
+        action="append",
+        type=Path,
+        metavar="CONFIG.toml",
+        help="compare through the [[routes]] of this changefeed config (its changefeed-id is extract-source's "
+        "value): each target table against the union of the source tables routed into it; give one per --source, "
+        "in the same order (docs/routing.md)",
     )
     p.add_argument(
         "--target",
@@ -66,47 +78,81 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
-    from ..diff import SESSION_SQL_MODE, Differ  # noqa: PLC0415 - keep `changefeed --help` light
-
     out = out or sys.stdout
-    fix_file: IO[str] | None = None
     try:
-        source = parse_mysql_url(args.source)
-        if urlsplit(args.target).scheme.lower() in LAKE_SCHEMES:
-            if args.fix_sql:
-                raise ConfigError("--fix-sql writes SQL for a MySQL target; a lake table is not written with SQL")
-            from ..diff.lake import LakeDiffer  # noqa: PLC0415
-
-            with Progress("diff", unit="tables", disabled=args.no_progress) as bar:
-                report = LakeDiffer(source, args.target, max_samples=args.max_rows, progress=bar).run(args.tables)
-            return _print_report(report, args, out)
-        target = parse_mysql_url(args.target)
-        if args.fix_sql:
-            fix_file = open(args.fix_sql, "w", encoding="utf-8", errors="surrogateescape")  # noqa: SIM115
-            fix_file.write(f"-- changefeed diff: statements that make {target.url} equal to {source.url}\n")
-            # The statements escape with backslashes: the session must not have NO_BACKSLASH_ESCAPES.
-            fix_file.write(
-                f"SET NAMES utf8mb4;\nSET SESSION sql_mode='{SESSION_SQL_MODE}', foreign_key_checks=0, "
-                "time_zone='+00:00';\n"
-            )
-        fix: Callable[[str], None] | None = None
-        if fix_file is not None:
-            out_sql = fix_file
-
-            def fix(sql: str) -> None:
-                out_sql.write(sql + "\n")
-
-        with Progress("diff", unit="tables", disabled=args.no_progress) as bar:
-            differ = Differ(
-                source, target, chunk_size=args.chunk_size, max_samples=args.max_rows, fix=fix, progress=bar
-            )
-            report = differ.run(args.tables)
+        with ExitStack() as stack:
+            if args.routes:
+                report = _routed(args, stack)
+            elif len(args.source) > 1:
+                raise ConfigError("several --source need --routes (one per source): the tables they merge into")
+            elif urlsplit(args.target).scheme.lower() in LAKE_SCHEMES:
+                report = _lake(args)
+            else:
+                report = _servers(args, stack)
     except (ChangefeedError, OSError) as exc:
         raise ComparisonFailedError(f"error: {exc}") from exc
-    finally:
-        if fix_file is not None:
-            fix_file.close()
     return _print_report(report, args, out)
+
+
+def _servers(args: argparse.Namespace, stack: ExitStack) -> DiffReport:
+    from ..diff import Differ  # noqa: PLC0415 - keep `changefeed --help` light
+
+    source, target = parse_mysql_url(args.source[0]), parse_mysql_url(args.target)
+    fix = _fix_file(args, stack, target.url, source.url)
+    with Progress("diff", unit="tables", disabled=args.no_progress) as bar:
+        differ = Differ(source, target, chunk_size=args.chunk_size, max_samples=args.max_rows, fix=fix, progress=bar)
+        return differ.run(args.tables)
+
+
+def _lake(args: argparse.Namespace) -> DiffReport:
+    """``--target delta://|iceberg://``: the source against the lake tables' newest state (`LakeDiffer`)."""
+    from ..diff.lake import LakeDiffer  # noqa: PLC0415
+
+    if args.fix_sql:
+        raise ConfigError("--fix-sql writes SQL for a MySQL target; a lake table is not written with SQL")
+    source = parse_mysql_url(args.source[0])
+    with Progress("diff", unit="tables", disabled=args.no_progress) as bar:
+        return LakeDiffer(source, args.target, max_samples=args.max_rows, progress=bar).run(args.tables)
+
+
+def _routed(args: argparse.Namespace, stack: ExitStack) -> DiffReport:
+    """``--routes``: the sources through their changefeeds' routes into one target (`RoutedDiffer`)."""
+    import tomllib  # noqa: PLC0415
+
+    from ..config import load_routes  # noqa: PLC0415
+    from ..diff.routed import RoutedDiffer, RoutedSource  # noqa: PLC0415
+    from ..dispatch.route import Router  # noqa: PLC0415
+
+    if len(args.routes) != len(args.source):
+        raise ConfigError(f"give one --routes per --source ({len(args.source)} sources, {len(args.routes)} routes)")
+    sources = []
+    for url, path in zip(args.source, args.routes, strict=True):
+        routes = load_routes(path)  # reads and checks the file
+        name = str(tomllib.loads(path.read_text()).get("changefeed-id", "default"))  # extract-source's value
+        sources.append(RoutedSource(parse_mysql_url(url), Router.of(routes, source=name)))
+    target = parse_mysql_url(args.target)
+    fix = _fix_file(args, stack, target.url, " + ".join(s.params.url for s in sources) + " through their routes")
+    with Progress("diff", unit="tables", disabled=args.no_progress) as bar:
+        return RoutedDiffer(sources, target, max_samples=args.max_rows, fix=fix, progress=bar).run(args.tables)
+
+
+def _fix_file(args: argparse.Namespace, stack: ExitStack, target: str, source: str) -> Callable[[str], None] | None:
+    """``--fix-sql FILE``: a writer of its statements (None without it), the file closed with ``stack``."""
+    from ..diff import SESSION_SQL_MODE  # noqa: PLC0415
+
+    if not args.fix_sql:
+        return None
+    out = stack.enter_context(open(args.fix_sql, "w", encoding="utf-8", errors="surrogateescape"))  # noqa: SIM115
+    out.write(f"-- changefeed diff: statements that make {target} equal to {source}\n")
+    # The statements escape with backslashes: the session must not have NO_BACKSLASH_ESCAPES.
+    out.write(
+        f"SET NAMES utf8mb4;\nSET SESSION sql_mode='{SESSION_SQL_MODE}', foreign_key_checks=0, time_zone='+00:00';\n"
+    )
+
+    def fix(sql: str) -> None:
+        out.write(sql + "\n")
+
+    return fix
 
 
 def _print_report(report: DiffReport, args: argparse.Namespace, out: IO[str]) -> int:
