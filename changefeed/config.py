@@ -536,7 +536,7 @@ def _build(doc: dict[str, Any], base: Path) -> ChangefeedConfig:
     source = _source(_table(doc, "source"), base)
 
     flt = _table(doc, "filter")
-    _check_keys(flt, {"rules", "event-filters"}, "[filter]")
+    _check_keys(flt, {"rules", "event-filters", "expression-filters"}, "[filter]")
     rules = flt.get("rules", ["*.*"])
     if not isinstance(rules, list) or not all(isinstance(r, str) for r in rules):
         raise ConfigError("[filter] rules must be a list of strings like ['db.*']")
@@ -703,6 +703,13 @@ def _event_rules(doc: dict[str, Any]) -> tuple[list[EventFilterRule], bool]:
     if not isinstance(event_filters, list) or not all(isinstance(r, dict) for r in event_filters):
         raise ConfigError("[[filter.event-filters]] must be an array of tables")
     rules = [EventFilterRule.from_mapping(r, f"[[filter.event-filters]] #{i + 1}") for i, r in enumerate(event_filters)]
+    expression_filters = _table(doc, "filter").get("expression-filters", [])
+    if not isinstance(expression_filters, list) or not all(isinstance(r, dict) for r in expression_filters):
+        raise ConfigError("[[filter.expression-filters]] must be an array of tables")
+    rules += [  # DM's expression-filter, the same thing under other names
+        EventFilterRule.from_dm_expression(r, f"[[filter.expression-filters]] #{i + 1}")
+        for i, r in enumerate(expression_filters)
+    ]
     return rules, _typed(doc.get("online-ddl", False), bool, "online-ddl")
 
 

@@ -140,7 +140,8 @@ class Expression:
         try:
             tree = sqlglot.parse_one(self.text, dialect="mysql")
         except (ParseError, ValueError) as exc:
-            raise ConfigError(f"expression filter {self.text!r} does not parse: {exc}") from None
+            plain = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))  # sqlglot underlines the spot with terminal codes
+            raise ConfigError(f"expression filter {self.text!r} does not parse: {plain}") from None
         names: list[str] = []
         object.__setattr__(self, "_run", _compile(tree, names, self.text))
         object.__setattr__(self, "columns", tuple(dict.fromkeys(names)))
@@ -437,11 +438,35 @@ class EventFilterRule:
             value = obj.get(key, "")
             if not isinstance(value, str):
                 raise ConfigError(f"{where} {key} must be a string, got {clip(value)}")
-            exprs[key.replace("-", "_")] = Expression(value) if value.strip() else None
         try:
+            for key in _EXPR_KEYS:
+                value = obj.get(key, "")
+                exprs[key.replace("-", "_")] = Expression(value) if value.strip() else None
             return cls(**lists, **exprs)
         except ConfigError as exc:
             raise ConfigError(f"{where}: {exc.message}") from None
+
+    @classmethod
+    def from_dm_expression(cls, obj: Mapping[str, Any], where: str = "expression-filter") -> EventFilterRule:
+        """DM's ``expression-filter`` entry: ``schema``, ``table`` (names, no wildcards in DM) and its four
+        expressions; a row for which one is true is dropped, as with TiCDC's ``ignore-*-value-expr``."""
+        renamed = {  # DM's key -> TiCDC's
+            "insert-value-expr": "ignore-insert-value-expr",
+            "update-before-value-expr": "ignore-update-old-value-expr",
+            "update-after-value-expr": "ignore-update-new-value-expr",
+            "delete-value-expr": "ignore-delete-value-expr",
+        }
+        unknown = set(obj) - {"schema", "table", *renamed}
+        if unknown:
+            expected = ", ".join(sorted({"schema", "table", *renamed}))
+            raise ConfigError(f"unknown key(s) {', '.join(sorted(unknown))} in {where} (expected: {expected})")
+        names = [obj.get("schema"), obj.get("table")]
+        if not all(isinstance(n, str) and n for n in names):
+            raise ConfigError(f"{where} needs schema and table (names, as in DM), got {clip(dict(obj))}")
+        if any(ch in str(n) for n in names for ch in "*?[]!\\.`"):
+            raise ConfigError(f"{where}: DM's expression filter names one table; {names[0]}.{names[1]} is a pattern")
+        mapping = {"matcher": [f"{names[0]}.{names[1]}"], **{renamed[k]: v for k, v in obj.items() if k in renamed}}
+        return cls.from_mapping(mapping, where)
 
     def concerns(self, schema: str, table: str) -> bool:
         if not table:

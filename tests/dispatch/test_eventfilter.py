@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import re
 from typing import Any
 
 import pyarrow as pa
@@ -207,3 +208,47 @@ def test_vectorised_agrees_with_python(rows: list[tuple[int | None, str | None]]
         return name is None
 
     assert got == [python(a, n) for a, n in rows]
+
+
+def test_dm_expression_filters_are_ticdc_value_expressions_under_other_names() -> None:
+    """DM's ``expression-filter`` (schema, table, insert-/update-before-/update-after-/delete-value-expr) in
+    ``[[filter.expression-filters]]`` drops the same rows as the TiCDC rule with ``ignore-*-value-expr``."""
+    dm = parse_config(
+        CONFIG + '[[filter.expression-filters]]\nschema = "test"\ntable = "worker"\ninsert-value-expr = "id >= 100"\n'
+        "delete-value-expr = \"name = 'john'\"\nupdate-before-value-expr = \"age < 18 or name = 'lili'\"\n"
+        "update-after-value-expr = \"name = 'male' and age > 18\"\n"
+    ).router()
+    ticdc = EventFilter(
+        [
+            rule(
+                **{
+                    "ignore-insert-value-expr": "id >= 100",
+                    "ignore-delete-value-expr": "name = 'john'",
+                    "ignore-update-old-value-expr": "age < 18 or name = 'lili'",
+                    "ignore-update-new-value-expr": "name = 'male' and age > 18",
+                }
+            )
+        ]
+    )
+    events = [
+        ins(1, "a", 1),
+        ins(100, "b", 2),
+        ins(101, None, None, OTHER),
+        dele(3, "john", 30),
+        dele(4, "jane", 30),
+        upd(5, ("x", 10), ("x", 30)),
+        upd(7, ("z", 30), ("male", 40)),
+        upd(8, ("z", 30), ("male", 10)),
+    ]
+    assert dm is not None
+    kept = dm.route(events)
+    assert kept == ticdc.apply(events)
+    assert [(e.op.value, e.image[0]) for e in kept] == [("insert", 1), ("insert", 101), ("delete", 4), ("update", 8)]
+    for bad, message in [
+        ('schema = "test"\ntable = "w*"\ninsert-value-expr = "id > 1"\n', "is a pattern"),
+        ('schema = "test"\ninsert-value-expr = "id > 1"\n', "needs schema and table"),
+        ('schema = "test"\ntable = "worker"\ninsert-value-exp = "id > 1"\n', "unknown key(s) insert-value-exp"),
+        ('schema = "test"\ntable = "worker"\ninsert-value-expr = "id >"\n', "expression-filters]] #1"),
+    ]:
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            parse_config(CONFIG + "[[filter.expression-filters]]\n" + bad)
