@@ -46,6 +46,8 @@ log = logging.getLogger(__name__)
 
 MODES = ("upsert", "changelog", "scd2")
 CHECKPOINT_FILE = "_checkpoint.json"
+#: Default ``optimize-every``: compact a table's small files every this many versions.
+OPTIMIZE_EVERY = 100
 #: Entries of the root beside the schema directories: a schema with one of these names is escaped.
 ROOT_ENTRIES = frozenset({CHECKPOINT_FILE, "_spark_checkpoint", "_catalog.db"})
 #: Columns the sink adds per mode (a source column of the same name is refused).
@@ -70,21 +72,44 @@ class LakeOptions:
     catalog_uri: str | None = None  # iceberg only: another SQL or REST catalog
     time_zone: str = LAKE_TIME_ZONE  # the zone TIMESTAMP text is in (the changefeed's)
     app_id: str = "changefeed"  # Delta application transaction id / Iceberg summary key prefix
+    optimize_every: int = OPTIMIZE_EVERY  # compact small files every N table versions (0: never)
+    retain_versions: int = 0  # keep the newest N versions for time travel, drop older ones (0: keep all)
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ConfigError(f"mode must be one of {', '.join(MODES)}, got {clip(self.mode)}")
+        for key, value in (("optimize-every", self.optimize_every), ("retain-versions", self.retain_versions)):
+            if value < 0:
+                raise ConfigError(f"{key} must be a count >= 0 (0 turns it off), got {value}")
+
+    @property
+    def maintenance_every(self) -> int:
+        """Table versions between maintenance runs (0: none): the optimize interval, else the retention."""
+        return self.optimize_every or self.retain_versions
 
     @classmethod
     def from_params(cls, scheme: str, params: Mapping[str, str], time_zone: str = LAKE_TIME_ZONE) -> LakeOptions:
         """Checked URI parameters; unknown ones (and ``catalog-uri`` outside iceberg) are refused."""
-        known = {"mode", "catalog-uri"} if scheme == "iceberg" else {"mode"}
+        known = {"mode", "optimize-every", "retain-versions"} | ({"catalog-uri"} if scheme == "iceberg" else set())
         unknown = sorted(set(params) - known)
         if unknown:
             raise ConfigError(f"{scheme}:// takes {', '.join(sorted(known))}; unknown: {', '.join(unknown)}")
         return cls(
-            mode=params.get("mode", "upsert"), catalog_uri=params.get("catalog-uri") or None, time_zone=time_zone
+            mode=params.get("mode", "upsert"),
+            catalog_uri=params.get("catalog-uri") or None,
+            time_zone=time_zone,
+            optimize_every=_count(scheme, params, "optimize-every", OPTIMIZE_EVERY),
+            retain_versions=_count(scheme, params, "retain-versions", 0),
         )
+
+
+def _count(scheme: str, params: Mapping[str, str], key: str, default: int) -> int:
+    text = params.get(key, "").strip()
+    if not text:
+        return default
+    if not (text.isascii() and text.isdigit()):
+        raise ConfigError(f"{scheme}://...?{key}= takes a count >= 0 (0 turns it off), got {clip(text)}")
+    return int(text)
 
 
 # ---------------------------------------------------------------- table shapes per mode
@@ -542,6 +567,9 @@ class LakeSink(SinkContext):
     def _mark(self, name: Name, version: int) -> None:
         """Record ``version`` in the table without changing its rows (a renamed table's checkpoint)."""
 
+    def _maintain(self, name: Name) -> None:
+        """After a table's commits: compaction and retention when due (maintenance.py); no-op by default."""
+
     def label(self, name: Name) -> str:
         return table_label(*name)
 
@@ -677,6 +705,8 @@ class LakeSink(SinkContext):
                     done = max(step.commit_ts, self._pending_checkpoint) if final else step.commit_ts
                     self._flush_ddl(name, step, done)
                 self._versions[name] = max(self._versions.get(name, 0), done)
+            if self.options.maintenance_every:
+                self._maintain(name)
         self._steps.clear()
 
     def _flush_chunk(self, name: Name, chunk: _Chunk, version: int) -> None:

@@ -8,6 +8,14 @@ per chunk; changelog is an append. delta-rs cannot drop, rename or retype a colu
 (renames need column mapping, which it does not write), so those rewrite the table (one overwrite
 commit with the new schema); adding columns is metadata only.
 
+Maintenance (maintenance.py): compaction is delta-rs' OPTIMIZE (``optimize.compact``), a commit
+with no data change carrying the table's current app transaction and checkpoint metadata.
+Retention keeps the newest ``retain-versions`` versions readable: VACUUM (full, retention 0) keeps
+exactly the files those versions read (``keep_versions``), and the commit log below the newest
+checkpoint at or before the oldest kept version goes too (Delta's metadata cleanup, by version
+rather than by age). The VACUUM commits record that oldest kept version (`RETAINED_KEY`), which
+`version_at` checks so a ts older than the kept history is an error, not a version whose files are gone.
+
 Tables are read with pyarrow's local file system, not deltalake's own one: with the latter a
 process that read a table aborts at exit now and then ("terminate called without an active exception").
 """
@@ -16,7 +24,10 @@ from __future__ import annotations
 
 import logging
 import os
+import re
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -33,6 +44,7 @@ from .common import (
     VALID_TO,
     Evolution,
     LakeError,
+    LakeOptions,
     LakeSink,
     Name,
     changelog_rows,
@@ -42,9 +54,15 @@ from .common import (
     reshape,
     scd2_rows,
 )
+from .maintenance import Cadence, ExpiredVersionError, best_effort
 
 log = logging.getLogger(__name__)
 CHECKPOINT_KEY = "changefeed.checkpoint_ts"
+#: Commit metadata of maintenance commits: what they did (``optimize``, ``vacuum``) and, for a
+#: VACUUM, the oldest version it kept readable.
+MAINTENANCE_KEY, RETAINED_KEY = "changefeed.maintenance", "changefeed.retained_from"
+#: Commit log entries by version: commits, checksums, classic single- and multi-part checkpoints.
+_LOG_ENTRY = re.compile(r"(\d{20})\.(?:json|crc|checkpoint\.parquet|checkpoint\.\d{10}\.\d{10}\.parquet)")
 
 
 def read_delta(path: str | Path, version: int | None = None) -> pa.Table:
@@ -62,10 +80,14 @@ class DeltaSink(LakeSink):
 
     kind = "delta"
 
-    def _props(self, version: int) -> CommitProperties:
+    def __init__(self, root: str | Path, options: LakeOptions | None = None) -> None:
+        super().__init__(root, options)
+        self._cadence = Cadence(self.options.maintenance_every)
+
+    def _props(self, version: int, extra: Mapping[str, str] | None = None) -> CommitProperties:
         return CommitProperties(
             app_transactions=[Transaction(self.options.app_id, version)],
-            custom_metadata={CHECKPOINT_KEY: str(version)},
+            custom_metadata={CHECKPOINT_KEY: str(version), **(extra or {})},
         )
 
     def _table(self, name: Name) -> DeltaTable | None:
@@ -214,6 +236,80 @@ class DeltaSink(LakeSink):
         empty = pa.schema(table.schema().to_arrow()).empty_table()
         write_deltalake(table, empty, mode="append", commit_properties=self._props(version))  # a commit, no rows
 
+    def _maintain(self, name: Name) -> None:
+        table = self._table(name)
+        if table is None or not self._cadence.due(name, table.version(), lambda: self._last_run(table)):
+            return
+        version = table.transaction_version(self.options.app_id)
+        if version is None:
+            return  # no checkpoint to carry: not a table of this sink
+        with best_effort(self.kind, name, (DeltaError, OSError)):
+            if self.options.optimize_every:
+                self._optimize(name, table, version)
+            if self.options.retain_versions:
+                self._retain(name, table, version)
+        self._cadence.ran(name, table.version())
+
+    def _last_run(self, table: DeltaTable) -> int:
+        """The version of the newest maintenance commit among the last ``every`` (0: none, so due at ``every``)."""
+        for entry in table.history(self.options.maintenance_every):  # newest first
+            if entry.get(MAINTENANCE_KEY) is not None:
+                return int(entry["version"])
+        return 0
+
+    def _optimize(self, name: Name, table: DeltaTable, version: int) -> None:
+        """OPTIMIZE: small files bin-packed (``delta.targetFileSize``, 100 MB by default); no commit if none."""
+        metrics = table.optimize.compact(commit_properties=self._props(version, {MAINTENANCE_KEY: "optimize"}))
+        if not metrics.get("numFilesRemoved"):
+            return
+        log.info(
+            "delta %s: compacted %d files into %d (table version %d)",
+            self.label(name),
+            metrics.get("numFilesRemoved", 0),
+            metrics.get("numFilesAdded", 0),
+            table.version(),
+            extra={
+                "sink": self.kind,
+                "table": f"{name[0]}.{name[1]}",
+                "files_removed": metrics.get("numFilesRemoved", 0),
+                "files_added": metrics.get("numFilesAdded", 0),
+                "checkpoint_ts": version,
+            },
+        )
+
+    def _retain(self, name: Name, table: DeltaTable, version: int) -> None:
+        """VACUUM all but the files of the newest ``retain-versions`` versions, then prune the commit log."""
+        current = table.version()
+        log_dir = self.table_path(name) / "_delta_log"
+        # not below what the log still loads (retain-versions may have grown since an earlier run)
+        oldest = max(current - self.options.retain_versions + 1, _log_floor(log_dir))
+        if oldest <= 0:
+            return
+        removed = table.vacuum(
+            retention_hours=0,
+            dry_run=False,
+            enforce_retention_duration=False,
+            full=True,  # also files of commits that never happened (a crash mid-write)
+            keep_versions=list(range(oldest, current + 1)),
+            commit_properties=self._props(version, {MAINTENANCE_KEY: "vacuum", RETAINED_KEY: str(oldest)}),
+        )
+        pruned = _prune_log(log_dir, oldest)
+        log.info(
+            "delta %s: kept versions %d..%d, removed %d data files and %d log files",
+            self.label(name),
+            oldest,
+            current,
+            len(removed),
+            pruned,
+            extra={
+                "sink": self.kind,
+                "table": f"{name[0]}.{name[1]}",
+                "retained_from": oldest,
+                "files_removed": len(removed),
+                "log_files_removed": pruned,
+            },
+        )
+
     def _check_names(self, name: Name, schema: pa.Schema) -> None:
         """delta-rs quotes column names with backticks in MERGE and cannot hold one inside a name."""
         bad = [f.name for f in schema if "`" in f.name]
@@ -223,17 +319,75 @@ class DeltaSink(LakeSink):
             )
 
 
+def _log_entries(log_dir: Path) -> list[tuple[int, Path]]:
+    return [(int(m.group(1)), p) for p in log_dir.iterdir() if (m := _LOG_ENTRY.fullmatch(p.name))]
+
+
+def _log_floor(log_dir: Path) -> int:
+    """The oldest version the commit log can load: 0 while it holds every commit, else its oldest checkpoint."""
+    entries = _log_entries(log_dir)
+    commits = {v for v, p in entries if p.name.endswith(".json")}
+    if not commits or 0 in commits:
+        return 0
+    return min((v for v, p in entries if p.name.endswith(".checkpoint.parquet")), default=min(commits))
+
+
+def _prune_log(log_dir: Path, oldest: int) -> int:
+    """Delete the log entries below the newest single-file checkpoint at or before version ``oldest``.
+
+    Reading any version from there on starts at that checkpoint, so the entries below it only
+    served versions retention dropped. Returns how many files went.
+    """
+    entries = _log_entries(log_dir)
+    checkpoints = [v for v, p in entries if p.name.endswith(".checkpoint.parquet") and v <= oldest]
+    if not checkpoints:
+        return 0
+    floor = max(checkpoints)
+    below = [p for v, p in entries if v < floor]
+    for p in below:
+        p.unlink(missing_ok=True)
+    return len(below)
+
+
+def readable_from(path: str | Path) -> int:
+    """The oldest version of a Delta table time travel can read: retention's record, or the oldest left in the log."""
+    return readable_floor(DeltaTable(str(path)).history())
+
+
+def readable_floor(history: list[dict[str, Any]]) -> int:
+    """`readable_from` over a history already read (``DeltaTable.history()``)."""
+    oldest = min((int(e["version"]) for e in history), default=0)
+    kept = max((int(e[RETAINED_KEY]) for e in history if e.get(RETAINED_KEY) is not None), default=0)
+    return max(oldest, kept)
+
+
 def version_at(path: str | Path, commit_ts: int) -> int | None:
-    """The last Delta version whose recorded checkpoint ts is <= ``commit_ts`` (time travel by commit ts)."""
-    best: tuple[int, int] | None = None
-    for entry in DeltaTable(str(path)).history():
-        recorded = entry.get(CHECKPOINT_KEY)
-        if recorded is None:
-            continue
-        ts, v = int(recorded), int(entry["version"])
-        if ts <= commit_ts and (best is None or v > best[1]):
-            best = (ts, v)
-    return None if best is None else best[1]
+    """The last Delta version whose recorded checkpoint ts is <= ``commit_ts`` (time travel by commit ts).
+
+    None: the table has no version that old (it began later). `ExpiredVersionError`: that version
+    is older than what retention (``retain-versions``, or Delta's own log retention) kept.
+    """
+    history = DeltaTable(str(path)).history()
+    recorded = sorted((int(e["version"]), int(e[CHECKPOINT_KEY])) for e in history if e.get(CHECKPOINT_KEY) is not None)
+    best = max((v for v, ts in recorded if ts <= commit_ts), default=None)
+    floor = readable_floor(history)
+    if (best is None and floor > 0) or (best is not None and best < floor):
+        kept = next(((v, ts) for v, ts in recorded if v >= floor), None)
+        oldest = "none" if kept is None else f"version {kept[0]} at checkpoint ts {kept[1]}"
+        raise ExpiredVersionError(
+            f"delta {path}: commit ts {commit_ts} is older than the versions the table keeps "
+            f"(the oldest readable: {oldest}; see retain-versions)"
+        )
+    return best
 
 
-__all__ = ["CHECKPOINT_KEY", "DeltaSink", "read_delta", "version_at"]
+__all__ = [
+    "CHECKPOINT_KEY",
+    "MAINTENANCE_KEY",
+    "RETAINED_KEY",
+    "DeltaSink",
+    "ExpiredVersionError",
+    "read_delta",
+    "readable_from",
+    "version_at",
+]

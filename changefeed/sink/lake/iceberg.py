@@ -10,6 +10,15 @@ the batch closes and appends them closed, with the batch's new versions, in one 
 Iceberg evolves columns natively (add, drop, int -> long, float -> double, decimal precision);
 other widenings are refused naming the table. The source
 names are table properties, so identifiers (``.``-free encoded names) never need decoding.
+
+Maintenance (maintenance.py): pyiceberg has no compaction action, so compaction is done here: the
+data files below 3/4 of ``write.target-file-size-bytes`` are read through pyiceberg's scan (schema
+evolution applied) and replaced by files of the same rows in ONE ``overwrite`` snapshot carrying
+the checkpoint property (pyiceberg cannot write a ``replace`` snapshot: its summary code refuses the
+operation). Retention expires the snapshots outside the newest ``retain-versions`` of the current
+lineage (branch and tag heads stay), deletes the files only they reached, and sets
+``write.metadata.delete-after-commit.enabled`` unless the table says otherwise; `EXPIRED_KEY`
+records it, so `snapshot_at` reports a ts older than the kept history as an error.
 """
 
 from __future__ import annotations
@@ -17,17 +26,22 @@ from __future__ import annotations
 import logging
 import warnings
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.exceptions import CommitFailedException, ValidationError
+from pyiceberg.exceptions import CommitFailedException, ValidationError, ValidationException
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, IsNull, Reference
-from pyiceberg.io.pyarrow import schema_to_pyarrow
-from pyiceberg.table import Table, Transaction
+from pyiceberg.io import FileIO
+from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files, schema_to_pyarrow
+from pyiceberg.table import Table, TableProperties, Transaction
+from pyiceberg.table.snapshots import Snapshot, ancestors_of
+from pyiceberg.table.update.snapshot import ExpireSnapshots
 from pyiceberg.table.upsert_util import create_match_filter
+from pyiceberg.utils.properties import property_as_int
 
 from ...files.paths import encode_name
 from ...model import TableSchema
@@ -47,10 +61,17 @@ from .common import (
     commit_time,
     scd2_rows,
 )
+from .maintenance import Cadence, ExpiredVersionError, best_effort
 
 log = logging.getLogger(__name__)
 CHECKPOINT_KEY = "changefeed.checkpoint-ts"
 SCHEMA_KEY, TABLE_KEY = "changefeed.source-schema", "changefeed.source-table"
+#: Summary property of a compaction snapshot. Table properties: the newest checkpoint ts retention
+#: expired, and the sequence number the last maintenance run ended at (`Cadence`).
+MAINTENANCE_KEY, EXPIRED_KEY = "changefeed.maintenance", "changefeed.expired-through-ts"
+MAINTAINED_KEY = "changefeed.maintained-at"
+#: Errors a maintenance run logs instead of failing the batch (a concurrent commit, a file gone).
+_MAINTENANCE_ERRORS = (CommitFailedException, ValidationError, ValidationException, ValueError, OSError)
 
 
 def _ident(name: str) -> str:
@@ -77,6 +98,7 @@ class IcebergSink(LakeSink):
     def __init__(self, root: Any, options: LakeOptions | None = None) -> None:
         super().__init__(root, options)
         self.catalog = self._load_catalog()
+        self._cadence = Cadence(self.options.maintenance_every)
 
     def _load_catalog(self) -> Catalog:
         warehouse = self.root.resolve().as_uri()
@@ -87,8 +109,8 @@ class IcebergSink(LakeSink):
             return load_catalog("changefeed", type="rest", uri=uri, warehouse=warehouse)
         return SqlCatalog("changefeed", uri=uri, warehouse=warehouse)
 
-    def _props(self, version: int) -> dict[str, str]:
-        return {CHECKPOINT_KEY: str(version)}
+    def _props(self, version: int, maintenance: str | None = None) -> dict[str, str]:
+        return {CHECKPOINT_KEY: str(version)} | ({} if maintenance is None else {MAINTENANCE_KEY: maintenance})
 
     def _identifier(self, name: Name) -> tuple[str, str]:
         return (_ident(name[0]), _ident(name[1]))
@@ -255,9 +277,145 @@ class IcebergSink(LakeSink):
         marker[COMMIT_TS] = pa.array([version], pa.int64())
         table.append(pa.table(marker, schema=schema), snapshot_properties=self._props(version))
 
+    def _maintain(self, name: Name) -> None:
+        table = self._load(name)
+        if table is None or table.current_snapshot() is None:
+            return
+        if not self._cadence.due(name, table.last_sequence_number, partial(_maintained_at, table)):
+            return
+        with best_effort(self.kind, name, _MAINTENANCE_ERRORS):
+            if self.options.optimize_every:
+                self._compact(name, table)
+            if self.options.retain_versions:
+                self._expire(name, table)
+        self._cadence.ran(name, table.last_sequence_number)
+
+    def _compact(self, name: Name, table: Table) -> None:
+        """The small data files rewritten as few, in one snapshot with the table's checkpoint ts."""
+        snapshot = table.current_snapshot()
+        assert snapshot is not None
+        tasks = list(table.scan(snapshot_id=snapshot.snapshot_id).plan_files())
+        if any(task.delete_files for task in tasks):
+            log.info("iceberg %s: not compacted: it has delete files (not written by this sink)", self.label(name))
+            return
+        target = property_as_int(
+            table.properties,
+            TableProperties.WRITE_TARGET_FILE_SIZE_BYTES,
+            TableProperties.WRITE_TARGET_FILE_SIZE_BYTES_DEFAULT,
+        )
+        small = [task for task in tasks if task.file.file_size_in_bytes < (target or 0) * 3 // 4]
+        if len(small) < 2:
+            return
+        rows = ArrowScan(table.metadata, table.io, table.schema(), AlwaysTrue()).to_table(small)
+        version = self._version(table)
+        props = self._props(version, "compaction")
+        with table.transaction() as tx:
+            with tx.update_snapshot(snapshot_properties=props).overwrite() as rewrite:
+                for task in small:
+                    rewrite.delete_data_file(task.file)
+                if rows.num_rows:
+                    # pyiceberg's own writer (its delete rewrites files so): the table's target size and layout
+                    for data_file in _dataframe_to_data_files(tx.table_metadata, rows, table.io, rewrite.commit_uuid):
+                        rewrite.append_data_file(data_file)
+            tx.set_properties({MAINTAINED_KEY: str(table.last_sequence_number + 1)})  # this snapshot's
+        log.info(
+            "iceberg %s: compacted %d files (%d rows)",
+            self.label(name),
+            len(small),
+            rows.num_rows,
+            extra={
+                "sink": self.kind,
+                "table": f"{name[0]}.{name[1]}",
+                "files_removed": len(small),
+                "rows": rows.num_rows,
+                "checkpoint_ts": version,
+            },
+        )
+
+    def _expire(self, name: Name, table: Table) -> None:
+        """Expire the snapshots outside the newest ``retain-versions`` of the lineage; delete what only they read."""
+        lineage = list(ancestors_of(table.current_snapshot(), table.metadata))  # newest first
+        kept = {s.snapshot_id for s in lineage[: self.options.retain_versions]}
+        kept |= {ref.snapshot_id for ref in table.metadata.refs.values()}  # branch and tag heads
+        expired = [s for s in table.snapshots() if s.snapshot_id not in kept]
+        if not expired:
+            return
+        dead = _reachable(table.io, expired) - _reachable(
+            table.io, [s for s in table.snapshots() if s.snapshot_id in kept]
+        )
+        through = max([_recorded(s) or 0 for s in expired] + [int(table.properties.get(EXPIRED_KEY, 0))])
+        props = {EXPIRED_KEY: str(through), MAINTAINED_KEY: str(table.last_sequence_number)}
+        if TableProperties.METADATA_DELETE_AFTER_COMMIT_ENABLED not in table.properties:
+            props[TableProperties.METADATA_DELETE_AFTER_COMMIT_ENABLED] = "true"  # old metadata.json files go too
+        with table.transaction() as tx:
+            ExpireSnapshots(tx).by_ids([s.snapshot_id for s in expired]).commit()
+            tx.set_properties(props)
+        location = table.location().rstrip("/") + "/"
+        gone = sorted(path for path in dead if path.startswith(location))  # never a file outside the table
+        for path in gone:
+            table.io.delete(path)
+        log.info(
+            "iceberg %s: expired %d snapshots (through checkpoint ts %d), deleted %d files",
+            self.label(name),
+            len(expired),
+            through,
+            len(gone),
+            extra={
+                "sink": self.kind,
+                "table": f"{name[0]}.{name[1]}",
+                "snapshots_expired": len(expired),
+                "files_removed": len(gone),
+            },
+        )
+
+
+def _maintained_at(table: Table) -> int:
+    """The sequence number the table's last maintenance run ended at (0: never ran)."""
+    return int(table.properties.get(MAINTAINED_KEY, 0))
+
+
+def _recorded(snapshot: Snapshot) -> int | None:
+    """The checkpoint ts a snapshot's summary records (None: not a commit of this sink)."""
+    recorded = None if snapshot.summary is None else snapshot.summary.additional_properties.get(CHECKPOINT_KEY)
+    return None if recorded is None else int(recorded)
+
+
+def _reachable(io: FileIO, snapshots: list[Snapshot]) -> set[str]:
+    """Every file the snapshots read: manifest lists, manifests, and the files live in those manifests."""
+    paths: set[str] = set()
+    manifests = {}
+    for snapshot in snapshots:
+        paths.add(snapshot.manifest_list)
+        for manifest in snapshot.manifests(io):
+            manifests[manifest.manifest_path] = manifest
+    paths.update(manifests)
+    for manifest in manifests.values():
+        paths.update(e.data_file.file_path for e in manifest.fetch_manifest_entry(io, discard_deleted=True))
+    return paths
+
+
+def snapshot_at(table: Table, commit_ts: int) -> Snapshot | None:
+    """The newest snapshot of the table's current lineage whose recorded checkpoint ts is <= ``commit_ts``
+    (time travel by commit ts: read it with ``table.scan(snapshot_id=...)``).
+
+    None: the table has no snapshot that old (it began later). `ExpiredVersionError`: retention
+    (``retain-versions``) expired the snapshots that old.
+    """
+    lineage = list(ancestors_of(table.current_snapshot(), table.metadata))  # newest first
+    recorded = [(s, _recorded(s)) for s in lineage]
+    found = next((s for s, ts in recorded if ts is not None and ts <= commit_ts), None)
+    expired = table.properties.get(EXPIRED_KEY)
+    if found is None and expired is not None:
+        oldest = next((ts for _, ts in reversed(recorded) if ts is not None), None)
+        raise ExpiredVersionError(
+            f"iceberg {'.'.join(table.name())}: commit ts {commit_ts} is older than the snapshots the table keeps "
+            f"(expired through checkpoint ts {expired}; the oldest kept records {oldest}; see retain-versions)"
+        )
+    return found
+
 
 def _key_tuples(rows: pa.Table, keys: list[str]) -> list[tuple[Any, ...]]:
     return list(zip(*(rows.column(k).to_pylist() for k in keys), strict=True))
 
 
-__all__ = ["CHECKPOINT_KEY", "IcebergSink"]
+__all__ = ["CHECKPOINT_KEY", "EXPIRED_KEY", "MAINTENANCE_KEY", "ExpiredVersionError", "IcebergSink", "snapshot_at"]

@@ -106,11 +106,16 @@ def versions(lake: LakeSink, name: Name) -> list[Version]:
     if lake.kind == "delta":
         from deltalake import DeltaTable  # noqa: PLC0415
 
-        from .delta import CHECKPOINT_KEY  # noqa: PLC0415
+        from .delta import CHECKPOINT_KEY, readable_floor  # noqa: PLC0415
 
         history = DeltaTable(str(_delta_path(lake, name))).history()
+        floor = readable_floor(history)  # versions below it lost their files to retain-versions
         found = sorted(
-            (Version(int(e["version"]), int(e[CHECKPOINT_KEY])) for e in history if e.get(CHECKPOINT_KEY) is not None),
+            (
+                Version(int(e["version"]), int(e[CHECKPOINT_KEY]))
+                for e in history
+                if e.get(CHECKPOINT_KEY) is not None and int(e["version"]) >= floor
+            ),
             key=lambda v: v.handle,
         )
     else:

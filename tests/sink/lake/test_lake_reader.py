@@ -127,3 +127,24 @@ def test_open_lake_refuses_what_is_not_a_lake(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="expected delta"):
         open_lake(f"parquet://{tmp_path}")
     assert not (tmp_path / "_catalog.db").exists()  # reading created nothing
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+def test_as_of_sees_only_the_versions_retention_kept(tmp_path: Path, fmt: str) -> None:
+    """With ``retain-versions`` the reader lists only readable versions, reads each exactly, and refuses a ts
+    older than the oldest kept one (never a version whose files are gone)."""
+    batches, states = _history(seed=5)
+    sink: LakeSink = FORMATS[fmt](tmp_path, LakeOptions(mode="upsert", optimize_every=0, retain_versions=3))
+    sink.open()
+    for batch in batches:
+        sink.write(batch)
+        sink.flush()
+    lake = open_lake(f"{fmt}://{tmp_path}")
+    kept = versions(lake, ("shop", "orders"))
+    assert 1 <= len(kept) < len(batches)
+    for v in kept:
+        got = as_of(lake, ("shop", "orders"), v.checkpoint_ts)
+        expected = states[max(k for k in states if (ts(k) if k else 0) <= v.checkpoint_ts)]
+        assert _rows(got.rows) == expected
+    with pytest.raises(LakeError, match="no version at or before"):
+        as_of(lake, ("shop", "orders"), kept[0].checkpoint_ts - 1)
