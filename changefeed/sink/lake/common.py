@@ -53,6 +53,7 @@ ROOT_ENTRIES = frozenset({CHECKPOINT_FILE, "_spark_checkpoint", "_catalog.db"})
 #: Columns the sink adds per mode (a source column of the same name is refused).
 OP, COMMIT_TS, VALID_FROM, VALID_TO, DELETE = "_cf_op", "_cf_commit_ts", "_cf_valid_from", "_cf_valid_to", "_cf_delete"
 BEFORE = "_cf_before_"
+WEIGHT = "_cf_weight"  # copies a batch adds or removes of a row of a table without a key (upsert)
 OP_NAMES = np.array(["insert", "update", "delete"], dtype=object)
 
 
@@ -131,16 +132,16 @@ def lake_schema(shape: TableSchema, mode: str) -> pa.Schema:
 def check_shape(shape: TableSchema, mode: str, where: str) -> None:
     """Refuse a shape this sink cannot write: no key where the mode needs one, a name clash."""
     names = {c.name for c in shape.columns}
-    ours = {OP, COMMIT_TS, VALID_FROM, VALID_TO, DELETE} | (
+    ours = {OP, COMMIT_TS, VALID_FROM, VALID_TO, DELETE, WEIGHT} | (
         {BEFORE + n for n in names} if mode == "changelog" else set()
     )
     clash = sorted(names & ours)
     if clash:
         raise LakeError(f"{_label(shape)}: column {clash[0]!r} clashes with a column the {mode} mode adds", where=where)
-    if mode != "changelog" and not shape.handle_key:
+    if mode == "scd2" and not shape.handle_key:
         raise LakeError(
-            f"{_label(shape)} has no primary key or NOT NULL unique key: mode={mode} needs one to match rows "
-            "(mode=changelog appends without one)",
+            f"{_label(shape)} has no primary key or NOT NULL unique key: mode=scd2 needs one to tell the versions "
+            "of a row apart (mode=upsert and mode=changelog take such a table)",
             where=where,
         )
 
@@ -201,7 +202,7 @@ def changes_from_rows(ts: TableSchema, rows: list[RowChange], time_zone: str) ->
     delete's or an update's old image only needs the key (missing key columns of an update's old
     image are the new image's: the key did not change).
     """
-    key = set(ts.handle_key)
+    key = set(ts.handle_key) or set(range(len(ts.columns)))  # without a key, the whole row is its identity
     mains: list[tuple[Any, ...]] = []
     befores: list[tuple[Any, ...] | None] = []
     ops: list[int] = []
@@ -295,6 +296,55 @@ def collapse_upsert(ts: TableSchema, changes: pa.Table) -> pa.Table:
         [*(final.column(f"c{i}") for i in range(w)), final.column("del")],
         names=[*(c.name for c in ts.columns), DELETE],
     )
+
+
+def keyless_weights(ts: TableSchema, changes: pa.Table) -> pa.Table:
+    """A table without a key, in upsert mode: the batch as a multiset delta — each distinct row (real
+    column names) and how many copies of it the batch adds (> 0) or removes (< 0); rows whose changes
+    cancel out are left out. The MySQL sink's rule for such tables (TiCDC's: match every column, one
+    row at a time) comes to the same table: a delete or update removes one row equal to its old image."""
+    w = len(ts.columns)
+    names = [c.name for c in ts.columns]
+    op = changes.column("op").to_numpy()
+    main = changes.select([f"c{i}" for i in range(w)]).rename_columns(names)
+    main = main.append_column(WEIGHT, pa.array(np.where(op == 2, -1, 1).astype(np.int64)))  # a delete's main is old
+    before = changes.filter(pa.array(op == 1)).select([f"b{i}" for i in range(w)]).rename_columns(names)
+    before = before.append_column(WEIGHT, pa.array(np.full(before.num_rows, -1, np.int64)))
+    summed = pa.concat_tables([main, before]).group_by(names, use_threads=False).aggregate([(WEIGHT, "sum")])
+    summed = summed.select([*names, f"{WEIGHT}_sum"]).rename_columns([*names, WEIGHT])
+    return summed.filter(pc.not_equal(summed.column(WEIGHT), 0))
+
+
+def keyless_rewrite(ts: TableSchema, weights: pa.Table, held: pa.Table) -> pa.Table:
+    """The rows to write back for `keyless_weights`: every copy the table ``held`` of a row the batch removes
+    copies of goes (the format deletes them all), and ``held - removed`` come back; rows the batch adds
+    come ``weight`` times. Removing more copies than the table holds leaves none (logged, as the MySQL
+    sink's DELETE ... LIMIT 1 that matches nothing)."""
+    names = [c.name for c in ts.columns]
+    have: dict[tuple[Any, ...], int] = {}
+    if held.num_rows:
+        ones = held.select(names).append_column(WEIGHT, pa.array(np.ones(held.num_rows, np.int64)))
+        counts = ones.group_by(names, use_threads=False).aggregate([(WEIGHT, "sum")])
+        for row in counts.to_pylist():
+            have[tuple(row[n] for n in names)] = int(row[f"{WEIGHT}_sum"])
+    rows = weights.to_pylist()
+    repeat = []
+    for row in rows:
+        w = int(row[WEIGHT])
+        if w > 0:
+            repeat.append(w)
+            continue
+        kept = have.get(tuple(row[n] for n in names), 0) + w
+        if kept < 0:
+            log.warning(
+                "%s: a change removes %d more copies of a row than the table holds (a table without a key)",
+                _label(ts),
+                -kept,
+                extra={"table": _label(ts)},
+            )
+        repeat.append(max(kept, 0))
+    out = weights.select(names)
+    return out.take(pa.array(np.repeat(np.arange(len(rows)), repeat), pa.int64()))
 
 
 def changelog_rows(ts: TableSchema, changes: pa.Table) -> pa.Table:
@@ -590,8 +640,10 @@ class LakeSink(SinkContext):
         self._versions = self._scan()
         for old, _new, ts, _done in self._renames:
             self._versions[old] = max(self._versions.get(old, 0), ts)
-        complete = [max(v, root) for v in self._versions.values()]
-        self.checkpoint_ts = min(complete) if complete else root
+        # Every table is complete to the root checkpoint; one holding its share of a batch the root does not
+        # cover yet skips the replay itself (`_keep`), and a table the lake does not hold yet (a crash before
+        # its first commit) is complete to the root only: rows above the root must not be skipped for it.
+        self.checkpoint_ts = root
         self._pending_checkpoint = self.checkpoint_ts
         self._guard = ResolvedGuard(f"{self.kind} sink", self.checkpoint_ts)
         self._opened = True
@@ -710,7 +762,9 @@ class LakeSink(SinkContext):
         self._steps.clear()
 
     def _flush_chunk(self, name: Name, chunk: _Chunk, version: int) -> None:
-        self._ensure(name, chunk.shape, version, None)
+        # Created or evolved recording what the table held before: a crash before `_write` must not leave
+        # it claiming the chunk's rows (the replay would skip them).
+        self._ensure(name, chunk.shape, self.table_version(name), None)
         changes = pa.concat_tables(chunk.parts)
         self._write(name, chunk.shape, changes, version)
         log.info(

@@ -22,14 +22,18 @@ process that read a table aborts at exit now and then ("terminate called without
 
 from __future__ import annotations
 
+import functools
 import logging
+import operator
 import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 from deltalake import CommitProperties, DeltaTable, Field, Transaction, write_deltalake
 from deltalake.exceptions import DeltaError
@@ -42,6 +46,7 @@ from .common import (
     OP,
     ROOT_ENTRIES,
     VALID_TO,
+    WEIGHT,
     Evolution,
     LakeError,
     LakeOptions,
@@ -50,6 +55,8 @@ from .common import (
     changelog_rows,
     collapse_upsert,
     commit_time,
+    keyless_rewrite,
+    keyless_weights,
     lake_schema,
     reshape,
     scd2_rows,
@@ -155,6 +162,8 @@ class DeltaSink(LakeSink):
                 write_deltalake(
                     table, changelog_rows(shape, changes), mode="append", commit_properties=self._props(version)
                 )
+            elif mode == "upsert" and not shape.handle_key:
+                self._rewrite_keyless(name, table, shape, changes, version)
             elif mode == "upsert":
                 self._merge_upsert(table, shape, collapse_upsert(shape, changes), version)
             else:
@@ -178,6 +187,40 @@ class DeltaSink(LakeSink):
             .when_not_matched_insert_all(f"NOT {flag}", except_cols=[DELETE])
             .execute()
         )
+
+    def _rewrite_keyless(
+        self, name: Name, table: DeltaTable, shape: TableSchema, changes: pa.Table, version: int
+    ) -> None:
+        """A table without a key (`keyless_weights`): one MERGE deletes every copy of the rows the batch removes
+        copies of (matched on every column, NULLs equal) and inserts what stays of them and the added rows."""
+        names = [c.name for c in shape.columns]
+        weights = keyless_weights(shape, changes)
+        gone = weights.filter(pc.less(weights.column(WEIGHT), 0)).select(names)
+        held = gone.slice(0, 0)
+        if gone.num_rows:  # the stored copies of the rows the batch removes copies of
+            dataset = table.to_pyarrow_dataset(filesystem=self._fs(name))
+            held = dataset.to_table(columns=names, filter=_rows_filter(gone, dataset.schema))
+        back = keyless_rewrite(shape, weights, held.select(names))
+        if not gone.num_rows and not back.num_rows:  # the batch's changes cancel out: a commit all the same
+            self._mark(name, version)
+            return
+        source = pa.concat_tables(
+            [
+                gone.append_column(DELETE, pa.array(np.ones(gone.num_rows, bool))),
+                back.append_column(DELETE, pa.array(np.zeros(back.num_rows, bool))),
+            ]
+        )
+        same = " AND ".join(f"(t.{_quote(n)} IS NOT DISTINCT FROM s.{_quote(n)})" for n in names)
+        on = f"s.{DELETE} AND {same}"
+        (
+            table.merge(source, on, source_alias="s", target_alias="t", commit_properties=self._props(version))
+            .when_matched_delete()
+            .when_not_matched_insert_all(f"NOT s.{DELETE}", except_cols=[DELETE])
+            .execute()
+        )
+
+    def _fs(self, name: Name) -> pafs.FileSystem:
+        return pafs.SubTreeFileSystem(str(self.table_path(name)), pafs.LocalFileSystem())
 
     def _merge_scd2(self, table: DeltaTable, shape: TableSchema, changes: pa.Table, version: int) -> None:
         versions, closes = scd2_rows(shape, changes)
@@ -317,6 +360,32 @@ class DeltaSink(LakeSink):
             raise LakeError(
                 f"delta {self.label(name)}: column name {bad[0]!r} contains a backtick, which delta-rs cannot address"
             )
+
+
+def _rows_filter(rows: pa.Table, stored: pa.Schema) -> pc.Expression | None:
+    """A pyarrow filter keeping at least the stored copies of ``rows`` (NULL matching NULL), for a scan that
+    skips files by their statistics; None: read everything. Text and binary columns are left out: delta-rs
+    types them as views, which pyarrow cannot compare with its filter's values, so the filter may keep
+    more rows than ``rows``; `keyless_rewrite` counts exact matches only."""
+    types = {f.name: f.type for f in stored}
+    usable = [
+        n
+        for n in rows.column_names
+        if not (pa.types.is_string(types[n]) or pa.types.is_binary(types[n]) or types[n].id in _VIEW_TYPES)
+    ]
+    if not usable:
+        return None
+    terms = [
+        functools.reduce(
+            operator.and_,
+            [pc.field(k).is_null() if row[k] is None else pc.field(k) == pa.scalar(row[k], types[k]) for k in usable],
+        )
+        for row in rows.select(usable).to_pylist()
+    ]
+    return functools.reduce(operator.or_, terms)
+
+
+_VIEW_TYPES = frozenset({pa.string_view().id, pa.binary_view().id, pa.large_string().id, pa.large_binary().id})
 
 
 def _log_entries(log_dir: Path) -> list[tuple[int, Path]]:

@@ -23,6 +23,7 @@ records it, so `snapshot_at` reports a ts older than the kept history as an erro
 
 from __future__ import annotations
 
+import functools
 import logging
 import warnings
 from collections.abc import Callable
@@ -34,7 +35,7 @@ import pyarrow.compute as pc
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import CommitFailedException, ValidationError, ValidationException
-from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, IsNull, Reference
+from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo, IsNull, Or, Reference
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files, schema_to_pyarrow
 from pyiceberg.table import Table, TableProperties, Transaction
@@ -50,6 +51,7 @@ from .common import (
     DELETE,
     OP,
     VALID_TO,
+    WEIGHT,
     Evolution,
     LakeDDLError,
     LakeError,
@@ -59,6 +61,8 @@ from .common import (
     changelog_rows,
     collapse_upsert,
     commit_time,
+    keyless_rewrite,
+    keyless_weights,
     scd2_rows,
 )
 from .maintenance import Cadence, ExpiredVersionError, best_effort
@@ -191,6 +195,9 @@ class IcebergSink(LakeSink):
             if self.options.mode == "scd2":
                 self._write_scd2(table, shape, changes, props)
                 return
+            if not shape.handle_key:
+                self._rewrite_keyless(name, table, shape, changes, props)
+                return
             source = collapse_upsert(shape, changes)
             keys = [shape.columns[i].name for i in shape.handle_key]
             upserts = source.filter(pc.invert(source.column(DELETE))).drop_columns([DELETE])
@@ -220,6 +227,27 @@ class IcebergSink(LakeSink):
         if table is not None and self._version(table) < version:
             with table.transaction() as tx:
                 tx.set_properties({CHECKPOINT_KEY: str(version)})
+
+    def _rewrite_keyless(
+        self, name: Name, table: Table, shape: TableSchema, changes: pa.Table, props: dict[str, str]
+    ) -> None:
+        """A table without a key (`keyless_weights`): one transaction deletes every copy of the rows the batch
+        removes copies of (every column equal, NULLs equal) and appends what stays of them and the added rows."""
+        names = [c.name for c in shape.columns]
+        weights = keyless_weights(shape, changes)
+        gone = weights.filter(pc.less(weights.column(WEIGHT), 0)).select(names)
+        match = _rows_match(gone) if gone.num_rows else None
+        held = table.scan(row_filter=match).to_arrow().select(names) if match is not None else gone.slice(0, 0)
+        back = keyless_rewrite(shape, weights, held)
+        if match is None and not back.num_rows:  # the batch's changes cancel out: record the checkpoint all the same
+            self._mark(name, int(props[CHECKPOINT_KEY]))
+            return
+        with table.transaction() as tx, warnings.catch_warnings():
+            warnings.filterwarnings("ignore", "Delete operation did not match any records")
+            if match is not None:
+                tx.delete(match, snapshot_properties=props)
+            if back.num_rows:
+                tx.append(self._conform(table, back), snapshot_properties=props)
 
     def _write_scd2(self, table: Table, shape: TableSchema, changes: pa.Table, props: dict[str, str]) -> None:
         versions, closes = scd2_rows(shape, changes)
@@ -412,6 +440,19 @@ def snapshot_at(table: Table, commit_ts: int) -> Snapshot | None:
             f"(expired through checkpoint ts {expired}; the oldest kept records {oldest}; see retain-versions)"
         )
     return found
+
+
+def _rows_match(rows: pa.Table) -> BooleanExpression:
+    """An Iceberg filter matching exactly ``rows`` (every column equal, NULL matching NULL)."""
+
+    def equal(column: str, value: Any) -> BooleanExpression:
+        return IsNull(term=Reference(column)) if value is None else EqualTo(term=Reference(column), value=value)
+
+    def both(a: BooleanExpression, b: BooleanExpression) -> BooleanExpression:
+        return And(a, b)
+
+    terms = [functools.reduce(both, [equal(k, v) for k, v in row.items()]) for row in rows.to_pylist()]
+    return terms[0] if len(terms) == 1 else Or(*terms)
 
 
 def _key_tuples(rows: pa.Table, keys: list[str]) -> list[tuple[Any, ...]]:

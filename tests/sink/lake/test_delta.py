@@ -207,10 +207,10 @@ def test_time_travel_by_commit_ts(tmp_path: Path) -> None:
     assert rows(path, version_at(path, ts(2) + 5))[0]["note"] == "b"
 
 
-def test_table_without_key_is_refused_in_upsert(tmp_path: Path) -> None:
+def test_table_without_key_is_refused_in_scd2(tmp_path: Path) -> None:
     keyless = TableSchema("s", "k", (Column("v", TypeCode.INT),))
-    s = sink(tmp_path)
-    with pytest.raises(LakeError, match=r"'s'\.'k' has no primary key.*commit ts"):
+    s = DeltaSink(tmp_path, LakeOptions(mode="scd2"))
+    with pytest.raises(LakeError, match=r"'s'\.'k' has no primary key.*mode=scd2.*commit ts"):
         s.write([RowChange(Op.INSERT, keyless, ts(1), new=(1,))])
 
 
