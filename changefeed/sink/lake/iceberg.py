@@ -201,12 +201,19 @@ class IcebergSink(LakeSink):
             source = collapse_upsert(shape, changes)
             keys = [shape.columns[i].name for i in shape.handle_key]
             upserts = source.filter(pc.invert(source.column(DELETE))).drop_columns([DELETE])
+            # Only keys the table holds are deleted: pyiceberg binds the delete filter in Python per
+            # literal, several times, so a filter over every key of the batch (new ones too) cost more
+            # than the rest of the batch (bench/RESULTS.md, "Lake sinks"). The sink is the table's only writer.
+            held = _held_keys(table, source.select(keys), keys)
             with table.transaction() as tx, warnings.catch_warnings():
-                # every key of the batch goes, then its last image comes back: one catalog commit
+                # the held keys of the batch go, then their last images come back: one catalog commit
                 warnings.filterwarnings("ignore", "Delete operation did not match any records")
-                tx.delete(create_match_filter(source.select(keys), keys), snapshot_properties=props)
+                if held.num_rows:
+                    tx.delete(create_match_filter(held, keys), snapshot_properties=props)
                 if upserts.num_rows:
                     tx.append(self._conform(table, upserts), snapshot_properties=props)
+                if not held.num_rows and not upserts.num_rows:  # nothing stored changes: record the checkpoint
+                    tx.set_properties({CHECKPOINT_KEY: str(version)})
         except (CommitFailedException, ValidationError, ValueError) as exc:
             raise LakeError(f"iceberg {self.label(name)}: {exc}", where=f"checkpoint ts {version}") from None
 
@@ -440,6 +447,18 @@ def snapshot_at(table: Table, commit_ts: int) -> Snapshot | None:
             f"(expired through checkpoint ts {expired}; the oldest kept records {oldest}; see retain-versions)"
         )
     return found
+
+
+def _held_keys(table: Table, keys: pa.Table, names: list[str]) -> pa.Table:
+    """The distinct ``keys`` the table's current snapshot holds (a scan of the key columns only)."""
+    if table.current_snapshot() is None:
+        return keys.slice(0, 0)
+    stored = table.scan(selected_fields=tuple(names)).to_arrow()
+    if not stored.num_rows:
+        return keys.slice(0, 0)
+    distinct = keys.group_by(names, use_threads=False).aggregate([]).select(names)
+    stored = stored.select(names).cast(distinct.schema)
+    return distinct.join(stored, names, join_type="left semi", use_threads=False)
 
 
 def _rows_match(rows: pa.Table) -> BooleanExpression:
