@@ -33,7 +33,7 @@ from ..sink.mysql.sink import DEFAULT_SQL_MODE
 from ..sink.mysql.sql import quote_ident, quote_table
 from ..sink.mysql.url import MySQLParams
 
-__all__ = ["SESSION_SQL_MODE", "DiffError", "DiffReport", "Differ", "RowDiff", "TableReport"]
+__all__ = ["SESSION_SQL_MODE", "DiffError", "DiffReport", "Differ", "Recorder", "RowDiff", "TableReport"]
 
 log = logging.getLogger(__name__)
 
@@ -264,7 +264,23 @@ def text_of(value: Any) -> str:
     return value.decode("utf-8", "surrogateescape") if isinstance(value, bytes | bytearray) else str(value)
 
 
-class Differ:
+class Recorder:
+    """What every differ shares: up to ``max_samples`` differing rows kept per table, fix-up SQL to ``fix``."""
+
+    max_samples: int
+    fix: Callable[[str], None] | None
+
+    def _record(self, report: TableReport, diff: RowDiff) -> None:
+        report.counts[diff.kind] += 1
+        if len(report.samples) < self.max_samples:
+            report.samples.append(diff)
+
+    def _emit(self, sql: str) -> None:
+        if self.fix is not None:
+            self.fix(sql)
+
+
+class Differ(Recorder):
     """Compares the tables a filter selects; reports per table and streams fix-up SQL to ``fix``."""
 
     def __init__(
@@ -353,15 +369,6 @@ class Differ:
             dict(report.counts),
         )
         return report
-
-    def _record(self, info: TableInfo, report: TableReport, diff: RowDiff) -> None:
-        report.counts[diff.kind] += 1
-        if len(report.samples) < self.max_samples:
-            report.samples.append(diff)
-
-    def _emit(self, sql: str) -> None:
-        if self.fix is not None:
-            self.fix(sql)
 
     def _row_expr(self, info: TableInfo) -> str:
         parts = []
@@ -458,15 +465,15 @@ class Differ:
         deletes, replaces = [], []
         for key, extra in t_rows.items():
             if key not in s_rows:
-                self._record(info, report, RowDiff("extra", key, None, extra))
+                self._record(report, RowDiff("extra", key, None, extra))
                 deletes.append(key)
         for key, s_row in s_rows.items():
             t_row = t_rows.get(key)
             if t_row is None:
-                self._record(info, report, RowDiff("missing", key, s_row, None))
+                self._record(report, RowDiff("missing", key, s_row, None))
                 replaces.append(s_row)
             elif t_row != s_row:
-                self._record(info, report, RowDiff("changed", key, s_row, t_row))
+                self._record(report, RowDiff("changed", key, s_row, t_row))
                 replaces.append(s_row)
         if deletes:
             cols = [quote_ident(info.columns[i].name) for i in info.key]
@@ -505,7 +512,7 @@ class Differ:
         positions = [i for i, c in enumerate(info.columns) if not c.generated]
         for row, n in sorted(extra.items(), key=repr):
             for _ in range(n):
-                self._record(info, report, RowDiff("extra", (), None, row))
+                self._record(report, RowDiff("extra", (), None, row))
             cond = " AND ".join(
                 f"{quote_ident(info.columns[i].name)}<=>{literal(info.columns[i], row[i])}" for i in positions
             )
@@ -513,7 +520,7 @@ class Differ:
         rows = []
         for row, n in sorted(missing.items(), key=repr):
             for _ in range(n):
-                self._record(info, report, RowDiff("missing", (), row, None))
+                self._record(report, RowDiff("missing", (), row, None))
                 rows.append(row)
         for stmt in self._replace_sql(info, rows, "INSERT"):
             self._emit(stmt)

@@ -29,6 +29,7 @@ from .compare import (
     ColumnInfo,
     DiffError,
     DiffReport,
+    Recorder,
     RowDiff,
     Side,
     TableInfo,
@@ -93,7 +94,7 @@ def _datetime(text: str) -> dt.datetime | None:
         return None
 
 
-class LakeDiffer:
+class LakeDiffer(Recorder):
     """Compares the source tables a filter selects with a lake's (`Differ`'s reports, no fix-up SQL)."""
 
     def __init__(
@@ -102,6 +103,7 @@ class LakeDiffer:
         self.source_params = source
         self.lake_uri = lake_uri
         self.max_samples = max_samples
+        self.fix = None  # a lake table is not written with SQL
         self.progress = progress or Progress("diff", enabled=False)
 
     def run(self, patterns: Sequence[str] | None = None) -> DiffReport:
@@ -182,11 +184,6 @@ class LakeDiffer:
                 except (InvalidOperation, ValueError, TypeError) as exc:
                     raise DiffError(f"a lake value does not fit its source column: {exc}: {row!r:.300}") from exc
         return out
-
-    def _record(self, report: TableReport, diff: RowDiff) -> None:
-        report.counts[diff.kind] += 1
-        if len(report.samples) < self.max_samples:
-            report.samples.append(diff)
 
     def _keyed(
         self,

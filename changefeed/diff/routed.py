@@ -25,6 +25,7 @@ from ..sink.mysql.url import MySQLParams
 from .compare import (
     DiffError,
     DiffReport,
+    Recorder,
     RowDiff,
     Side,
     TableInfo,
@@ -52,7 +53,7 @@ class _Shard:
     extras: tuple[tuple[str, str], ...]  # DM's extract-* columns and their values for this shard
 
 
-class RoutedDiffer:
+class RoutedDiffer(Recorder):
     """Compares each target table with the union of the source tables routed into it."""
 
     def __init__(
@@ -168,15 +169,6 @@ class RoutedDiffer:
     def _select(info: TableInfo, like: TableInfo) -> str:
         cols = ",".join(select_expr(c) for c in like.columns if not c.generated)
         return f"SELECT {cols} FROM {info.name}"
-
-    def _record(self, report: TableReport, diff: RowDiff) -> None:
-        report.counts[diff.kind] += 1
-        if len(report.samples) < self.max_samples:
-            report.samples.append(diff)
-
-    def _emit(self, sql: str) -> None:
-        if self.fix is not None:
-            self.fix(sql)
 
     def _keyed(
         self, info: TableInfo, report: TableReport, s_rows: list[tuple[Any, ...]], t_rows: list[tuple[Any, ...]]
