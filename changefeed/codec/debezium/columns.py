@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from datetime import UTC, datetime, tzinfo
+from datetime import UTC, date, datetime, tzinfo
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -84,6 +84,14 @@ def _adjust_year(year: int) -> int:
 
 def date_days(text: str) -> int | None:
     """Days since 1970-01-01 of ``YYYY-MM-DD`` (2-digit years adjusted); None: zero or invalid date."""
+    if len(text) == 10 and text.isascii() and text[4] == "-" and text[7] == "-":
+        try:
+            day = date.fromisoformat(text)  # the same digits, several times cheaper than the pattern
+        except ValueError:
+            pass
+        else:
+            if day.year >= 100:
+                return day.toordinal() - _EPOCH_ORDINAL
     m = _DATE_RE.fullmatch(text)
     if m is None:
         raise ValueError(f"{text!r} is not a DATE")
@@ -97,7 +105,30 @@ def date_days(text: str) -> int | None:
 
 
 def _wall(text: str) -> datetime | None:
-    """A DATETIME/TIMESTAMP text as a naive datetime (2-digit years adjusted); None: zero or invalid."""
+    """A DATETIME/TIMESTAMP text as a naive datetime (2-digit years adjusted); None: zero or invalid.
+
+    The capture's shape (``YYYY-MM-DD HH:MM:SS[.f]``, a real date from year 100) is read by
+    ``fromisoformat``, several times cheaper than the pattern; anything else by the pattern.
+    """
+    n = len(text)
+    if (
+        (n == 19 or (21 <= n <= 26 and text[19] == "."))
+        and text.isascii()
+        and text[4] == "-"
+        and text[7] == "-"
+        and (text[10] == " " or text[10] == "T")
+        and text[13] == ":"
+        and text[16] == ":"
+    ):
+        try:
+            dt = datetime.fromisoformat(text)
+        except ValueError:
+            pass
+        else:
+            # fromisoformat reads the same digits here; years below 100 are adjusted below, and a
+            # zone or a rolled-over 24:00 (newer Pythons) is not a MySQL value.
+            if dt.year >= 100 and dt.tzinfo is None and dt.hour == int(text[11:13]):
+                return dt
     m = _DATETIME_RE.fullmatch(text)
     if m is None:
         raise ValueError(f"{text!r} is not a DATETIME")

@@ -498,6 +498,7 @@ class DebeziumDecoder(Decoder):
         self._inflate = inflater(opts.large_message_handle_compression, opts.max_message_bytes)
         self._given: dict[tuple[str, str], _Table] = {}
         self._suffixes: dict[bytes, Any] = {}  # verified `,"schema":{...}}` tails -> their parsed schema
+        self._last: tuple[bytes, Any] = (b"", None)  # the tail (and schema) of the last message that had one
         self._tables: dict[tuple[int, str, str, tuple[str, ...]], tuple[Any, _Table]] = {}
 
     def set_table_schema(self, ts: TableSchema) -> None:
@@ -522,18 +523,27 @@ class DebeziumDecoder(Decoder):
     def _load(self, value: bytes, where: str) -> dict[str, Any]:
         """The value object. A schema tail seen before is not parsed again (TiCDC repeats it in
         every message); it is cached only after checking that the tail is the top-level member."""
-        cut = value.rfind(_SCHEMA_MEMBER)
-        if cut > 0 and value.endswith(b"}"):
-            tail = value[cut:]
-            schema = self._suffixes.get(tail)
-            if schema is not None:
-                try:
-                    head = orjson.loads(value[:cut] + b"}")
-                except orjson.JSONDecodeError:
-                    head = None
-                if isinstance(head, dict) and "schema" not in head:
-                    head["schema"] = schema
-                    return head
+        last, schema = self._last
+        if last and value.endswith(last):
+            # A table's messages repeat one tail: found in place, without a search, slice or hash
+            # (a verified tail holds `,"schema":` only at its start, so this is rfind's cut too).
+            cut = len(value) - len(last)
+        else:
+            schema = None
+            cut = value.rfind(_SCHEMA_MEMBER)
+            if cut > 0 and value.endswith(b"}"):
+                tail = value[cut:]
+                schema = self._suffixes.get(tail)
+                if schema is not None:
+                    self._last = (tail, schema)
+        if schema is not None and cut > 0:
+            try:
+                head = orjson.loads(value[:cut] + b"}")
+            except orjson.JSONDecodeError:
+                head = None
+            if isinstance(head, dict) and "schema" not in head:
+                head["schema"] = schema
+                return head
         try:
             obj = orjson.loads(value)
         except orjson.JSONDecodeError as exc:
@@ -558,7 +568,9 @@ class DebeziumDecoder(Decoder):
         ):
             if len(self._suffixes) >= _CACHE_LIMIT:
                 self._suffixes.clear()
-            self._suffixes[value[cut:]] = obj["schema"]
+            tail = value[cut:]
+            self._suffixes[tail] = obj["schema"]
+            self._last = (tail, obj["schema"])
 
     def decode(self, message: Message, where: str = "") -> list[Event]:
         value = message.value
@@ -566,7 +578,9 @@ class DebeziumDecoder(Decoder):
             return []  # a tombstone (genuine Debezium sends one after each delete; TiCDC none)
         if self._inflate is not None:
             self._inflate.new_message()
-        value = self._inflated(bytes(value), "value", where)
+        if type(value) is not bytes:
+            value = bytes(value)
+        value = self._inflated(value, "value", where)
         obj = self._load(value, where)
         payload = _members(obj, "payload", where)
         op = payload.get("op")
@@ -590,11 +604,17 @@ class DebeziumDecoder(Decoder):
     def _key_names(self, key: bytes | None, where: str) -> tuple[str, ...] | None:
         if not key:
             return None
-        key = self._inflated(bytes(key), "key", where)
+        if type(key) is not bytes:
+            key = bytes(key)
+        key = self._inflated(key, "key", where)
         try:
             obj = orjson.loads(key)
         except orjson.JSONDecodeError as exc:
             raise CodecError(f"key is not a JSON document: {exc}", where=where) from None
+        if type(obj) is dict:
+            payload = obj.get("payload")
+            if type(payload) is dict:
+                return tuple(payload)
         if not isinstance(obj, dict):
             raise CodecError(f"key is {_kind(obj)}, expected an object", where=where)
         return tuple(_members(obj, "payload", f"{where} (key)" if where else "key"))
