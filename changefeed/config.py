@@ -297,6 +297,19 @@ class ChangefeedConfig:
     online_ddl: bool = False
     #: TiCDC's server ``cluster-id``: the Debezium protocol's source name and schema names.
     cluster_id: str = "default"
+    #: ``[apply]``: `changefeed pipeline` applies the sink-uri's topic or directory to ``to`` (docs/deploy.md).
+    apply_to: str = ""
+    apply_checkpoint: Path | None = None
+
+    def apply_source(self) -> str:
+        """The sink-uri as the apply job's ``--from``: the topic or directory the capture writes."""
+        query = urlencode(list(self.sink_uri.params.items()))
+        if not (self.sink_uri.is_kafka or self.sink_uri.scheme == "file"):
+            raise ConfigError(
+                f"[apply] reads what the capture writes: the sink-uri must be kafka:// or file://, "
+                f"not {self.sink_uri.scheme}://"
+            )
+        return f"{self.sink_uri.scheme}://{self.sink_uri.location}" + (f"?{query}" if query else "")
 
     def router(self) -> EventPipeline | Router | None:
         """What every event goes through before the sink (docs/routing.md): online DDL, event filters,
@@ -521,6 +534,7 @@ def _build(doc: dict[str, Any], base: Path) -> ChangefeedConfig:
             "routes",
             "shard-mode",
             "online-ddl",
+            "apply",
         },
         "the top level",
     )
@@ -619,6 +633,15 @@ def _build(doc: dict[str, Any], base: Path) -> ChangefeedConfig:
         online_ddl=online_ddl,
         cluster_id=cluster_id,
     )
+    if "apply" in doc:
+        apply = _table(doc, "apply")
+        _check_keys(apply, {"to", "checkpoint"}, "[apply]")
+        config.apply_to = _typed(apply.get("to", ""), str, "[apply] to")
+        if not config.apply_to:
+            raise ConfigError("[apply] to is required: mysql://..., delta://DIR, iceberg://DIR or parquet://DIR")
+        if "checkpoint" in apply:
+            config.apply_checkpoint = _config_path(_typed(apply["checkpoint"], str, "[apply] checkpoint"), base)
+        config.apply_source()  # the sink-uri must be something the apply job reads
     if uri.is_mysql:
         config.mysql_sink()  # validates the parameters now, not inside the job
         return config

@@ -24,7 +24,19 @@ from ..ops.logging import setup_logging
 from ..secrets import mask_secrets, url_passwords
 
 # Subcommand modules under changefeed.cli, in the order --help lists them.
-COMMANDS: tuple[str, ...] = ("capture", "mount", "codec", "diff", "run", "apply", "snapshot", "check", "status", "lake")
+COMMANDS: tuple[str, ...] = (
+    "capture",
+    "mount",
+    "codec",
+    "diff",
+    "run",
+    "apply",
+    "pipeline",
+    "snapshot",
+    "check",
+    "status",
+    "lake",
+)
 
 
 # The passwords of the URLs on the command line being run, masked wherever an error shows them.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
@@ -13,6 +14,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from ..errors import ConfigError
 from .run import (
+    JobPlan,
     add_routes_option,
     add_spark_options,
     default_checkpoint,
@@ -128,29 +130,45 @@ def kafka_source(uri: str) -> dict[str, str]:
     return {"input": "kafka", "bootstrap.servers": kafka.servers, "topic": kafka.topic, **params, **security.params()}
 
 
-def wait_for_kafka_topic(options: Mapping[str, str]) -> None:
-    """Before Spark starts: wait until the topic of ``options`` (`kafka_source`) exists (consume/kafka.py)."""
+def wait_for_kafka_topic(options: Mapping[str, str], cancel: threading.Event | None = None) -> None:
+    """Before Spark starts: wait until the topic of ``options`` (`kafka_source`) exists (consume/kafka.py);
+    ``cancel`` ends the wait with an error."""
     from ..consume.kafka import new_consumer, wait_for_topic  # noqa: PLC0415
     from ..kafkasecurity import KafkaSecurity  # noqa: PLC0415
 
     servers, topic = options["bootstrap.servers"], options["topic"]
     consumer = new_consumer(servers, KafkaSecurity.from_params(options, where="--from kafka://").client_config())
     try:
-        wait_for_topic(consumer, topic, servers)
+        wait_for_topic(consumer, topic, servers, cancel=cancel)
     finally:
         consumer.close()
 
 
 def run(args: argparse.Namespace) -> int:
+    refuse_remote(args)
+    plan = apply_plan(args)
+    stats = launch(args, plan)
+    print(
+        f"apply: {stats.rows} rows in {stats.batches} batches ({stats.seconds:.1f} s); "
+        f"checkpoint ts {stats.checkpoint_ts} ({wall_time(stats.checkpoint_ts)}); {plan.where}",
+        file=sys.stdout,
+    )
+    return 0
+
+
+def apply_plan(args: argparse.Namespace, wait_for_topic: bool | None = None) -> JobPlan:
+    """The apply job of ``args`` (``source``, ``target``, ``changefeed_id``, ``routes``, ``checkpoint``,
+    ``trigger_interval``, ``available_now``). A streaming one from Kafka waits for its topic first
+    unless ``wait_for_topic`` is False (`changefeed pipeline` starts the capture that creates it)."""
     from ..codec import CodecOptions  # noqa: PLC0415
-    from ..ops.monitor import set_job_context  # noqa: PLC0415
     from ..spark.jobs import storage_source  # noqa: PLC0415
 
-    refuse_remote(args)
     codec = CodecOptions()
     if urlsplit(args.source).scheme.lower() == "kafka":
         options = kafka_source(args.source)
-        if not args.available_now:  # a streaming apply started before its capture job waits for the topic
+        if wait_for_topic is None:
+            wait_for_topic = not args.available_now  # a streaming apply started before its capture waits
+        if wait_for_topic:
             wait_for_kafka_topic(options)
     else:
         source, params = _local_path(args.source, "file")
@@ -161,7 +179,6 @@ def run(args: argparse.Namespace) -> int:
             raise ConfigError(f"a storage directory holds csv or canal-json, not {codec.protocol!r}")
         options = storage_source(source, codec)
     scheme = urlsplit(args.target).scheme.lower()
-    set_job_context(args, args.changefeed_id, source=urlsplit(args.source).scheme.lower(), sink=scheme)
     make_sink: Callable[[], Sink]
     if scheme in ("mysql", "tidb"):
         from ..config import mysql_target  # noqa: PLC0415
@@ -194,10 +211,5 @@ def run(args: argparse.Namespace) -> int:
 
         router = load_pipeline(args.routes, source=args.changefeed_id)
     interval = args.trigger_interval or default_interval(scheme)
-    stats = launch(args, options, make_sink, checkpoint, job="apply", interval=interval, router=router)
-    print(
-        f"apply: {stats.rows} rows in {stats.batches} batches ({stats.seconds:.1f} s); "
-        f"checkpoint ts {stats.checkpoint_ts} ({wall_time(stats.checkpoint_ts)}); {where}",
-        file=sys.stdout,
-    )
-    return 0
+    kinds = (urlsplit(args.source).scheme.lower(), scheme)
+    return JobPlan("apply", args.changefeed_id, options, make_sink, checkpoint, interval, where, kinds, router)

@@ -11,7 +11,9 @@ import argparse
 import logging
 import re
 import sys
+import threading
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -20,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from ..config import ChangefeedConfig
     from ..dispatch.route import EventTransform
     from ..sink.base import Sink
@@ -176,15 +180,37 @@ def refuse_remote(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from ..config import load_config, parse_sink_uri  # noqa: PLC0415
-    from ..ops.monitor import set_job_context  # noqa: PLC0415
-    from ..spark.jobs import source_options  # noqa: PLC0415
 
     refuse_remote(args)
     config = load_config(args.config)
     if args.sink_uri:
         config.sink_uri = parse_sink_uri(args.sink_uri, Path.cwd())
+    plan = capture_plan(args, config)
+    stats = launch(args, plan)
+    _summary(config.changefeed_id, stats, plan.where)
+    return 0
+
+
+@dataclass
+class JobPlan:
+    """What `run`, `apply` and `pipeline` decide before Spark starts: one job's source, sink and settings."""
+
+    job: str  # capture | apply
+    changefeed_id: str
+    source: dict[str, str]  # data source options
+    make_sink: Callable[[], Sink]
+    checkpoint: Path
+    interval: str
+    where: str  # the sink, for the summary line
+    kinds: tuple[str, str]  # source and sink kind, for logs and metrics (`set_job_context`)
+    router: EventTransform | None = None
+
+
+def capture_plan(args: argparse.Namespace, config: ChangefeedConfig) -> JobPlan:
+    """The capture job of ``config`` (preflight checks included unless ``args.skip_preflight``)."""
+    from ..spark.jobs import source_options  # noqa: PLC0415
+
     sink_kind = "storage" if config.sink_uri.scheme == "file" else config.sink_uri.scheme
-    set_job_context(args, config.changefeed_id, source=config.source.type, sink=sink_kind)
     source = source_options(
         config.source.data_source_options(),
         rules=config.filter.rules,
@@ -243,43 +269,45 @@ def run(args: argparse.Namespace) -> int:
     interval = args.trigger_interval or config.flush_interval or default_interval(config.sink_uri.scheme)
     if config.source.snapshot_mode == "initial-only":
         args.available_now = True  # the snapshot alone, then exit (Debezium's initial_only streams nothing after it)
-    stats = launch(args, source, make_sink, checkpoint, job="capture", interval=interval, router=config.router())
-    _summary(config.changefeed_id, stats, where)
-    return 0
-
-
-def launch(
-    args: argparse.Namespace,
-    source: dict[str, str],
-    make_sink: Callable[[], Sink],
-    checkpoint: Path,
-    *,
-    job: str,
-    interval: str,
-    router: EventTransform | None = None,
-) -> JobStats:
-    """What `run` and `apply` share once they chose a source and a sink: the checkpoint directory,
-    progress lines, Spark, the job (with the table ``router``); a streaming failure becomes one error line."""
-    from ..spark.jobs import run_job, streaming  # noqa: PLC0415
-    from ..spark.session import start_spark  # noqa: PLC0415 - only these commands pay for a JVM
-
-    trigger = spark_interval(interval)
-    checkpoint = prepare_checkpoint(checkpoint.absolute())  # the driver's JVM may run elsewhere (session.py)
-    show_progress()
-    spark = start_spark(
-        args.master, args.spark_conf, py_env=getattr(args, "py_env", None), ship=not getattr(args, "no_ship", False)
+    kinds = (config.source.type, sink_kind)
+    return JobPlan(
+        "capture", config.changefeed_id, source, make_sink, checkpoint, interval, where, kinds, config.router()
     )
+
+
+def launch(args: argparse.Namespace, plan: JobPlan, stop: threading.Event | None = None) -> JobStats:
+    """What `run` and `apply` share once they chose a source and a sink: the checkpoint directory,
+    progress lines, Spark, the job (with its table router); a streaming failure becomes one error line.
+    ``stop``: set by another thread to stop the job (`changefeed pipeline`)."""
+    from ..ops.monitor import set_job_context  # noqa: PLC0415
+    from ..spark.jobs import run_job, streaming  # noqa: PLC0415
+
+    set_job_context(args, plan.changefeed_id, source=plan.kinds[0], sink=plan.kinds[1])
+    trigger = spark_interval(plan.interval)
+    checkpoint = prepare_checkpoint(plan.checkpoint.absolute())  # the driver's JVM may run elsewhere (session.py)
+    spark = spark_session(args)
     return streaming(
         lambda: run_job(
             spark,
-            source,
-            make_sink(),
+            plan.source,
+            plan.make_sink(),
             checkpoint,
-            job=job,
+            job=plan.job,
             trigger_interval=trigger,
             available_now=args.available_now,
-            router=router,
+            router=plan.router,
+            stop=stop,
         )
+    )
+
+
+def spark_session(args: argparse.Namespace) -> SparkSession:
+    """The SparkSession of ``args`` (`--master`, `--spark-conf`, shipping): started once per process."""
+    from ..spark.session import start_spark  # noqa: PLC0415 - only these commands pay for a JVM
+
+    show_progress()
+    return start_spark(
+        args.master, args.spark_conf, py_env=getattr(args, "py_env", None), ship=not getattr(args, "no_ship", False)
     )
 
 

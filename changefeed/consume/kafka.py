@@ -156,7 +156,13 @@ def read_range(consumer: Any, topic: str, partition: int, start: int, end: int) 
 
 
 def wait_for_topic(
-    consumer: Any, topic: str, servers: str, *, every_s: float = 1.0, timeout_s: float | None = None
+    consumer: Any,
+    topic: str,
+    servers: str,
+    *,
+    every_s: float = 1.0,
+    timeout_s: float | None = None,
+    cancel: threading.Event | None = None,
 ) -> list[int]:
     """Wait until ``topic`` exists with partitions (logging once what it waits for); its partitions.
 
@@ -165,7 +171,8 @@ def wait_for_topic(
     rather than exit with "Unknown topic or partition". Only a missing topic is waited for (Kafka's
     ``UNKNOWN_TOPIC_OR_PART``, or ``LEADER_NOT_AVAILABLE`` while it is being created); an
     unreachable broker or a refused authorization is an error at once. ``timeout_s`` (None: no
-    limit) ends the wait with an error naming the topic.
+    limit) ends the wait with an error naming the topic; so does ``cancel`` once set (the capture
+    that would create it stopped: `changefeed pipeline`).
     """
     from ..kafkaclient import KafkaError, KafkaException  # noqa: PLC0415
 
@@ -186,6 +193,8 @@ def wait_for_topic(
         waited = time.monotonic() - started
         if timeout_s is not None and waited >= timeout_s:
             raise CaptureError(f"kafka: topic {topic!r} did not appear at {servers} within {timeout_s:.0f} s")
+        if cancel is not None and cancel.is_set():
+            raise CaptureError(f"kafka: stopped waiting for topic {topic!r} at {servers}")
         if not said:
             said = True
             log.warning(
@@ -195,4 +204,7 @@ def wait_for_topic(
                 every_s,
                 extra={"topic": topic},
             )
-        time.sleep(every_s)
+        if cancel is not None:
+            cancel.wait(every_s)
+        else:
+            time.sleep(every_s)

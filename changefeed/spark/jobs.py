@@ -209,6 +209,7 @@ def _run_query(
     trigger_interval: str | None,
     available_now: bool,
     query_name: str,
+    stop: threading.Event | None = None,
 ) -> JobStats:
     checkpoint_conf(spark, checkpoint)
     writer = source.writeStream.foreachBatch(runner).option("checkpointLocation", str(checkpoint))
@@ -238,7 +239,7 @@ def _run_query(
     )
     # Ctrl-C only sets a flag: PySpark's own SIGINT handler calls into the JVM while the main
     # thread is inside a py4j call and fails noisily. The loop stops the query between polls.
-    interrupted = threading.Event()
+    interrupted = stop if stop is not None else threading.Event()
     previous = None
     if threading.current_thread() is threading.main_thread():
         previous = signal.signal(signal.SIGINT, lambda *_: interrupted.set())
@@ -489,8 +490,11 @@ def run_job(
     available_now: bool = False,
     hook: BatchHook | None = None,
     router: EventTransform | None = None,
+    stop: threading.Event | None = None,
 ) -> JobStats:
     """Run a job from ``source`` (data source options, e.g. `source_options`) into ``sink`` until stopped.
+
+    ``stop``: another thread sets it to stop the query as Ctrl-C does (`changefeed pipeline`).
 
     ``router``: table routing (docs/routing.md), applied to every event before ``sink`` sees it.
 
@@ -510,7 +514,9 @@ def run_job(
         how = plan(spark, source, sink, checkpoint, router)
         staged = how.stage
         runner = _BatchRunner(job, sink, how, hook)
-        return _run_query(spark, how.stream, runner, checkpoint, trigger_interval, available_now, f"changefeed-{job}")
+        return _run_query(
+            spark, how.stream, runner, checkpoint, trigger_interval, available_now, f"changefeed-{job}", stop
+        )
     finally:
         try:
             if staged is not None:

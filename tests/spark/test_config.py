@@ -375,3 +375,23 @@ def test_lake_sink_uri(tmp_path: Path) -> None:
         parse_config('sink-uri = "iceberg://lake?mode=merge"\n[source]\npath="/p"\n', tmp_path)
     with pytest.raises(ConfigError, match="names no directory"):
         parse_sink_uri("delta://")
+
+
+def test_apply_table_for_the_pipeline(tmp_path: Path) -> None:
+    """``[apply]``: the target and an optional checkpoint (relative to the config); the apply reads the
+    sink-uri as the capture writes it, so only kafka:// and file:// sink-uris take one."""
+    text = (
+        'changefeed-id = "p"\nsink-uri = "kafka://127.0.0.1:9092/t?protocol=canal-json&enable-tidb-extension=true"\n'
+        '[source]\npath="/p"\n[apply]\nto = "mysql://root@127.0.0.1:3307/"\ncheckpoint = "ck"\n'
+    )
+    cfg = parse_config(text, tmp_path)
+    assert cfg.apply_to == "mysql://root@127.0.0.1:3307/" and cfg.apply_checkpoint == tmp_path / "ck"
+    assert cfg.apply_source() == "kafka://127.0.0.1:9092/t?protocol=canal-json&enable-tidb-extension=true"
+    files = parse_config(
+        'sink-uri = "file://out?protocol=csv"\n[source]\npath="/p"\n[apply]\nto = "parquet://x"\n', tmp_path
+    )
+    assert files.apply_source() == f"file://{tmp_path / 'out'}?protocol=csv"
+    with pytest.raises(ConfigError, match=r"unknown key 'from' in \[apply\]"):
+        parse_config(text + 'from = "x"\n', tmp_path)
+    with pytest.raises(ConfigError, match=r"\[apply\] to is required"):
+        parse_config('sink-uri = "file://out"\n[source]\npath="/p"\n[apply]\n', tmp_path)
