@@ -442,12 +442,16 @@ def _column(field: Any, label: str) -> tuple[Column, _Hint]:
 class _Table:
     """A table version as messages describe it, with its compiled image reader."""
 
-    __slots__ = ("names", "parsers", "read", "schema")
+    __slots__ = ("hints", "names", "parsers", "read", "schema")
 
-    def __init__(self, schema: TableSchema, parsers: tuple[Parser, ...]) -> None:
+    def __init__(
+        self, schema: TableSchema, parsers: tuple[Parser, ...], hints: tuple[_Hint | None, ...] | None = None
+    ) -> None:
         self.schema = schema
         self.names = tuple(c.name for c in schema.columns)
         self.parsers = parsers
+        # What each parser was built with beyond the column (the block decoder reads values by it).
+        self.hints = hints if hints is not None else (None,) * len(parsers)
         self.read = compile_object_reader(self.names, parsers, strings_only=False)
 
     def image(self, obj: Any, member: str, where: str) -> tuple[Any, ...]:
@@ -700,7 +704,7 @@ class DebeziumDecoder(Decoder):
             parsers = tuple(_parser(c, self._zone, h) for c, h in zip(columns, hints, strict=True))
         except ValueError as exc:
             raise CodecError(f"{db}.{table}: {exc}", where=where) from None
-        return _Table(ts, parsers)
+        return _Table(ts, parsers, tuple(hints))
 
     def _row(
         self,

@@ -169,6 +169,8 @@ class _PartitionDecoder:
         client: Mapping[str, str] | None = None,
     ) -> None:
         from ...codec import make_decoder  # noqa: PLC0415
+        from ...codec.debezium import DebeziumDecoder  # noqa: PLC0415
+        from ...codec.debezium.blocks import DebeziumBlockDecoder  # noqa: PLC0415
         from ...codec.open_protocol import OpenProtocolBlockDecoder, OpenProtocolDecoder  # noqa: PLC0415
 
         self.topic = topic
@@ -177,9 +179,13 @@ class _PartitionDecoder:
         simple = codec.protocol == "simple"
         self.lookback = _SchemaLookback(servers, topic, partition, client or {}) if simple else None
         decoder = self.decoder
-        self.blocks = (
-            OpenProtocolBlockDecoder(decoder) if columnar and isinstance(decoder, OpenProtocolDecoder) else None
-        )
+        self.blocks: OpenProtocolBlockDecoder | DebeziumBlockDecoder | None = None
+        if columnar and isinstance(decoder, OpenProtocolDecoder):
+            self.blocks = OpenProtocolBlockDecoder(decoder)
+        elif columnar and isinstance(decoder, DebeziumDecoder):
+            # On the driver only (`decoded.columnar` leaves Debezium out of output=decoded): the
+            # hand-over does not carry the start ts its rows hold.
+            self.blocks = DebeziumBlockDecoder(decoder)
 
     def decode_run(
         self, offsets: Sequence[int], keys: Sequence[bytes | None], values: Sequence[bytes | None]
