@@ -19,7 +19,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigError
-from .run import JobPlan, add_spark_options, capture_plan, launch, refuse_remote, spark_session, wall_time
+from .run import (
+    JobPlan,
+    add_capture_options,
+    add_spark_options,
+    capture_plan,
+    launch,
+    refuse_remote,
+    spark_session,
+    wall_time,
+)
 
 if TYPE_CHECKING:
     from ..spark.jobs import JobStats
@@ -35,9 +44,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("config", type=Path, help="changefeed config (TOML) with an [apply] table")
     add_spark_options(p)
-    p.add_argument("--max-events", type=int, help="about this many binlog rows per capture micro-batch")
-    p.add_argument("--max-bytes", metavar="SIZE", help="about this many bytes of binlog per capture micro-batch")
-    p.add_argument("--skip-preflight", action="store_true", help="do not check the source and broker first")
+    add_capture_options(p)
     p.set_defaults(func=run)
 
 

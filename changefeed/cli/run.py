@@ -46,6 +46,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("config", type=Path, help="changefeed config (TOML, docs/configuration.md)")
     add_spark_options(p)
     p.add_argument("--sink-uri", help="override the config's sink-uri (relative paths: the current directory)")
+    add_capture_options(p)
+    p.set_defaults(func=run)
+
+
+def add_capture_options(p: argparse.ArgumentParser) -> None:
+    """What the commands running a capture job take besides Spark's options (`run`, `pipeline`)."""
     p.add_argument(
         "--max-events", type=int, help="about this many binlog rows per micro-batch (cut at a transaction boundary)"
     )
@@ -59,7 +65,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="do not check the source, broker and MySQL sink before starting (the checks of `changefeed check`)",
     )
-    p.set_defaults(func=run)
 
 
 def add_routes_option(p: argparse.ArgumentParser) -> None:
