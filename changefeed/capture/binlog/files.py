@@ -143,7 +143,10 @@ class BinlogFileReader:
 
     def _read_event(self, f, name: str, pos: int) -> bytes | None:
         """The whole event at ``pos``; None at a clean end (or, following, a partial event being written)."""
-        head = f.peek(HEADER_LEN)[:HEADER_LEN]
+        # read, not peek: peek returns what the buffer still holds, which can be less than a header while
+        # the file has more, and never reads on (following, the reader waited for that header for ever)
+        head = f.read(HEADER_LEN)
+        f.seek(pos)
         if not head:
             return None
         if len(head) < HEADER_LEN:

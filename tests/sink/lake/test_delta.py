@@ -12,10 +12,11 @@ import pytest
 from deltalake import DeltaTable
 
 from changefeed.files.paths import PathEscapeError
-from changefeed.model import Column, Op, RowChange, TableSchema, TypeCode
+from changefeed.model import Column, Op, Resolved, RowChange, TableSchema, TypeCode
 from changefeed.sink.base import Sink
-from changefeed.sink.lake.common import LakeError, LakeOptions
+from changefeed.sink.lake.common import LakeError, LakeOptions, LakeSink
 from changefeed.sink.lake.delta import DeltaSink, read_delta, version_at
+from changefeed.sink.lake.iceberg import IcebergSink
 from changefeed.sink.replay import ResolvedContradictionError
 
 from .helpers import T, dele, ins, resolved, shape, ts, upd
@@ -144,6 +145,48 @@ def test_crash_between_tables_recovers_table_by_table(tmp_path: Path, monkeypatc
     assert [r["note"] for r in rows(tmp_path / "shop/orders")] == ["a2", "b"]
     assert [r["note"] for r in rows(tmp_path / "shop/items")] == ["i", "j"]
     assert DeltaSink(tmp_path).open() == ts(3)
+
+
+@pytest.mark.parametrize("sink_class", [DeltaSink, IcebergSink])
+@pytest.mark.parametrize("killed_in", ["_ensure", "_write"])
+def test_crash_before_a_new_tables_first_commit_loses_none_of_its_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sink_class: type[LakeSink], killed_in: str
+) -> None:
+    """The first batch of two new tables, killed after the first one's commit: before the second table was
+    created (`open` must not report the first one's checkpoint for every table: the replay would be skipped
+    for the second) or after its create and before its rows (the create must not record the batch's ts)."""
+    other = shape("shop", "items")
+    batch: list[RowChange | Resolved] = [ins(T, 1, 1, "a"), ins(other, 1, 1, "i"), resolved(1)]
+    real = getattr(sink_class, killed_in)
+    first: list[Any] = []
+
+    def killed_at_the_second_table(self: LakeSink, name: Any, *args: Any) -> Any:
+        if first and name != first[0]:
+            raise OSError("killed")
+        first[:] = [name]
+        return real(self, name, *args)
+
+    monkeypatch.setattr(sink_class, killed_in, killed_at_the_second_table)
+    crashing = sink_class(tmp_path)
+    crashing.open()
+    crashing.write(batch)
+    with pytest.raises(OSError, match="killed"):
+        crashing.flush()
+    crashing.close()
+    monkeypatch.setattr(sink_class, killed_in, real)
+    assert first == [("shop", "orders")]
+
+    restarted = sink_class(tmp_path)
+    assert restarted.open() == 0  # no root checkpoint yet: items holds nothing
+    restarted.write(batch)  # the replay: orders skips it, items applies it
+    assert restarted.flush() == ts(1)
+    for name, note in ((("shop", "orders"), "a"), (("shop", "items"), "i")):
+        if isinstance(restarted, DeltaSink):
+            stored = read_delta(restarted.table_path(name))
+        else:
+            assert isinstance(restarted, IcebergSink)
+            stored = restarted.catalog.load_table(name).scan().to_arrow()
+        assert stored.column("note").to_pylist() == [note], name
 
 
 def test_untouched_tables_follow_the_root_checkpoint(tmp_path: Path) -> None:
