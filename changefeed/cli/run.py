@@ -22,8 +22,6 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
     from ..config import ChangefeedConfig
     from ..dispatch.route import EventTransform
     from ..sink.base import Sink
@@ -306,8 +304,9 @@ def launch(args: argparse.Namespace, plan: JobPlan, stop: threading.Event | None
     )
 
 
-def spark_session(args: argparse.Namespace) -> SparkSession:
-    """The SparkSession of ``args`` (`--master`, `--spark-conf`, shipping): started once per process."""
+def spark_session(args: argparse.Namespace) -> Any:
+    """The SparkSession of ``args`` (`--master`, `--spark-conf`, shipping): started once per process.
+    (Typed Any: pyspark is imported only under changefeed/spark, tests/test_architecture.py.)"""
     from ..spark.session import start_spark  # noqa: PLC0415 - only these commands pay for a JVM
 
     show_progress()

@@ -9,7 +9,10 @@ Python process of the server, not in the client (shown by its process id), so `c
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,41 +36,58 @@ def connect() -> Iterator[SparkConnectServer]:
         server.stop()
 
 
+#: The Connect client runs in its own interpreter: a Connect session in the test process changes PySpark's
+#: process-wide session state, and the local sessions of the tests after it fail.
+CLIENT = """
+import json, os, sys
+from pyspark.sql import SparkSession
+from changefeed.spark.datasource import register
+
+url, fixture, work = sys.argv[1:4]
+spark = SparkSession.builder.remote(url).create()
+register(spark)
+df = spark.read.format("changefeed").option("input", "binlog").option("path", fixture).load()
+rows = sorted(map(list, df.select("kind", "schema", "table", "commit_ts").collect()))
+seen = os.path.join(work, "batches.txt")
+
+def batch(frame, batch_id):  # pickled to the server and run there
+    with open(seen, "a", encoding="utf-8") as out:
+        out.write(f"{os.getpid()} {batch_id} {frame.count()}\\n")
+
+stream = spark.readStream.format("changefeed").option("input", "binlog").option("path", fixture).load()
+query = (
+    stream.writeStream.foreachBatch(batch)
+    .option("checkpointLocation", os.path.join(work, "ck"))
+    .trigger(availableNow=True)
+    .start()
+)
+query.awaitTermination(120)
+spark.stop()
+print(json.dumps({"pid": os.getpid(), "rows": rows}))
+"""
+
+
 def test_the_data_source_reads_through_connect_and_foreach_batch_runs_on_the_server(
     connect: SparkConnectServer, spark: object, tmp_path: Path
 ) -> None:
-    from pyspark.sql import SparkSession  # noqa: PLC0415
-
     from changefeed.spark.datasource import register  # noqa: PLC0415
 
     register(spark)
     local = spark.read.format("changefeed").option("input", "binlog").option("path", str(FIXTURE)).load()  # type: ignore[attr-defined]
-    expected = sorted(map(tuple, local.select("kind", "schema", "table", "commit_ts").collect()))
-    remote = SparkSession.builder.remote(connect.url).create()
-    try:
-        register(remote)
-        df = remote.read.format("changefeed").option("input", "binlog").option("path", str(FIXTURE)).load()
-        assert sorted(map(tuple, df.select("kind", "schema", "table", "commit_ts").collect())) == expected
-
-        seen = tmp_path / "batches.txt"
-
-        def batch(frame: object, batch_id: int) -> None:  # pickled to the server and run there
-            with open(seen, "a", encoding="utf-8") as out:
-                out.write(f"{os.getpid()} {batch_id} {frame.count()}\n")  # type: ignore[attr-defined]
-
-        stream = remote.readStream.format("changefeed").option("input", "binlog").option("path", str(FIXTURE)).load()
-        query = (
-            stream.writeStream.foreachBatch(batch)
-            .option("checkpointLocation", str(tmp_path / "ck"))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination(120)
-        lines = [line.split() for line in seen.read_text().splitlines()]
-        assert sum(int(n) for _, _, n in lines) == len(expected)
-        assert {int(pid) for pid, _, _ in lines} != {os.getpid()}, "foreachBatch ran in the client"
-    finally:
-        remote.stop()
+    expected = sorted(map(list, local.select("kind", "schema", "table", "commit_ts").collect()))
+    done = subprocess.run(
+        [sys.executable, "-c", CLIENT, connect.url, str(FIXTURE), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["rows"] == expected
+    lines = [line.split() for line in (tmp_path / "batches.txt").read_text().splitlines()]
+    assert sum(int(n) for _, _, n in lines) == len(expected)
+    assert {int(pid) for pid, _, _ in lines}.isdisjoint({result["pid"], os.getpid()}), "foreachBatch ran in a client"
 
 
 def test_run_and_apply_refuse_remote_before_connecting(
