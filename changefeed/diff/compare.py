@@ -21,7 +21,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -278,6 +278,21 @@ class Recorder:
     def _emit(self, sql: str) -> None:
         if self.fix is not None:
             self.fix(sql)
+
+    def _record_multisets(
+        self, report: TableReport, source: Iterable[tuple[Any, ...]], target: Iterable[tuple[Any, ...]]
+    ) -> tuple[list[tuple[tuple[Any, ...], int]], list[tuple[tuple[Any, ...], int]]]:
+        """Rows of a table without a key compared as multisets: the extra (target only) and missing (source
+        only) rows with their counts, in a stable order, each copy recorded."""
+        s, t = Counter(source), Counter(target)
+        extra, missing = sorted((t - s).items(), key=repr), sorted((s - t).items(), key=repr)
+        for row, n in extra:
+            for _ in range(n):
+                self._record(report, RowDiff("extra", (), None, row))
+        for row, n in missing:
+            for _ in range(n):
+                self._record(report, RowDiff("missing", (), row, None))
+        return extra, missing
 
 
 class Differ(Recorder):

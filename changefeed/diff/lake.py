@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-from collections import Counter
 from collections.abc import Callable, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -210,13 +209,7 @@ class LakeDiffer(Recorder):
                 self._record(report, RowDiff("changed", key, row, other))
 
     def _multiset(self, report: TableReport, s_rows: list[tuple[Any, ...]], t_rows: list[tuple[Any, ...]]) -> None:
-        source, target = Counter(s_rows), Counter(t_rows)
-        for row, n in sorted((target - source).items(), key=repr):
-            for _ in range(n):
-                self._record(report, RowDiff("extra", (), None, row))
-        for row, n in sorted((source - target).items(), key=repr):
-            for _ in range(n):
-                self._record(report, RowDiff("missing", (), row, None))
+        self._record_multisets(report, s_rows, t_rows)
 
 
 __all__ = ["LakeDiffer"]

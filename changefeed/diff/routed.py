@@ -12,7 +12,6 @@ servers print them (text protocol, UTC sessions); in memory, per target table.
 from __future__ import annotations
 
 import logging
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -202,15 +201,12 @@ class RoutedDiffer(Recorder):
         self, info: TableInfo, report: TableReport, s_rows: list[tuple[Any, ...]], t_rows: list[tuple[Any, ...]]
     ) -> None:
         columns = [c for c in info.columns if not c.generated]
-        source, target = Counter(s_rows), Counter(map(tuple, t_rows))
-        for row, n in sorted((target - source).items(), key=repr):
-            for _ in range(n):
-                self._record(report, RowDiff("extra", (), None, row))
+        extra, missing = self._record_multisets(report, s_rows, map(tuple, t_rows))
+        for row, n in extra:
             cond = " AND ".join(f"{quote_ident(c.name)}<=>{literal(c, v)}" for c, v in zip(columns, row, strict=True))
             self._emit(f"DELETE FROM {info.name} WHERE {cond} LIMIT {n};")
-        for row, n in sorted((source - target).items(), key=repr):
+        for row, n in missing:
             for _ in range(n):
-                self._record(report, RowDiff("missing", (), row, None))
                 self._emit(self._write(info, columns, row, "INSERT"))
 
     @staticmethod
