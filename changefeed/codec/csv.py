@@ -28,13 +28,13 @@ from ..errors import CodecError, ConfigError, ascii_digits, clip
 from ..model import ABSENT, Column, DDLEvent, Event, Op, Resolved, RowChange, TableSchema, TypeCode
 from ..model.events import trusted_row
 from ..model.gofloat import format_g, to_float32
+from ..model.schemacache import PlanCache
 from ..model.types import FLOAT_TYPES, INTEGER_TYPES
 from ..model.values import decimal_text, enum_name, set_names
 from .base import Decoder, Encoder, Message
 from .decimaltext import RULE as DECIMAL_RULE
 from .decimaltext import is_decimal_text
 from .options import CodecOptions
-from .plancache import PlanCache
 from .textvalues import TEMPORAL_PATTERNS, float_g_text, int_range
 
 __all__ = [

@@ -21,12 +21,12 @@ from changefeed.codec.claimcheck import (
     wrap_value,
 )
 from changefeed.codec.compression import compression_codec
-from changefeed.codec.plancache import PlanCache
 from changefeed.codec.textvalues import decimal_renderer, float32_text, float64_text, float_g_text, int_range
 from changefeed.errors import ConfigError
 from changefeed.model import Column, Op, RowChange, TableSchema, TypeCode
 from changefeed.model.events import trusted_row
 from changefeed.model.gofloat import format_f, format_g, to_float32
+from changefeed.model.schemacache import PlanCache
 from changefeed.model.values import decimal_text
 
 

@@ -18,6 +18,7 @@ import orjson
 from ...errors import CodecError, ConfigError, MessageTooLargeError
 from ...model import ABSENT, Column, DDLEvent, Op, Resolved, RowChange, TableSchema, TypeCode, ddl_kind
 from ...model.rowblock import TableRows
+from ...model.schemacache import PlanCache
 from ...model.tso import tso_physical_ms
 from ...model.types import java_sql_type
 from ...model.values import b64encode
@@ -25,7 +26,6 @@ from ..base import Encoder, Message
 from ..claimcheck import ClaimCheckStore, wrap_value
 from ..compression import compression_codec
 from ..options import CodecOptions
-from ..plancache import PlanCache
 from ..rowkey import int_handle_position, row_key
 from ..textvalues import decimal_renderer, float32_text, float64_text
 from . import columns  # refers back to this module's plans; used only at call time

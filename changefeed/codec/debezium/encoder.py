@@ -20,11 +20,11 @@ import pyarrow.compute as pc
 from ...errors import CodecError, ConfigError, MessageTooLargeError
 from ...model import ABSENT, Column, DDLEvent, Op, Resolved, RowChange, TableSchema
 from ...model.rowblock import TableRows
+from ...model.schemacache import PlanCache
 from ...timezones import zone
 from ..base import Encoder, Message
 from ..compression import compression_codec
 from ..options import CodecOptions
-from ..plancache import PlanCache
 from . import columnar
 from . import ddl as ddl_msg
 from .columns import (

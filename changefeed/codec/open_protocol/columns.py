@@ -24,9 +24,9 @@ import pyarrow.compute as pc
 from ...model import ColumnFlag, TypeCode
 from ...model.rowblock import TableRows
 from ...model.schema import Column
+from ...model.schemacache import PlanCache
 from ...model.types import BLOB_TYPES, CHAR_TYPES, INTEGER_TYPES
 from ..columns import decimal_texts, value_bytes
-from ..plancache import PlanCache
 from .goquote import go_quote_json
 
 if TYPE_CHECKING:

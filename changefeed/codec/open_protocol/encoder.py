@@ -15,6 +15,7 @@ from ...errors import CodecError, ConfigError, MessageTooLargeError
 from ...model import ABSENT, ColumnFlag, DDLEvent, Op, Resolved, RowChange, TableSchema, TypeCode
 from ...model.rowblock import TableRows
 from ...model.schema import Column
+from ...model.schemacache import PlanCache
 from ...model.types import BLOB_TYPES, CHAR_TYPES, INTEGER_TYPES
 from ...model.values import b64encode
 from ..base import Encoder, Message, Rendered
@@ -22,7 +23,6 @@ from ..claimcheck import ClaimCheckStore, wrap_pair
 from ..compression import compression_codec
 from ..jsonstr import quote_jsoniter, quote_std
 from ..options import CodecOptions
-from ..plancache import PlanCache
 from ..rowkey import int_handle_position
 from ..textvalues import decimal_renderer
 from .columns import ColumnRenderer

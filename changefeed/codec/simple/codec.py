@@ -13,11 +13,12 @@ from typing import Any
 from ...errors import CodecError, MessageTooLargeError, UnknownSchemaError
 from ...model import ABSENT, DDLEvent, Event, Op, Resolved, RowChange, TableSchema
 from ...model.events import trusted_row
+from ...model.schemacache import PlanCache
 from ..base import Decoder, Encoder, Message
 from ..claimcheck import ClaimCheckStore, reading_store, unwrap_value, wrap_value
 from ..compression import compression_codec, inflater
 from ..options import CodecOptions
-from ..plancache import PlanCache, compile_object_reader
+from ..plancache import compile_object_reader
 from .avro import AvroFormat
 from .common import (
     DDL_TYPES,

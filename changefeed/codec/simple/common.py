@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Any
 from ...errors import CodecError, clip
 from ...model import Column, Index, Op, RowChange, TableSchema, TypeCode, ddl_kind, parse_type_name
 from ...model.ddl import unquote_ident
+from ...model.schemacache import PlanCache
 from ...model.types import DEFAULT_FLEN, STRING_TYPES, UNSIGNED_DEFAULT_FLEN
 from ..ddlkind import ddl_action as _ddl_action
 from ..options import CodecOptions
-from ..plancache import PlanCache
 from ..textvalues import U64_MAX
 
 if TYPE_CHECKING:

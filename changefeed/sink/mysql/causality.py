@@ -19,10 +19,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...model import ABSENT, RowChange, TableSchema
+from ...model.schemacache import PlanCache
 
 __all__ = ["Causality", "row_keys"]
-
-_KEYS_CACHE: dict[int, tuple[TableSchema, tuple[tuple[str, tuple[int, ...], tuple[bool, ...]], ...]]] = {}
 
 
 def _fold(text: str) -> str:
@@ -30,10 +29,7 @@ def _fold(text: str) -> str:
     return "".join(ch for ch in decomposed if not unicodedata.combining(ch)).casefold().rstrip(" ")
 
 
-def _unique_indexes(table: TableSchema) -> tuple[tuple[str, tuple[int, ...], tuple[bool, ...]], ...]:
-    hit = _KEYS_CACHE.get(id(table))
-    if hit is not None and hit[0] is table:
-        return hit[1]
+def _build_unique_indexes(table: TableSchema) -> tuple[tuple[str, tuple[int, ...], tuple[bool, ...]], ...]:
     out = []
     for idx in table.indexes:
         if not idx.unique:
@@ -43,11 +39,10 @@ def _unique_indexes(table: TableSchema) -> tuple[tuple[str, tuple[int, ...], tup
         out.append((idx.name, positions, fold))
     if not out and table.handle_key:  # a handle from column flags only (Open Protocol)
         out.append(("handle", table.handle_key, tuple(not table.columns[i].binary for i in table.handle_key)))
-    result = tuple(out)
-    if len(_KEYS_CACHE) > 4096:
-        _KEYS_CACHE.clear()
-    _KEYS_CACHE[id(table)] = (table, result)
-    return result
+    return tuple(out)
+
+
+_unique_indexes = PlanCache(_build_unique_indexes).get
 
 
 def _norm(value: Any, fold: bool) -> Any:

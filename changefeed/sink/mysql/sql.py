@@ -15,6 +15,7 @@ from typing import Any
 from ...model import ABSENT, Column, TableSchema, TypeCode
 from ...model.ddl import quote_ident, quote_table
 from ...model.rowblock import TableRows
+from ...model.schemacache import PlanCache
 from ...model.types import INTEGER_TYPES, STRING_TYPES
 from ...mysqlclient import escape_string
 from .columns import Gather, render_inserts
@@ -397,16 +398,12 @@ def _chunked(
         yield prefix + ",".join(parts) + suffix, len(parts)
 
 
-_CACHE: dict[int, tuple[TableSchema, bool, TableSQL]] = {}
+_CACHES: dict[bool, PlanCache[TableSQL]] = {
+    False: PlanCache(lambda table: TableSQL(table, False)),
+    True: PlanCache(lambda table: TableSQL(table, True)),
+}
 
 
 def table_sql(table: TableSchema, mysql_json: bool = False) -> TableSQL:
     """The cached renderers for a table shape (TableSchema objects are shared per version)."""
-    hit = _CACHE.get(id(table))
-    if hit is not None and hit[0] is table and hit[1] == mysql_json:
-        return hit[2]
-    if len(_CACHE) > 4096:
-        _CACHE.clear()
-    tsql = TableSQL(table, mysql_json)
-    _CACHE[id(table)] = (table, mysql_json, tsql)
-    return tsql
+    return _CACHES[mysql_json].get(table)
