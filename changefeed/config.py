@@ -43,9 +43,9 @@ from .dispatch.onlineddl import OnlineDDL
 from .dispatch.pipeline import EventPipeline
 from .dispatch.route import Router, RouteRule
 from .dispatch.router import DispatchRule
-from .dispatch.tablefilter import TableFilter
 from .errors import ConfigError, ascii_digits, positive_int, true_false
 from .kafkasecurity import KAFKA_SECURITY_PARAMS, KAFKA_WRITE_PARAMS, KafkaSecurity, KafkaURI
+from .model.tablefilter import TableFilter
 from .mysqlclient import TLS_OPTIONS
 from .secrets import mask_secrets, resolve_password
 from .sink.lake import LAKE_SCHEMES, lake_sink

@@ -341,7 +341,7 @@ def preflight(
         if config.source.snapshot_mode == "when-needed":
             start = None  # a purged position is not an error: the run snapshots the tables again
         if config.source.snapshot_mode != "never":
-            from ..dispatch.tablefilter import TableFilter  # noqa: PLC0415
+            from ..model.tablefilter import TableFilter  # noqa: PLC0415
 
             snapshot = TableFilter(config.filter.rules).match  # the tables a snapshot reads
     bootstrap, topic, partitions = broker if broker is not None else (None, None, None)

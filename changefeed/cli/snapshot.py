@@ -35,8 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     from ..capture.snapshot import signal  # noqa: PLC0415 - keep --help light
     from ..config import load_config  # noqa: PLC0415
-    from ..dispatch.tablefilter import TableFilter  # noqa: PLC0415
     from ..model.ddl import quote_ident, quote_table  # noqa: PLC0415
+    from ..model.tablefilter import TableFilter  # noqa: PLC0415
     from ..sink.mysql.url import MySQLParams  # noqa: PLC0415
 
     out = out or sys.stdout

@@ -25,8 +25,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..dispatch.tablefilter import TableFilter
 from ..errors import ChangefeedError
+from ..model.tablefilter import TableFilter
 from ..mysqlclient import MySQLError, escape_string
 from ..ops.progress import Progress
 from ..sink.mysql.sink import DEFAULT_SQL_MODE

@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from ..dispatch.tablefilter import TableFilter
+from ..model.tablefilter import TableFilter
 from ..ops.progress import Progress
 from ..sink.lake.common import LakeError, LakeSink
 from ..sink.lake.reader import as_of, open_lake, tables, ts_text

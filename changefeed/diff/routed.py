@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..dispatch.route import Router
-from ..dispatch.tablefilter import TableFilter
+from ..model.tablefilter import TableFilter
 from ..ops.progress import Progress
 from ..sink.mysql.sql import quote_ident
 from ..sink.mysql.url import MySQLParams

@@ -10,7 +10,6 @@ from .partition import (
 )
 from .router import DispatchRule, EventRouter
 from .split import key_changing_rows, split_key_changing_update
-from .tablefilter import TableFilter
 from .topic import TopicDispatcher
 
 __all__ = [
@@ -20,7 +19,6 @@ __all__ = [
     "IndexValueDispatcher",
     "PartitionDispatcher",
     "TableDispatcher",
-    "TableFilter",
     "TopicDispatcher",
     "TsDispatcher",
     "key_changing_rows",

@@ -39,7 +39,7 @@ from ..errors import ChangefeedError, ConfigError, clip
 from ..model import ABSENT, ActionType, DDLEvent, Op, RowChange, TableSchema
 from ..model.arrow import arrow_type
 from ..model.rowblock import RowBlock, Segment, TableRows
-from .tablefilter import TableFilter
+from ..model.tablefilter import TableFilter
 
 A = ActionType
 #: TiCDC's DDL event kinds (its ``ignore-event`` names and aliases) and the DDL they cover.

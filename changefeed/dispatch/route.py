@@ -36,9 +36,9 @@ import pyarrow.compute as pc
 from ..errors import ChangefeedError, ConfigError, clip
 from ..model import ActionType, Column, DDLEvent, Index, RowChange, TableSchema
 from ..model.rowblock import RowBlock, TableRows
+from ..model.tablefilter import TableFilter
 from ..model.types import TypeCode
 from .ddlrewrite import DDLRewriteError, add_shard_columns, rename_schema, rename_tables
-from .tablefilter import TableFilter
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ import numpy as np
 from ..errors import ConfigError, clip
 from ..model import RowChange
 from ..model.rowblock import TableRows
+from ..model.tablefilter import TableFilter
 from .partition import PartitionDispatcher, make_partition_dispatcher
-from .tablefilter import TableFilter
 from .topic import TopicDispatcher
 
 

@@ -17,12 +17,12 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import pyarrow as pa
 
-from ..dispatch.tablefilter import TableFilter
 from ..errors import ConfigError
 from ..model import ABSENT, DDLEvent, Event, Resolved, RowChange, TableSchema
 from ..model.arrow import arrow_type
 from ..model.jsonl import _value_to_json, dumps_event
 from ..model.rowblock import RowBlock
+from ..model.tablefilter import TableFilter
 
 if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructType

@@ -17,7 +17,6 @@ from changefeed.dispatch import (
     EventRouter,
     IndexValueDispatcher,
     TableDispatcher,
-    TableFilter,
     TopicDispatcher,
     TsDispatcher,
     make_partition_dispatcher,
@@ -25,6 +24,7 @@ from changefeed.dispatch import (
 )
 from changefeed.errors import ConfigError
 from changefeed.model import Column, Index, Op, RowChange, TableSchema, TypeCode
+from changefeed.model.tablefilter import TableFilter
 
 CASES = json.loads((Path(__file__).parents[1] / "fixtures/dispatch/partition_dispatch.json").read_text())["cases"]
 UTF8 = {"charset": "utf8mb4", "collation": "utf8mb4_bin"}

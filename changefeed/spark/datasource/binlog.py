@@ -40,12 +40,12 @@ from ...capture.snapshot.progress import begin as begin_snapshot
 from ...capture.snapshot.reader import SnapshotReader, replica_window
 from ...capture.snapshot.signal import Signal, parse_signal_table, read_signal
 from ...capture.snapshot.stream import handed_over
-from ...dispatch.tablefilter import TableFilter
 from ...errors import CaptureError, ConfigError
 from ...model import DDLEvent, Event, Resolved, RowChange, TableSchema
 from ...model.ddlschema import DDLCatalog
 from ...model.jsonl import EventReader
 from ...model.rowblock import RowBlock
+from ...model.tablefilter import TableFilter
 from ...model.tso import CommitClock
 from ...mysqlclient import MySQLError, ProgrammingError
 from ...sink.mysql.url import MySQLParams
