@@ -28,9 +28,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.orders import order_image, orders_table
+from changefeed.clients.mysql import MySQLParams, parse_mysql_url
 from changefeed.model import Event, Index, Op, Resolved, RowChange, TableSchema
 from changefeed.ops.progress import Progress, add_progress_option
-from changefeed.sink.mysql import MySQLParams, MySQLSink, parse_mysql_url
+from changefeed.sink.mysql import MySQLSink
 
 UTF8 = {"charset": "utf8mb4", "collation": "utf8mb4_bin"}
 DB = "bench_apply"

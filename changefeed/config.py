@@ -36,6 +36,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from .clients.kafkauri import KAFKA_SECURITY_PARAMS, KAFKA_WRITE_PARAMS, KafkaSecurity, KafkaURI
+from .clients.mysql import TLS_OPTIONS
 from .codec import CodecOptions
 from .codec.csv import CSVFormat
 from .dispatch.eventfilter import EventFilter, EventFilterRule
@@ -44,9 +46,7 @@ from .dispatch.pipeline import EventPipeline
 from .dispatch.route import Router, RouteRule
 from .dispatch.router import DispatchRule
 from .errors import ConfigError, ascii_digits, positive_int, true_false
-from .kafkasecurity import KAFKA_SECURITY_PARAMS, KAFKA_WRITE_PARAMS, KafkaSecurity, KafkaURI
 from .model.tablefilter import TableFilter
-from .mysqlclient import TLS_OPTIONS
 from .secrets import mask_secrets, resolve_password
 from .sink.lake import LAKE_SCHEMES, lake_sink
 from .sink.storage.writer import StorageOptions
@@ -54,9 +54,10 @@ from .timezones import zone
 
 if TYPE_CHECKING:
     from .capture.binlog.replica import ServerAddress
+    from .clients.mysql import MySQLParams
     from .sink.base import Sink
     from .sink.kafka import KafkaSinkConfig
-    from .sink.mysql import MySQLParams, MySQLSinkConfig
+    from .sink.mysql import MySQLSinkConfig
 
 SOURCE_TYPES = ("binlog-files", "mysql", "kv")
 _SOURCE_KEYS = {
@@ -79,7 +80,7 @@ FILE_URI_PARAMS = frozenset(
         "enable-tidb-extension",
     }
 )
-#: sink-uri query parameters of a ``kafka://`` sink (TiCDC's names; TLS and SASL: `changefeed.kafkasecurity`).
+#: sink-uri query parameters of a ``kafka://`` sink (TiCDC's names; TLS and SASL: `changefeed.clients.kafkauri`).
 KAFKA_URI_PARAMS = (
     frozenset(
         {
@@ -807,7 +808,7 @@ def _snapshot_keys(src: dict[str, Any], source: SourceConfig) -> None:
             setattr(source, key.replace("-", "_"), value)
 
 
-_SOURCE_TLS_PARAMS = tuple(name.replace("_", "-") for name in TLS_OPTIONS)  # mysqlclient.TLS_OPTIONS
+_SOURCE_TLS_PARAMS = tuple(name.replace("_", "-") for name in TLS_OPTIONS)  # clients.mysql.TLS_OPTIONS
 
 
 def _source_url_options(url: str, base: Path) -> tuple[str, dict[str, str]]:
@@ -845,8 +846,8 @@ _MYSQL_SINK_PARAMS = {"worker-count": "workers", "safe-mode": "safe_mode", "max-
 def mysql_target(uri: str, changefeed_id: str, time_zone: str = "UTC") -> tuple[MySQLParams, MySQLSinkConfig]:
     """A mysql:// sink-uri, parsed once: the connection (checked now, not inside the job) and TiCDC's
     sink parameters (worker-count, safe-mode, max-txn-row) as the sink's settings."""
+    from .clients.mysql import split_mysql_url  # noqa: PLC0415
     from .sink.mysql import MySQLSinkConfig  # noqa: PLC0415
-    from .sink.mysql.url import split_mysql_url  # noqa: PLC0415
 
     params, given = split_mysql_url(uri, _MYSQL_SINK_PARAMS)
     settings: dict[str, Any] = {"changefeed_id": changefeed_id, "time_zone": time_zone}

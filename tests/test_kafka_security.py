@@ -1,5 +1,5 @@
 """Kafka TLS and SASL (issue 14, item 6): TiCDC's sink-uri parameters mapped onto librdkafka's settings
-in one place (`changefeed.kafkasecurity`), used by every client, and the SASL password never shown.
+in one place (`changefeed.clients.kafkauri`), used by every client, and the SASL password never shown.
 
 The test broker (tansu 0.6) cannot serve TLS (``--cert``/``--key`` leave the listener in plain
 text) and its SASL SCRAM exchange does not complete with librdkafka 2.16, so no test here talks
@@ -21,10 +21,10 @@ import orjson
 import pytest
 
 from changefeed.cli.apply import kafka_source
+from changefeed.clients.kafkauri import KafkaSecurity, KafkaURI
 from changefeed.codec import CodecOptions
 from changefeed.config import parse_config, parse_sink_uri
 from changefeed.errors import ChangefeedError, ConfigError
-from changefeed.kafkasecurity import KafkaSecurity, KafkaURI
 from changefeed.ops.jobfile import STATUS_FILE, JobStatusWriter
 from changefeed.ops.preflight import check_broker
 from changefeed.secrets import mask_secrets

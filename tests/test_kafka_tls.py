@@ -24,10 +24,10 @@ import pytest
 from changefeed.capture.binlog import file_capture
 from changefeed.cli import main
 from changefeed.cli.apply import kafka_source
+from changefeed.clients.kafkauri import KafkaSecurity, KafkaURI
 from changefeed.codec import CodecOptions
 from changefeed.config import parse_config
 from changefeed.errors import ChangefeedError
-from changefeed.kafkasecurity import KafkaSecurity, KafkaURI
 from changefeed.sink.kafka import KafkaSink, KafkaSinkConfig
 from changefeed.testing import ServiceError
 from changefeed.testing.tls import TLSFiles, make_certificates

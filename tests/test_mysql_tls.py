@@ -14,12 +14,11 @@ import pytest
 from changefeed.capture.binlog import BinlogPosition, BlockAllowList, live_capture
 from changefeed.capture.binlog.replica import ServerAddress
 from changefeed.cli import main
+from changefeed.clients.mysql import TLSOptions, connect, parse_mysql_url, ssl_mode
 from changefeed.config import parse_config
 from changefeed.errors import ConfigError
 from changefeed.model.events import RowChange
 from changefeed.model.jsonl import EventReader
-from changefeed.mysqlclient import TLSOptions, connect, ssl_mode
-from changefeed.sink.mysql.url import parse_mysql_url
 from changefeed.spark.datasource.binlog import _source, range_events
 from changefeed.spark.datasource.options import SourceOptions
 from changefeed.testing import MariaDBServer, ServiceError

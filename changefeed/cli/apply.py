@@ -116,11 +116,11 @@ def kafka_source(uri: str) -> dict[str, str]:
     """``kafka://HOST:PORT/TOPIC?protocol=...`` (the capture's sink-uri as is) -> data source options.
 
     The sink's topic and writing parameters (`KAFKA_WRITE_PARAMS`) are accepted and ignored; TLS and
-    SASL parameters (`changefeed.kafkasecurity`) are checked and the SASL password read here; it
+    SASL parameters (`changefeed.clients.kafkauri`) are checked and the SASL password read here; it
     travels as the ``sasl-password`` option, which Spark redacts wherever it shows options.
     """
+    from ..clients.kafkauri import KAFKA_SECURITY_PARAMS, KAFKA_WRITE_PARAMS, KafkaSecurity, KafkaURI  # noqa: PLC0415
     from ..codec import CodecOptions  # noqa: PLC0415
-    from ..kafkasecurity import KAFKA_SECURITY_PARAMS, KAFKA_WRITE_PARAMS, KafkaSecurity, KafkaURI  # noqa: PLC0415
 
     kafka = KafkaURI.parse(uri)
     security = KafkaSecurity.from_params(kafka.params, where="--from kafka://")
@@ -133,8 +133,8 @@ def kafka_source(uri: str) -> dict[str, str]:
 def wait_for_kafka_topic(options: Mapping[str, str], cancel: threading.Event | None = None) -> None:
     """Before Spark starts: wait until the topic of ``options`` (`kafka_source`) exists (consume/kafka.py);
     ``cancel`` ends the wait with an error."""
+    from ..clients.kafkauri import KafkaSecurity  # noqa: PLC0415
     from ..consume.kafka import new_consumer, wait_for_topic  # noqa: PLC0415
-    from ..kafkasecurity import KafkaSecurity  # noqa: PLC0415
 
     servers, topic = options["bootstrap.servers"], options["topic"]
     consumer = new_consumer(servers, KafkaSecurity.from_params(options, where="--from kafka://").client_config())

@@ -140,8 +140,7 @@ def _live_url(source: str) -> str:
     The replica connection takes no other URL option but the TLS ones (ssl-mode, ssl-ca, ssl-cert, ssl-key).
     """
     from ..capture.binlog.replica import ServerAddress  # noqa: PLC0415
-    from ..mysqlclient import TLS_OPTIONS  # noqa: PLC0415
-    from ..sink.mysql.url import parse_mysql_url  # noqa: PLC0415
+    from ..clients.mysql import TLS_OPTIONS, parse_mysql_url  # noqa: PLC0415
 
     params = parse_mysql_url(source)
     other = sorted(set(params.options) - set(TLS_OPTIONS))

@@ -68,7 +68,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-#: `--enable-tls`... : the kafka sink-uri parameter each security option gives (`changefeed.kafkasecurity`).
+#: `--enable-tls`... : the kafka sink-uri parameter each security option gives (`changefeed.clients.kafkauri`).
 _SECURITY_OPTIONS = {
     "enable_tls": "enable-tls",
     "ca": "ca",
@@ -93,7 +93,7 @@ def broker_target(args: argparse.Namespace) -> tuple[str, str | None, int | None
     from the options or the URI's parameters (not both for one setting), read by `KafkaSecurity`
     as the sink reads them; a SASL password written on the command line is refused.
     """
-    from ..kafkasecurity import KAFKA_SECURITY_PARAMS, KafkaSecurity, KafkaURI  # noqa: PLC0415
+    from ..clients.kafkauri import KAFKA_SECURITY_PARAMS, KafkaSecurity, KafkaURI  # noqa: PLC0415
 
     broker: str = args.broker
     topic: str | None = args.topic

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from ..clients.mysql import parse_mysql_url
 from ..errors import ChangefeedError, ConfigError
 from ..ops.progress import Progress, add_progress_option
 from ..sink.lake import LAKE_SCHEMES
-from ..sink.mysql.url import parse_mysql_url
 
 if TYPE_CHECKING:
     from ..diff import DiffReport

@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 from ..errors import ConfigError
 
 if TYPE_CHECKING:
+    from ..clients.mysql import MySQLParams
     from ..config import ChangefeedConfig
     from ..dispatch.route import EventTransform
     from ..sink.base import Sink
-    from ..sink.mysql.url import MySQLParams
     from ..spark.jobs import JobStats
 
 log = logging.getLogger(__name__)
@@ -330,13 +330,12 @@ def preflight(
     configured start. It must have binlog_row_metadata=FULL: the binlog input runs without the schema tracker.
     """
     from ..ops.preflight import check_all, raise_for_errors  # noqa: PLC0415
-    from ..sink.mysql.url import MySQLParams  # noqa: PLC0415
 
     source: MySQLParams | None = None
     start: Any = None
     snapshot: Callable[[str, str], bool] | None = None
     if config.source.is_live:
-        source = MySQLParams.of_replica(config.source.server())
+        source = config.source.server().sql_params()
         start = resume_position(checkpoint) or _configured_start(config.source.start_position)
         if config.source.snapshot_mode == "when-needed":
             start = None  # a purged position is not an error: the run snapshots the tables again

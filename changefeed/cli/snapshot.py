@@ -37,7 +37,6 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     from ..config import load_config  # noqa: PLC0415
     from ..model.ddl import quote_ident, quote_table  # noqa: PLC0415
     from ..model.tablefilter import TableFilter  # noqa: PLC0415
-    from ..sink.mysql.url import MySQLParams  # noqa: PLC0415
 
     out = out or sys.stdout
     config = load_config(args.config)
@@ -51,7 +50,7 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
     TableFilter(patterns)  # the run would ignore a bad pattern: refuse it here
     schema, table = signal.parse_signal_table(config.source.signal_table or ".".join(signal.DEFAULT_SIGNAL_TABLE))
     a = config.source.server()
-    params = MySQLParams.of_replica(a)
+    params = a.sql_params()
     row = signal.signal_row(config.changefeed_id, patterns)
     conn = params.connect(autocommit=True)
     try:

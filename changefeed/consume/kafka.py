@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import CaptureError
 
 if TYPE_CHECKING:
-    from ..kafkaclient import Consumer
+    from ..clients.kafka import Consumer
 
 log = logging.getLogger(__name__)
 
@@ -37,11 +37,11 @@ def new_consumer(
     *,
     group_id: str | None = None,
 ) -> Consumer:
-    """A consumer of ``servers``; ``client_config`` (TLS, SASL: `changefeed.kafkasecurity`; tuning) comes last.
+    """A consumer of ``servers``; ``client_config`` (TLS, SASL: `changefeed.clients.kafkauri`; tuning) comes last.
 
     Offsets are committed only by an explicit ``commit`` (``KafkaSource.commit``), never automatically.
     """
-    from ..kafkaclient import Consumer  # noqa: PLC0415 - only kafka reads need it
+    from ..clients.kafka import Consumer  # noqa: PLC0415 - only kafka reads need it
 
     return Consumer(
         {
@@ -124,7 +124,7 @@ atexit.register(RANGE_CONSUMERS.close)
 
 def read_range(consumer: Any, topic: str, partition: int, start: int, end: int) -> Iterator[Any]:
     """The messages at offsets [start, end) of one partition, in order (``consumer`` is assigned here)."""
-    from ..kafkaclient import KafkaError, TopicPartition  # noqa: PLC0415
+    from ..clients.kafka import KafkaError, TopicPartition  # noqa: PLC0415
 
     consumer.assign([TopicPartition(topic, partition, start)])
     deadline = time.monotonic() + KAFKA_TIMEOUT_S
@@ -174,7 +174,7 @@ def wait_for_topic(
     limit) ends the wait with an error naming the topic; so does ``cancel`` once set (the capture
     that would create it stopped: `changefeed pipeline`).
     """
-    from ..kafkaclient import KafkaError, KafkaException  # noqa: PLC0415
+    from ..clients.kafka import KafkaError, KafkaException  # noqa: PLC0415
 
     waiting = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.LEADER_NOT_AVAILABLE)
     started = time.monotonic()

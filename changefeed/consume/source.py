@@ -23,8 +23,8 @@ from .kafka import new_consumer
 from .merge import MergeStats, PartitionMerger
 
 if TYPE_CHECKING:
-    from ..kafkaclient import Consumer, TopicPartition
-    from ..kafkaclient import Message as KafkaMessage
+    from ..clients.kafka import Consumer, TopicPartition
+    from ..clients.kafka import Message as KafkaMessage
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +90,7 @@ class KafkaSource:
                     f"kafka: topic {self.topic!r} has {self._partition_count} partitions, no {missing}",
                     where=self.topic,
                 )
-            from ..kafkaclient import TopicPartition  # noqa: PLC0415
+            from ..clients.kafka import TopicPartition  # noqa: PLC0415
 
             self._consumer.assign(self._starting([TopicPartition(self.topic, p) for p in wanted]))
 
@@ -98,7 +98,7 @@ class KafkaSource:
 
     def _starting(self, parts: list[TopicPartition]) -> list[TopicPartition]:
         """Set each partition's start offset and register it with the merger."""
-        from ..kafkaclient import OFFSET_BEGINNING, KafkaException  # noqa: PLC0415
+        from ..clients.kafka import OFFSET_BEGINNING, KafkaException  # noqa: PLC0415
 
         explicit = dict(self.config.start_offsets or {})
         committed: dict[int, int] = {}
@@ -213,7 +213,7 @@ class KafkaSource:
                 self._feed(p, decoder, decoder.decode(message, where), held_from)
 
     def _kafka_error(self, msg: KafkaMessage) -> None:
-        from ..kafkaclient import KafkaError  # noqa: PLC0415
+        from ..clients.kafka import KafkaError  # noqa: PLC0415
 
         err = msg.error()
         assert err is not None  # called only for messages with an error
@@ -234,7 +234,7 @@ class KafkaSource:
     # ------------------------------------------------------------------ metadata
 
     def _metadata_partitions(self) -> int:
-        from ..kafkaclient import KafkaException  # noqa: PLC0415
+        from ..clients.kafka import KafkaException  # noqa: PLC0415
 
         try:
             meta = self._consumer.list_topics(self.topic, timeout=self.config.metadata_timeout_s).topics.get(self.topic)
@@ -282,7 +282,7 @@ class KafkaSource:
 
         Call only once everything released before that Resolved is durable downstream.
         """
-        from ..kafkaclient import KafkaException, TopicPartition  # noqa: PLC0415
+        from ..clients.kafka import KafkaException, TopicPartition  # noqa: PLC0415
 
         if not self.config.group_id:
             raise ConfigError("commit needs a group_id (assign mode without a group keeps offsets in the job)")

@@ -25,13 +25,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..clients.mysql import MySQLError, MySQLParams, escape_string
 from ..errors import ChangefeedError
 from ..model.tablefilter import TableFilter
-from ..mysqlclient import MySQLError, escape_string
 from ..ops.progress import Progress
 from ..sink.mysql.sink import DEFAULT_SQL_MODE
 from ..sink.mysql.sql import quote_ident, quote_table
-from ..sink.mysql.url import MySQLParams
 
 __all__ = ["SESSION_SQL_MODE", "DiffError", "DiffReport", "Differ", "Recorder", "RowDiff", "TableReport"]
 

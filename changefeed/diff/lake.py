@@ -16,12 +16,12 @@ from collections.abc import Callable, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from ..clients.mysql import MySQLParams
 from ..model.tablefilter import TableFilter
 from ..ops.progress import Progress
 from ..sink.lake.common import LakeError, LakeSink
 from ..sink.lake.reader import as_of, open_lake, tables, ts_text
 from ..sink.mysql.sql import quote_ident
-from ..sink.mysql.url import MySQLParams
 from .compare import (
     BINARY_TYPES,
     SYSTEM_SCHEMAS,

@@ -16,11 +16,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..clients.mysql import MySQLParams
 from ..dispatch.route import Router
 from ..model.tablefilter import TableFilter
 from ..ops.progress import Progress
 from ..sink.mysql.sql import quote_ident
-from ..sink.mysql.url import MySQLParams
 from .compare import (
     DiffError,
     DiffReport,

@@ -19,11 +19,10 @@ from typing import Any, Literal
 
 from ..capture.binlog.position import BinlogPosition, file_key
 from ..capture.snapshot.progress import SYSTEM_SCHEMAS
+from ..clients.mysql import MySQLError, MySQLParams, OperationalError, parse_mysql_url
 from ..errors import ChangefeedError
 from ..model.ddl import quote_table
-from ..mysqlclient import MySQLError, OperationalError
 from ..secrets import mask_secrets
-from ..sink.mysql.url import MySQLParams, parse_mysql_url
 
 __all__ = [
     "Finding",
@@ -190,7 +189,7 @@ def check_all(
 ) -> list[Finding]:
     """Every check that applies to the parts given: what `changefeed check` and `changefeed run` both run.
 
-    ``broker_config`` adds librdkafka settings (TLS, SASL: `changefeed.kafkasecurity`) to the broker check's client.
+    ``broker_config`` adds librdkafka settings (TLS, SASL: `changefeed.clients.kafkauri`) to the broker check's client.
     """
     findings: list[Finding] = []
     if source is not None:
@@ -507,7 +506,7 @@ def _check_broker(
                 bootstrap,
             )
         ]
-    from ..kafkaclient import AdminClient, KafkaException  # noqa: PLC0415 - only a broker check pays for librdkafka
+    from ..clients.kafka import AdminClient, KafkaException  # noqa: PLC0415 - only a broker check pays for librdkafka
 
     # "logger" takes a logging.Logger, which confluent-kafka's config type leaves out. The reason a
     # connection failed (TLS verification, a missing client certificate) reaches only error_cb.

@@ -26,14 +26,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..clients.mysql import MySQLError, MySQLParams, ProgrammingError, parse_mysql_url
 from ..errors import ChangefeedError, ascii_digits
 from ..files.layout import DATA_FILE_RE, SCHEMA_FILE_RE, read_checkpoint
 from ..model.tso import tso_physical_ms
-from ..mysqlclient import MySQLError, ProgrammingError
 from ..secrets import mask_secrets
 from ..sink.mysql.checkpoint import CHECKPOINT_TABLE
 from ..sink.mysql.sql import quote_table
-from ..sink.mysql.url import MySQLParams, parse_mysql_url
 from .jobfile import WINDOW_SECONDS, JobDocument, pid_alive, read_job_document
 
 __all__ = [

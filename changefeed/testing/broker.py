@@ -30,7 +30,7 @@ from changefeed.testing.ports import port_is_open
 from changefeed.testing.process import ManagedProcess
 
 if TYPE_CHECKING:
-    from ..kafkaclient import AdminClient
+    from ..clients.kafka import AdminClient
 
 __all__ = ["Broker", "tansu_binary"]
 
@@ -129,7 +129,7 @@ class Broker(ManagedProcess):
 
     def admin(self, **conf: Any) -> AdminClient:
         """A new ``confluent_kafka.admin.AdminClient`` for this broker; ``conf`` adds librdkafka settings."""
-        from ..kafkaclient import AdminClient  # noqa: PLC0415 - keep `import changefeed.testing` light
+        from ..clients.kafka import AdminClient  # noqa: PLC0415 - keep `import changefeed.testing` light
 
         # librdkafka's own log goes to Python logging, not raw to stderr (e.g. "Disconnected" on restart).
         # "logger" takes a logging.Logger, which confluent-kafka's config type leaves out
@@ -146,7 +146,7 @@ class Broker(ManagedProcess):
         timeout: float = 30.0,
     ) -> None:
         """Create a topic and return only once metadata shows it with ``partitions`` partitions."""
-        from ..kafkaclient import (  # noqa: PLC0415
+        from ..clients.kafka import (  # noqa: PLC0415
             KafkaError,
             KafkaException,
             NewTopic,
@@ -229,7 +229,7 @@ class Broker(ManagedProcess):
 
     def _probe(self) -> bool | Exception:
         """The port first (so librdkafka does not log refused connections), then metadata."""
-        from ..kafkaclient import KafkaException  # noqa: PLC0415
+        from ..clients.kafka import KafkaException  # noqa: PLC0415
 
         if self._bind_failed():  # tansu panics in a worker thread and lingers
             raise ServiceError(f"{self.name}: port {self._port} is in use. Log tail:\n{self._logs()}")
@@ -251,7 +251,7 @@ class Broker(ManagedProcess):
         Works around the tansu 0.6 bug in the module doc (a Produce before any Fetch after a restart
         overwrites offset 0). A partition counts as loaded once a fetch returned a message or EOF.
         """
-        from ..kafkaclient import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition  # noqa: PLC0415
+        from ..clients.kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition  # noqa: PLC0415
 
         started = time.monotonic()
         try:

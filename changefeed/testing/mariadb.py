@@ -21,7 +21,7 @@ from changefeed.testing import ServiceError
 from changefeed.testing.process import ManagedProcess, _log_tail, _signal_group
 from changefeed.testing.tls import TLSFiles
 
-from ..mysqlclient import Connection, MySQLError, connect
+from ..clients.mysql import Connection, MySQLError, connect
 
 __all__ = ["ConfigValue", "MariaDBServer"]
 

@@ -36,7 +36,7 @@ from changefeed.testing.ports import HOST, Endpoint
 from changefeed.testing.tls import TLSFiles
 
 if TYPE_CHECKING:
-    from ..kafkaclient import AdminClient
+    from ..clients.kafka import AdminClient
 
 __all__ = ["TLSBroker", "TLSProxy"]
 

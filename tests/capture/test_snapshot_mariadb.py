@@ -15,8 +15,8 @@ from changefeed.capture.binlog import BinlogPosition, live_capture
 from changefeed.capture.binlog.replica import ServerAddress
 from changefeed.capture.snapshot.handover import Handover, TableCut
 from changefeed.capture.snapshot.reader import ChunkResult, DatabaseOrder, SnapshotReader, position_key, replica_window
+from changefeed.clients.mysql import MySQLError
 from changefeed.model.events import Op, RowChange
-from changefeed.mysqlclient import MySQLError
 from changefeed.testing import MariaDBServer
 
 from .workload import STEPS, master_position, run_workload

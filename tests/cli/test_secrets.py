@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from changefeed.cli import build_parser, main
+from changefeed.clients.mysql import parse_mysql_url
 from changefeed.errors import ConfigError
 from changefeed.ops import metrics
 from changefeed.ops.jobfile import STATUS_FILE, JobStatusWriter, private_dir
 from changefeed.ops.monitor import current_job_context, job_context, set_job_context
 from changefeed.secrets import mask_secrets, url_passwords
-from changefeed.sink.mysql import parse_mysql_url
 from changefeed.testing import MariaDBServer
 from tests.conftest import ReplicaUser
 
@@ -121,8 +121,8 @@ def test_toml_source_takes_password_file(tmp_path: Path, monkeypatch: pytest.Mon
 
 
 def test_one_masking_function() -> None:
+    from changefeed.clients import mysql as mysql_url  # noqa: PLC0415
     from changefeed.ops import logging as ops_logging  # noqa: PLC0415
-    from changefeed.sink.mysql import url as mysql_url  # noqa: PLC0415
 
     assert ops_logging.mask_secrets is mask_secrets and mysql_url.mask_url is mask_secrets
     argv = ["--to", "mariadb://root:has space@h/", f"--x=mysql://u:{SECRET}%21@h:1/", "plain", "file:///tmp/x"]

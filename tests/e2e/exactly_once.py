@@ -34,8 +34,8 @@ from typing import Any
 
 from pymysql.cursors import Cursor
 
+from changefeed.clients.mysql import parse_mysql_url
 from changefeed.diff.compare import Differ, DiffReport
-from changefeed.sink.mysql.url import parse_mysql_url
 from changefeed.testing import Broker, MariaDBServer
 
 __all__ = ["Outcome", "Scenario", "ScenarioError", "run_scenario"]

@@ -14,11 +14,11 @@ import pytest
 from changefeed.capture.binlog import file_capture
 from changefeed.capture.binlog.filters import BlockAllowList
 from changefeed.capture.binlog.position import BinlogPosition
+from changefeed.clients.mysql import parse_mysql_url
 from changefeed.codec import CodecOptions, Message, make_decoder, make_encoder
 from changefeed.diff.compare import Differ
 from changefeed.model import DDLEvent, Event, RowChange
 from changefeed.sink.mysql import MySQLSink
-from changefeed.sink.mysql.url import parse_mysql_url
 from changefeed.testing.mariadb import MariaDBServer
 from tests.capture.workload import run_workload
 from tests.codec.debezium_losses import through_debezium

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from changefeed.mysqlclient import MySQLError
+from changefeed.clients.mysql import MySQLError
 from changefeed.testing import Broker, MariaDBServer
 from changefeed.testing.cluster import StandaloneCluster
 from tests.mariadb_client import client_output

@@ -12,8 +12,8 @@ from datetime import UTC, tzinfo
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ...clients.mysql import connect as mysql_connect
 from ...model.ddlschema import DDLCatalog
-from ...mysqlclient import connect as mysql_connect
 from .capture import BinlogCapture, ReconnectPolicy, SourceDisconnectedError
 from .files import BinlogFileReader, RawEvent
 from .filters import BlockAllowList

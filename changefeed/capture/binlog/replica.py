@@ -18,8 +18,17 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
+from ...clients.mysql import (
+    TLS_OPTIONS,
+    Cursor,
+    MySQLError,
+    MySQLParams,
+    OperationalError,
+    PyMySQLConnection,
+    TLSOptions,
+    connect,
+)
 from ...errors import CaptureError, ConfigError
-from ...mysqlclient import TLS_OPTIONS, Cursor, MySQLError, OperationalError, PyMySQLConnection, TLSOptions, connect
 from ...secrets import mask_secrets
 from .capture import SourceDisconnectedError
 from .constants import CHECKSUM_LEN, HEADER_LEN, EventType
@@ -68,7 +77,7 @@ class ServerAddress:
         """``mysql://USER[:PASS]@HOST[:PORT][?ssl-mode=...&ssl-ca=FILE&ssl-cert=FILE&ssl-key=FILE]``.
 
         Percent-escapes are allowed in user and password; the only options are the TLS ones
-        (`changefeed.mysqlclient.TLSOptions`; dashes or underscores).
+        (`changefeed.clients.mysql.TLSOptions`; dashes or underscores).
         """
         try:
             parts = urlsplit(url)
@@ -104,8 +113,14 @@ class ServerAddress:
         query = self.tls.query()
         return f"mysql://{auth}@{self.host}:{self.port}" + (f"?{query}" if query else "")
 
+    def sql_params(self) -> MySQLParams:
+        """The SQL connection to this replica-protocol source (its user, password and TLS options)."""
+        return MySQLParams(
+            host=self.host, port=self.port, user=self.user, password=self.password, options=self.tls.options()
+        )
+
     def connect_kwargs(self) -> dict[str, Any]:
-        """Host, port, user, password and TLS settings as `changefeed.mysqlclient.connect` takes them."""
+        """Host, port, user, password and TLS settings as `changefeed.clients.mysql.connect` takes them."""
         return {"host": self.host, "port": self.port, "user": self.user, "password": self.password, "tls": self.tls}
 
     def __str__(self) -> str:  # never shows the password

@@ -12,7 +12,7 @@ one consistent read whose position is its watermark (MariaDB only: MySQL does no
 position of a consistent snapshot).
 
 Connections come from the caller (``connect``: a DB-API connection with ``charset=utf8mb4``,
-made by `changefeed.mysqlclient`), so this package needs no client of its own.
+made by `changefeed.clients.mysql`), so this package needs no client of its own.
 """
 
 from __future__ import annotations

@@ -1,575 +1,412 @@
-"""Per-column pieces of TiCDC's Debezium JSON (debezium.md §5.3, §5.4, §6): the schema element,
-the value renderer, and the rendered DEFAULT that TiCDC substitutes for a NULL.
+"""Debezium column renderers: one table's rows (`TableRows`) to record keys and values, a column at a time.
 
-Model values are those of `changefeed.model.values`; each renderer turns one non-NULL value into
-the JSON bytes TiCDC writes for it.
+Why: the per-row encoder pays a Python call per value (float digits, date arithmetic, base64)
+and a join per row. Here each column of a table's Arrow batch becomes the JSON text of its
+values in a few numpy/pyarrow passes, and every record is one ``binary_join_element_wise`` over
+those columns and the table's constant bytes (the ``schema`` sections and the ``source`` block's
+constant members, built once per table by `DebeziumEncoder`). The bytes are exactly the per-row
+path's: tests/codec/test_debezium_columnar.py holds both paths to that.
+
+Values (debezium.md §6), rendered as `columns.value_renderer` renders one value:
+
+* integers (YEAR too) are Arrow's decimal casts; BIGINT UNSIGNED >= 2^63 its int64 two's
+  complement (Debezium's "long" mode, as TiCDC);
+* FLOAT/DOUBLE are Arrow's shortest round-trip texts, which are Go's JSON digits wherever Arrow
+  writes them positionally; values Arrow writes with an exponent, NaN and Inf go through
+  `jfloat32`/`jfloat64` one by one. DECIMAL is TiDB's text parsed as float64 (correctly
+  rounded, as Go's ParseFloat of the decimal's string), then rendered the same way;
+* strings are escaped byte-wise as json-iterator writes them (``"``, ``\\`` and controls only;
+  ``\\b``/``\\f`` as ``\\u0008``/``\\u000c``), binary values are standard base64;
+* DATE/DATETIME are epoch days/ms/µs computed from the digits (2-digit years adjusted as
+  Debezium's time adjuster does; zero or impossible dates: ``null``, or ``0`` when NOT NULL);
+* ENUM is a table look-up; BIT(1) ``true``/``false``.
+
+Anything else (TIME, TIMESTAMP with its zone, SET, wider BIT, GEOMETRY, text of an odd shape, an
+Arrow type the model does not give that column) goes through the per-row renderer a value at a
+time, still a column at a time. A value that renderer refuses makes the whole table not
+columnar (None): the caller's per-row path then raises the error with the row's label. NULL is
+the column's NULL rendering (TiCDC writes a NULL as its DEFAULT when the column has one).
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
-from datetime import UTC, date, datetime, tzinfo
-from decimal import Decimal, InvalidOperation
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, TypeAlias
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ...model import Column, TypeCode
-from ...model.gofloat import to_float32
-from ...model.types import BLOB_TYPES, CHAR_TYPES, type_name
-from ...model.values import b64encode
+from ...model.rowblock import model_values
+from ...model.types import BLOB_TYPES, CHAR_TYPES
+from ..columns import decimal_texts, value_bytes
+from .columns import INTEGER_SCHEMA, Render, bit_length, fsp_of
 from .jsontext import jfloat32, jfloat64, jstr
 
-Render = Callable[[Any], bytes]
+_BIN = pa.binary()
+_FAST_ERRORS = (TypeError, ValueError, AttributeError, ArithmeticError, IndexError)
 
-EPOCH = datetime(1970, 1, 1)
-_EPOCH_ORDINAL = EPOCH.toordinal()
-_U64 = 1 << 64
-_I64_MIN = 1 << 63
-# MySQL's NOT_FIXED_DEC: a FLOAT/DOUBLE decimal of 31 or more means "(M,D) not given".
-_NOT_FIXED_DEC = 31
-_DATE_RE = re.compile(r"(-?\d{1,4})-(\d{1,2})-(\d{1,2})")
-_DATETIME_RE = re.compile(r"(\d{1,4})-(\d{1,2})-(\d{1,2})[ T](\d{1,2}):(\d{1,2}):(\d{1,2})(?:\.(\d{1,6}))?")
-_TIME_RE = re.compile(r"(-?)(\d{1,3}):(\d{1,2}):(\d{1,2})(?:\.(\d{1,6}))?")
-_CURRENT_TS = re.compile(r"(?i)current_timestamp(?:\(\d?\))?|now\(\d?\)")
-_BIT_LITERAL = re.compile(r"[bB]'([01]*)'")
-_ZONED_MIN = b'"1970-01-01T00:00:00Z"'
-# Below this instant TiCDC writes the ZonedTimestamp minimum (debezium.md §6 TIMESTAMP).
-_TS_FLOOR = datetime(1970, 1, 1, 0, 0, 1)
-
-INTEGER_SCHEMA: dict[TypeCode, tuple[str, str]] = {  # (signed, unsigned) connect types
-    TypeCode.TINYINT: ("int16", "int16"),
-    TypeCode.SMALLINT: ("int16", "int32"),
-    TypeCode.MEDIUMINT: ("int32", "int32"),
-    TypeCode.INT: ("int32", "int64"),
-    TypeCode.BIGINT: ("int64", "int64"),
-}
-_NO_UNSIGNED_SUFFIX = frozenset({"year", "bit", "varchar", "char", "decimal"})
+Part: TypeAlias = bytes | pa.Array  # constant bytes, or one value per row
 
 
-class BadDefaultError(ValueError):
-    """A DEFAULT TiCDC cannot render: the member (or the substitution) is left out."""
+# ------------------------------------------------------------------ byte-level helpers
 
 
-# ------------------------------------------------------------------ names (§5.1)
+def _binary_array(n: int, offsets: np.ndarray, data: np.ndarray, valid: np.ndarray | None) -> pa.Array:
+    """A binary array from int64 offsets (from 0) and its bytes; ``valid``: False rows are null."""
+    offset_type = np.int32 if int(offsets[-1]) < (1 << 31) else np.int64
+    typ = _BIN if offset_type is np.int32 else pa.large_binary()
+    validity = None
+    nulls = 0
+    if valid is not None and not valid.all():
+        validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
+        nulls = int(n - valid.sum())
+    arr = pa.Array.from_buffers(
+        typ, n, [validity, pa.py_buffer(offsets.astype(offset_type)), pa.py_buffer(data)], nulls
+    )
+    return arr if typ == _BIN else arr.cast(_BIN)
 
 
-def sanitize_name(name: str) -> str:
-    """TiCDC SanitizeName: ``[A-Za-z0-9_]`` kept, anything else ``_``; a leading digit gets ``_`` before it."""
-    out = []
-    for i, ch in enumerate(name):
-        ok = ch.isascii() and (ch.isalnum() or ch == "_")
-        if i == 0 and not (ch.isascii() and (ch.isalpha() or ch == "_")):
-            out.append("_" + ch if ch.isascii() and ch.isdigit() else "_")
-            continue
-        out.append(ch if ok else "_")
-    return "".join(out)
-
-
-def sanitize_topic_name(name: str) -> str:
-    """TiCDC SanitizeTopicName: like `sanitize_name` but ``.`` is kept and the first character is not special."""
-    return "".join(ch if ch.isascii() and (ch.isalnum() or ch in "_.") else "_" for ch in name)
-
-
-# ------------------------------------------------------------------ temporal helpers
-
-
-def _adjust_year(year: int) -> int:
-    # Debezium's time adjuster, which TiCDC applies too: 0-69 -> 20xx, 70-99 -> 19xx.
-    if year < 70:
-        return year + 2000
-    if year < 100:
-        return year + 1900
-    return year
-
-
-def date_days(text: str) -> int | None:
-    """Days since 1970-01-01 of ``YYYY-MM-DD`` (2-digit years adjusted); None: zero or invalid date."""
-    if len(text) == 10 and text.isascii() and text[4] == "-" and text[7] == "-":
-        try:
-            day = date.fromisoformat(text)  # the same digits, several times cheaper than the pattern
-        except ValueError:
-            pass
-        else:
-            if day.year >= 100:
-                return day.toordinal() - _EPOCH_ORDINAL
-    m = _DATE_RE.fullmatch(text)
-    if m is None:
-        raise ValueError(f"{text!r} is not a DATE")
-    y, mo, d = (int(g) for g in m.groups())
-    if mo == 0 or d == 0:
+def _valid(values: pa.Array) -> np.ndarray | None:
+    if not values.null_count:
         return None
-    try:
-        return datetime(_adjust_year(y), mo, d).toordinal() - _EPOCH_ORDINAL
-    except ValueError:
+    out: np.ndarray = values.is_valid().to_numpy(zero_copy_only=False)
+    return out
+
+
+def _escape_table() -> tuple[np.ndarray, np.ndarray]:
+    """Per byte value: its output length and output bytes (6 slots) in a json-iterator string."""
+    short = {0x22: b'\\"', 0x5C: b"\\\\", 0x0A: b"\\n", 0x0D: b"\\r", 0x09: b"\\t"}
+    lengths = np.ones(256, np.int64)
+    codes = np.zeros((256, 6), np.uint8)
+    codes[:, 0] = np.arange(256)
+    for c in [*range(0x20), 0x22, 0x5C]:
+        out = short.get(c, b"\\u%04x" % c)
+        lengths[c] = len(out)
+        codes[c, : len(out)] = np.frombuffer(out, np.uint8)
+    return lengths, codes
+
+
+_ESC_LEN, _ESC_CODES = _escape_table()
+
+
+def quoted_strings(values: pa.Array) -> pa.Array:
+    """String (or binary, read as its bytes) array -> each value as a JSON string literal, as `jstr`
+    writes it: byte-wise (json-iterator copies bytes >= 0x80 as they are); nulls stay null."""
+    n = len(values)
+    offsets, data = value_bytes(values)
+    counts = np.diff(offsets)
+    lengths = _ESC_LEN[data]
+    ends = np.cumsum(lengths)
+    row_of_byte = np.repeat(np.arange(n, dtype=np.int64), counts)
+    start = ends - lengths + 2 * row_of_byte + 1  # each value gains its two quotes
+    out_offsets = np.zeros(n + 1, np.int64)
+    before = np.concatenate((np.zeros(1, np.int64), ends))[offsets]  # escaped bytes before each value
+    out_offsets[:] = before + 2 * np.arange(n + 1, dtype=np.int64)
+    out = np.empty(int(out_offsets[-1]), np.uint8)
+    out[out_offsets[:-1]] = 0x22
+    out[out_offsets[1:] - 1] = 0x22
+    out[start] = _ESC_CODES[data, 0]
+    special = np.flatnonzero(lengths > 1)
+    if len(special):
+        for k in range(1, 6):
+            idx = special[lengths[special] > k]
+            out[start[idx] + k] = _ESC_CODES[data[idx], k]
+    return _binary_array(n, out_offsets, out, _valid(values))
+
+
+_B64 = np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", np.uint8)
+
+
+def quoted_base64(values: pa.Array) -> pa.Array:
+    """Binary array -> ``"<standard base64 with padding>"`` per value (binary.handling.mode=base64)."""
+    n = len(values)
+    offsets, data = value_bytes(values)
+    counts = np.diff(offsets)
+    groups = (counts + 2) // 3
+    padded_start = np.concatenate((np.zeros(1, np.int64), np.cumsum(groups * 3)))
+    row_of_byte = np.repeat(np.arange(n, dtype=np.int64), counts)
+    padded = np.zeros(int(padded_start[-1]), np.uint8)
+    padded[np.arange(len(data), dtype=np.int64) - offsets[row_of_byte] + padded_start[row_of_byte]] = data
+    triples = padded.reshape(-1, 3).astype(np.uint32)
+    word = (triples[:, 0] << 16) | (triples[:, 1] << 8) | triples[:, 2]
+    chars = _B64[np.stack([(word >> s) & 63 for s in (18, 12, 6, 0)], axis=1)].reshape(-1)
+    text_len = groups * 4
+    text_start = np.concatenate((np.zeros(1, np.int64), np.cumsum(text_len)))
+    rem = counts % 3  # 1: two "=", 2: one "="
+    last = text_start[1:] - 1
+    chars[last[rem == 1] - 1] = ord("=")
+    chars[last[rem != 0]] = ord("=")
+    out_offsets = text_start + 2 * np.arange(n + 1, dtype=np.int64)
+    out = np.empty(int(out_offsets[-1]), np.uint8)
+    out[out_offsets[:-1]] = 0x22
+    out[out_offsets[1:] - 1] = 0x22
+    row_of_char = np.repeat(np.arange(n, dtype=np.int64), text_len)
+    out[np.arange(len(chars), dtype=np.int64) + 2 * row_of_char + 1] = chars
+    return _binary_array(n, out_offsets, out, _valid(values))
+
+
+# ------------------------------------------------------------------ numbers
+
+
+def _numbers(values: pa.Array) -> pa.Array:
+    return pc.cast(values, pa.string()).view(_BIN)
+
+
+def _floats(values: pa.Array, float32: bool) -> pa.Array:
+    """JSON numbers of a float array (§0.5): Arrow's text where positional; the rest per value."""
+    texts = pc.cast(values, pa.string())
+    _, data = value_bytes(texts)
+    if bool((data >= ord("a")).any()):  # a letter: an exponent, nan or inf
+        odd = pc.match_substring_regex(texts, "[eni]").fill_null(False)
+        render = jfloat32 if float32 else jfloat64
+        fixed = [render(v).decode() for v in values.filter(odd).to_pylist()]
+        texts = pc.replace_with_mask(texts, odd, pa.array(fixed, pa.string()))
+    return texts.view(_BIN)
+
+
+def _decimals(values: pa.Array) -> pa.Array | None:
+    """DECIMAL as float64 (decimal.handling.mode=double): Go's ParseFloat of TiDB's text, correctly rounded."""
+    t = values.type
+    if pa.types.is_decimal(t):
+        texts = decimal_texts(values)
+    elif pa.types.is_string(t) or pa.types.is_large_string(t):
+        return None  # decimal text of unknown shape: the per-value renderer reads it
+    else:
         return None
+    return _floats(pc.cast(texts, pa.float64()), float32=False)
 
 
-def _wall(text: str) -> datetime | None:
-    """A DATETIME/TIMESTAMP text as a naive datetime (2-digit years adjusted); None: zero or invalid.
+# ------------------------------------------------------------------ temporal values
 
-    The capture's shape (``YYYY-MM-DD HH:MM:SS[.f]``, a real date from year 100) is read by
-    ``fromisoformat``, several times cheaper than the pattern; anything else by the pattern.
-    """
-    n = len(text)
-    if (
-        (n == 19 or (21 <= n <= 26 and text[19] == "."))
-        and text.isascii()
-        and text[4] == "-"
-        and text[7] == "-"
-        and (text[10] == " " or text[10] == "T")
-        and text[13] == ":"
-        and text[16] == ":"
-    ):
-        try:
-            dt = datetime.fromisoformat(text)
-        except ValueError:
-            pass
-        else:
-            # fromisoformat reads the same digits here; years below 100 are adjusted below, and a
-            # zone or a rolled-over 24:00 (newer Pythons) is not a MySQL value.
-            if dt.year >= 100 and dt.tzinfo is None and dt.hour == int(text[11:13]):
-                return dt
-    m = _DATETIME_RE.fullmatch(text)
-    if m is None:
-        raise ValueError(f"{text!r} is not a DATETIME")
-    y, mo, d, h, mi, s = (int(g) for g in m.groups()[:6])
-    frac = m.group(7) or ""
-    if mo == 0 or d == 0:
-        return None
-    try:
-        return datetime(_adjust_year(y), mo, d, h, mi, s, int(frac.ljust(6, "0")) if frac else 0)
-    except ValueError:
-        return None
 
-
-def datetime_micros(text: str) -> int | None:
-    """Epoch microseconds of a DATETIME read as UTC wall clock; None: zero or invalid."""
-    dt = _wall(text)
-    if dt is None:
-        return None
-    delta = dt - EPOCH
-    return (delta.days * 86400 + delta.seconds) * 1_000_000 + delta.microseconds
-
-
-def time_micros(text: str) -> int:
-    """Signed microseconds of a TIME ``[-]HH:MM:SS[.f]``."""
-    m = _TIME_RE.fullmatch(text)
-    if m is None:
-        raise ValueError(f"{text!r} is not a TIME")
-    sign, h, mi, s, frac = m.groups()
-    us = ((int(h) * 60 + int(mi)) * 60 + int(s)) * 1_000_000 + (int(frac.ljust(6, "0")) if frac else 0)
-    return -us if sign else us
-
-
-def zoned_text(text: str, zone: tzinfo, fsp: int) -> bytes | None:
-    """The ZonedTimestamp JSON string of a TIMESTAMP in ``zone``; None: below 1970-01-01 00:00:01 UTC."""
-    dt = _wall(text)
-    if dt is None:
-        return None
-    if zone is not UTC:
-        dt = dt.replace(tzinfo=zone).astimezone(UTC).replace(tzinfo=None)
-    if dt < _TS_FLOOR:
-        return None
-    out = dt.strftime("%Y-%m-%dT%H:%M:%S") if dt.year >= 1000 else f"{dt.year:04d}" + dt.strftime("-%m-%dT%H:%M:%S")
-    if fsp > 0:
-        out += "." + f"{dt.microsecond:06d}"[:fsp]
-    return b'"' + out.encode() + b'Z"'
-
-
-def fsp_of(col: Column) -> int:
-    return max(0, min(6, col.decimal or 0))
-
-
-def bit_bytes(value: int, n: int) -> bytes:
-    """BIT(n) value as ceil(n/8) little-endian bytes (TiCDC getBitFromUint64)."""
-    return value.to_bytes(max(1, (n + 7) // 8), "little")
-
-
-def bit_length(col: Column) -> int:
-    return col.length or 1
-
-
-def float_is_double(col: Column) -> bool:
-    """FLOAT with an explicit (M,D) is written as a Debezium ``double`` (§6)."""
-    return col.decimal is not None and 0 <= col.decimal < _NOT_FIXED_DEC
-
-
-# ------------------------------------------------------------------ values (§6)
-
-
-def _int(v: Any) -> bytes:
-    if type(v) is not int:
-        raise TypeError(f"needs an int, got {type(v).__name__}")
-    return str(v).encode()
-
-
-def _uint64(v: Any) -> bytes:
-    # BIGINT UNSIGNED >= 2^63 is written as its two's-complement int64 (Debezium's "long" mode).
-    if type(v) is not int:
-        raise TypeError(f"needs an int, got {type(v).__name__}")
-    return str(v - _U64 if v >= _I64_MIN else v).encode()
-
-
-def _float(v: Any) -> bytes:
-    if type(v) is not float and type(v) is not int:
-        raise TypeError(f"needs a float, got {type(v).__name__}")
-    return jfloat64(float(v))
-
-
-def _float32(v: Any) -> bytes:
-    if type(v) is not float and type(v) is not int:
-        raise TypeError(f"needs a float, got {type(v).__name__}")
-    return jfloat32(to_f32(float(v)))
-
-
-def to_f32(v: float) -> float:
-    try:
-        return to_float32(v)
-    except OverflowError:
-        return v
-
-
-def _decimal(v: Any) -> bytes:
-    # JSON mode: DECIMAL is converted to float64 (Debezium decimal.handling.mode=double).
-    if type(v) is not Decimal:
-        raise TypeError(f"needs a Decimal, got {type(v).__name__}")
-    return jfloat64(float(v))
-
-
-def _string(v: Any) -> bytes:
-    if type(v) is not str:
-        raise TypeError(f"needs a str, got {type(v).__name__}")
-    return jstr(v)
-
-
-def _binary(v: Any) -> bytes:
-    # binary.handling.mode=base64: standard base64 with padding.
-    if not isinstance(v, bytes | bytearray | memoryview):
-        raise TypeError(f"needs bytes, got {type(v).__name__}")
-    return b'"' + b64encode(bytes(v)).encode() + b'"'
-
-
-def value_renderer(col: Column, zone: tzinfo) -> Render:
-    """``model value -> JSON bytes`` for a non-NULL value of ``col``; NOT NULL zero dates give 0."""
-    tc = col.type_code
-    if tc in INTEGER_SCHEMA:
-        return _uint64 if tc is TypeCode.BIGINT and col.unsigned else _int
-    if tc is TypeCode.YEAR:
-        return _int
-    if tc is TypeCode.FLOAT:
-        return _float32
-    if tc is TypeCode.DOUBLE:
-        return _float
-    if tc is TypeCode.DECIMAL:
-        return _decimal
-    zero = b"null" if col.nullable else b"0"  # zero/invalid dates: null, or 0 when NOT NULL
-    if tc in (TypeCode.DATE, TypeCode.NEWDATE):
-
-        def date(v: Any) -> bytes:
-            days = date_days(v)
-            return zero if days is None else str(days).encode()
-
-        return date
-    if tc is TypeCode.DATETIME:
-        # fsp <= 3: io.debezium.time.Timestamp (ms); 4-6: MicroTimestamp (µs).
-        micro = fsp_of(col) > 3
-
-        def dt(v: Any) -> bytes:
-            us = datetime_micros(v)
-            if us is None:
-                return zero
-            return str(us if micro else us // 1000).encode()
-
-        return dt
-    if tc is TypeCode.TIMESTAMP:
-        fsp = fsp_of(col)
-
-        def ts(v: Any) -> bytes:
-            if type(v) is not str:
-                raise TypeError(f"needs a str, got {type(v).__name__}")
-            return zoned_text(v, zone, fsp) or _ZONED_MIN
-
-        return ts
-    if tc is TypeCode.TIME:
-        return lambda v: str(time_micros(v)).encode()
-    if tc is TypeCode.BIT:
-        n = bit_length(col)
-        if n == 1:
-            return lambda v: b"true" if _nonneg(v) else b"false"
-        return lambda v: b'"' + b64encode(bit_bytes(_nonneg(v), n)).encode() + b'"'
-    if tc is TypeCode.ENUM:
-        elements = col.elements
-
-        def enum(v: Any) -> bytes:
-            # index 0 (MySQL's error value) or out of range: "".
-            i = _nonneg(v)
-            return jstr(elements[i - 1]) if 0 < i <= len(elements) else b'""'
-
-        return enum
-    if tc is TypeCode.SET:
-        elements = col.elements
-
-        def set_(v: Any) -> bytes:
-            bits = _nonneg(v)
-            if bits >> len(elements):
-                return b'""'  # invalid bits: ""
-            return jstr(",".join(e for i, e in enumerate(elements) if bits >> i & 1))
-
-        return set_
-    if tc in (TypeCode.JSON, TypeCode.VECTOR):
-        return _string
-    if tc is TypeCode.GEOMETRY:
-        return _geometry
-    if col.is_bytes:
-        return _binary
-    if tc in CHAR_TYPES or tc in BLOB_TYPES:
-        return _string
-    raise ValueError(f"column {col.name!r}: Debezium has no rendering for {tc.name}")
-
-
-def _geometry(v: Any) -> bytes:
-    # TiDB has no spatial types, so TiCDC never writes one; this is Debezium's MySQL connector:
-    # io.debezium.data.geometry.Geometry {wkb, srid}. MySQL stores a 4-byte little-endian SRID
-    # before the WKB.
-    if not isinstance(v, bytes | bytearray | memoryview) or len(v) < 5:
-        raise TypeError("needs the SRID-prefixed WKB bytes of a GEOMETRY")
-    raw = bytes(v)
-    srid = str(int.from_bytes(raw[:4], "little")).encode()
-    return b'{"wkb":"' + b64encode(raw[4:]).encode() + b'","srid":' + srid + b"}"
-
-
-#: The schema of a GEOMETRY column's struct (Debezium's Geometry, as Kafka's JsonConverter writes it).
-GEOMETRY_FIELDS = (
-    b'"fields":[{"type":"bytes","optional":false,"field":"wkb"},{"type":"int32","optional":true,"field":"srid"}]'
-)
-GEOMETRY_NAME = "io.debezium.data.geometry.Geometry"
-
-
-def _nonneg(v: Any) -> int:
-    if type(v) is not int or v < 0:
-        raise TypeError(f"needs a non-negative int, got {v!r}")
-    return v
-
-
-# ------------------------------------------------------------------ schema element (§5.3)
-
-
-def tidb_type(col: Column) -> str:
-    """TiDB's lower-case type name, `` unsigned`` appended except for year/bit/varchar/char/decimal."""
-    name = type_name(col.type_code, col.binary)
-    if col.unsigned and name not in _NO_UNSIGNED_SUFFIX:
-        name += " unsigned"
-    return name
-
-
-def connect_type(col: Column) -> tuple[str, str | None, bool, bytes | None]:
-    """(connect type, schema name, has version 1, parameters JSON) of ``col`` in JSON mode."""
-    tc = col.type_code
-    if tc in INTEGER_SCHEMA:
-        return INTEGER_SCHEMA[tc][1 if col.unsigned else 0], None, False, None
-    if tc is TypeCode.FLOAT:
-        return ("double" if float_is_double(col) else "float"), None, False, None
-    if tc in (TypeCode.DOUBLE, TypeCode.DECIMAL):
-        return "double", None, False, None
-    if tc in (TypeCode.DATE, TypeCode.NEWDATE):
-        return "int32", "io.debezium.time.Date", True, None
-    if tc is TypeCode.DATETIME:
-        name = "io.debezium.time.MicroTimestamp" if fsp_of(col) > 3 else "io.debezium.time.Timestamp"
-        return "int64", name, True, None
-    if tc is TypeCode.TIMESTAMP:
-        return "string", "io.debezium.time.ZonedTimestamp", True, None
-    if tc is TypeCode.TIME:
-        return "int64", "io.debezium.time.MicroTime", True, None
-    if tc is TypeCode.YEAR:
-        return "int32", "io.debezium.time.Year", True, None
-    if tc is TypeCode.BIT:
-        n = bit_length(col)
-        if n == 1:
-            return "boolean", None, False, None
-        return "bytes", "io.debezium.data.Bits", True, b'{"length":' + jstr(str(n)) + b"}"
-    if tc is TypeCode.ENUM:
-        allowed = ",".join(escape_enum(e) for e in col.elements)
-        return "string", "io.debezium.data.Enum", True, b'{"allowed":' + jstr(allowed) + b"}"
-    if tc is TypeCode.SET:
-        # SET members are joined without escaping (TiCDC's behaviour, unlike ENUM).
-        return "string", "io.debezium.data.EnumSet", True, b'{"allowed":' + jstr(",".join(col.elements)) + b"}"
-    if tc is TypeCode.JSON:
-        return "string", "io.debezium.data.Json", True, None
-    if tc is TypeCode.VECTOR:
-        return "string", "io.debezium.data.TiDBVectorFloat32", False, None
-    if tc in CHAR_TYPES or tc in BLOB_TYPES:
-        return "string", None, False, None  # binary ones too: base64 text in JSON mode
-    if tc is TypeCode.GEOMETRY:
-        return "struct", GEOMETRY_NAME, True, None  # Debezium's MySQL connector (TiDB has none)
-    raise ValueError(f"column {col.name!r}: Debezium has no schema for {tc.name}")
-
-
-def escape_enum(member: str) -> str:
-    """TiCDC EscapeEnumAndSetOptions for ENUM: ``,`` -> ``\\,``, ``\\'`` -> ``'``, ``''`` -> ``'``."""
-    return member.replace(",", "\\,").replace("\\'", "'").replace("''", "'")
-
-
-def schema_element(col: Column, extension: bool) -> bytes:
-    """The column's ``fields`` element, members in TiCDC's order (tidb_type first, default last)."""
-    ctype, name, version, params = connect_type(col)
-    out = b"{"
-    if extension:
-        out += b'"tidb_type":' + jstr(tidb_type(col)) + b","
-    out += b'"type":"' + ctype.encode() + b'"'
-    if col.type_code is TypeCode.GEOMETRY:
-        out += b"," + GEOMETRY_FIELDS
-    out += b',"optional":' + (b"true" if col.nullable else b"false")
-    if name is not None:
-        out += b',"name":"' + name.encode() + b'"'
-    if version:
-        out += b',"version":1'
-    if params is not None:
-        out += b',"parameters":' + params
-    out += b',"field":' + jstr(col.name)
-    default = schema_default(col)
-    if default is not None:
-        out += b',"default":' + default
-    return out + b"}"
-
-
-# ------------------------------------------------------------------ defaults (§5.4, §6 NULL)
-
-
-def _default_text(col: Column) -> str | None:
-    d = col.default
-    if d is None:
-        return None
-    if isinstance(d, bytes | bytearray):
-        return bytes(d).decode("latin-1")
-    if isinstance(d, bool):
-        return "1" if d else "0"
-    return str(d)
-
-
-def _parse_number(text: str) -> float:
-    try:
-        return float(text)
-    except ValueError:
-        raise BadDefaultError(text) from None
-
-
-def bit_default(text: str) -> int:
-    m = _BIT_LITERAL.fullmatch(text)
-    if m:
-        return int(m.group(1) or "0", 2)
-    if text and set(text) <= {"0", "1"}:
-        return int(text, 2)  # TiDB's raw bit string, read as bits
-    if text.isascii() and text.isdigit():
-        return int(text)
-    return int.from_bytes(text.encode("latin-1", "replace"), "big") if text else 0
-
-
-def schema_default(col: Column) -> bytes | None:
-    """The ``default`` member's JSON value, or None when TiCDC writes none (§5.4)."""
-    text = _default_text(col)
-    if text is None:
-        return None
-    tc = col.type_code
-    try:
-        if tc in INTEGER_SCHEMA or tc in (TypeCode.FLOAT, TypeCode.DOUBLE, TypeCode.DECIMAL):
-            return jfloat64(_parse_number(text))
-        if tc is TypeCode.YEAR:
-            return str(_adjust_year(int(_parse_number(text)))).encode()
-        if tc in (TypeCode.DATE, TypeCode.NEWDATE):
-            try:
-                days = date_days(text)
-            except ValueError:
-                days = None
-            if days is None:
-                return None if col.nullable else b"0"
-            return str(days).encode()
-        if tc is TypeCode.DATETIME:
-            # CURRENT_TIMESTAMP or anything unparsable: 0.
-            try:
-                us = datetime_micros(text)
-            except ValueError:
-                us = None
-            if us is None:
-                return b"0"
-            return str(us if fsp_of(col) > 3 else us // 1000).encode()
-        if tc is TypeCode.TIMESTAMP:
-            if _CURRENT_TS.fullmatch(text.strip()):
-                return None if col.nullable else _ZONED_MIN
-            try:
-                zoned = zoned_text(text, UTC, fsp_of(col))  # a TIMESTAMP default is read as UTC
-            except ValueError:
-                return b"0"  # unparsable: the number 0
-            if zoned is None:
-                return None if col.nullable else _ZONED_MIN
-            return zoned
-        if tc is TypeCode.TIME:
-            return str(time_micros(text)).encode()
-        if tc is TypeCode.BIT:
-            bits = bit_default(text)
-            if bit_length(col) == 1:
-                return b"true" if bits else b"false"
-            return b'"' + b64encode(bit_bytes(bits, bit_length(col))).encode() + b'"'
-        if tc in BLOB_TYPES or tc is TypeCode.GEOMETRY:
-            return None  # TiDB stores no TEXT/BLOB defaults (and has no GEOMETRY)
-        return jstr(text)
-    except (ValueError, OverflowError):
-        return None
-
-
-def default_model_value(col: Column) -> Any:
-    """The model value TiCDC substitutes for a NULL of ``col`` (§6 NULL); None: no substitution."""
-    text = _default_text(col)
-    if text is None:
-        return None
-    tc = col.type_code
-    try:
-        if tc in INTEGER_SCHEMA or tc is TypeCode.YEAR:
-            return int(Decimal(text))
-        if tc in (TypeCode.FLOAT, TypeCode.DOUBLE):
-            return float(text)
-        if tc is TypeCode.DECIMAL:
-            return Decimal(text)
-        if tc is TypeCode.BIT:
-            return bit_default(text)
-        if tc is TypeCode.ENUM:
-            return col.elements.index(text) + 1 if text in col.elements else None
-        if tc is TypeCode.SET:
-            mask = 0
-            for name in text.split(",") if text else ():
-                mask |= 1 << col.elements.index(name)
-            return mask
-        if tc in BLOB_TYPES:
+def _digits(data: np.ndarray, starts: np.ndarray, at: int, width: int) -> np.ndarray | None:
+    """The number written by ``width`` ASCII digits at ``starts + at``; None: a byte is no digit."""
+    out = np.zeros(len(starts), np.int64)
+    for k in range(width):
+        digit = data[starts + at + k].astype(np.int64) - 48
+        if not ((digit >= 0) & (digit <= 9)).all():
             return None
-        if col.is_bytes:
-            return text.encode("latin-1")
-        return text
-    except (ValueError, InvalidOperation, OverflowError):
+        out = out * 10 + digit
+    return out
+
+
+def _days_from_civil(y: np.ndarray, m: np.ndarray, d: np.ndarray) -> np.ndarray:
+    """Days since 1970-01-01 of a proleptic Gregorian date (years >= 1)."""
+    y = y - (m <= 2)
+    era = y // 400
+    yoe = y - era * 400
+    doy = (153 * (m + np.where(m > 2, np.int64(-3), np.int64(9))) + 2) // 5 + d - 1
+    doe = yoe * 365 + yoe // 4 - yoe // 100 + doy
+    out: np.ndarray = era * 146097 + doe - 719468
+    return out
+
+
+_MONTH_DAYS = np.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], np.int64)
+
+
+def _calendar(data: np.ndarray, starts: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """(days since the epoch, is a real date) of ``YYYY-MM-DD`` at ``starts``; None: not that shape.
+
+    Years below 100 are moved as Debezium's time adjuster moves them (0-69 -> 20xx, 70-99 ->
+    19xx, which TiCDC applies too); month or day 0, or a day past the month's end, is no date.
+    """
+    for at in (4, 7):
+        if not (data[starts + at] == ord("-")).all():
+            return None
+    y, m, d = _digits(data, starts, 0, 4), _digits(data, starts, 5, 2), _digits(data, starts, 8, 2)
+    if y is None or m is None or d is None:
         return None
+    y = y + 2000 * (y < 70) + 1900 * ((y >= 70) & (y < 100))
+    leap = ((y % 4 == 0) & (y % 100 != 0)) | (y % 400 == 0)
+    ok = (m >= 1) & (m <= 12) & (d >= 1)
+    m, d = m * ok + ~ok, d * ok + ~ok  # impossible dates computed as January 1st (not used)
+    ok &= d <= _MONTH_DAYS[m] + ((m == 2) & leap)
+    return _days_from_civil(y, m, d), ok
 
 
-def null_rendering(col: Column, render: Render, zone: tzinfo) -> bytes:
-    """What a NULL of ``col`` is written as: ``null``, or its DEFAULT rendered as a value (TiCDC quirk)."""
-    tc = col.type_code
-    if tc is TypeCode.DATETIME and _default_text(col) is not None:
-        text = _default_text(col) or ""
+def _fixed_shape(values: pa.Array, widths: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray, int] | None:
+    """(bytes, start of each non-null value, non-null mask, width) when every non-null value is
+    ASCII digits and separators of one of ``widths``; None otherwise."""
+    if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
+        return None
+    offsets, data = value_bytes(values)
+    valid = values.is_valid().to_numpy(zero_copy_only=False) if values.null_count else np.ones(len(values), bool)
+    starts = offsets[:-1][valid]
+    if not len(starts):
+        return data, starts, valid, 0
+    lengths = offsets[1:][valid] - starts
+    width = int(lengths[0])
+    if width not in widths or not (lengths == width).all():
+        return None
+    return data, starts, valid, width
+
+
+def _texts_at(n: int, valid: np.ndarray, numbers: np.ndarray, ok: np.ndarray, zero: bytes) -> pa.Array:
+    """Texts of ``numbers`` at the non-null rows (``zero`` where not ``ok``), null elsewhere."""
+    full = np.zeros(n, np.int64)
+    full[valid] = numbers
+    good = np.zeros(n, bool)
+    good[valid] = ok
+    texts = pa.array(full, mask=~good).cast(pa.string()).view(_BIN)
+    if not bool((valid & ~good).any()):
+        return texts
+    return pc.if_else(pa.array(valid), texts.fill_null(zero), pa.scalar(None, _BIN))
+
+
+def _dates(values: pa.Array, zero: bytes) -> pa.Array | None:
+    shape = _fixed_shape(values, (10,))
+    if shape is None:
+        return None
+    data, starts, valid, _ = shape
+    cal = _calendar(data, starts) if len(starts) else (np.zeros(0, np.int64), np.zeros(0, bool))
+    if cal is None:
+        return None
+    days, ok = cal
+    return _texts_at(len(values), valid, days, ok, zero)
+
+
+_DATETIME_WIDTHS = (19, 21, 22, 23, 24, 25, 26)
+
+
+def _datetimes(values: pa.Array, micro: bool, zero: bytes) -> pa.Array | None:
+    """io.debezium.time.Timestamp (ms, fsp <= 3) or MicroTimestamp (µs) of ``YYYY-MM-DD HH:MM:SS[.f]``."""
+    shape = _fixed_shape(values, _DATETIME_WIDTHS)
+    if shape is None:
+        return None
+    data, starts, valid, width = shape
+    if not len(starts):
+        return _texts_at(len(values), valid, np.zeros(0, np.int64), np.zeros(0, bool), zero)
+    if not (np.isin(data[starts + 10], (ord(" "), ord("T")))).all():
+        return None
+    for at in (13, 16) + ((19,) if width > 19 else ()):
+        if not (data[starts + at] == (ord(".") if at == 19 else ord(":"))).all():
+            return None
+    cal = _calendar(data, starts)
+    if cal is None:
+        return None
+    days, ok = cal
+    h, mi, s = _digits(data, starts, 11, 2), _digits(data, starts, 14, 2), _digits(data, starts, 17, 2)
+    fraction = _digits(data, starts, 20, width - 20) if width > 19 else np.zeros(len(starts), np.int64)
+    if h is None or mi is None or s is None or fraction is None:
+        return None
+    frac = fraction * 10 ** (26 - width) if width > 19 else fraction
+    ok &= (h <= 23) & (mi <= 59) & (s <= 59)
+    us = (days * 86400 + h * 3600 + mi * 60 + s) * 1_000_000 + frac
+    return _texts_at(len(values), valid, us if micro else us // 1000, ok, zero)
+
+
+# ------------------------------------------------------------------ per column
+
+
+def _vector(col: Column, values: pa.Array) -> pa.Array | None:
+    """The column's JSON value texts (null where NULL) with whole-array passes; None: not this way."""
+    tc, t = col.type_code, values.type
+    if tc in INTEGER_SCHEMA or tc is TypeCode.YEAR:
+        if not pa.types.is_integer(t):
+            return None
+        if tc is TypeCode.BIGINT and col.unsigned and t == pa.uint64():
+            values = values.cast(pa.int64(), safe=False)  # >= 2^63: two's complement (Debezium "long")
+        return _numbers(values)
+    if tc is TypeCode.FLOAT or tc is TypeCode.DOUBLE:
+        want = pa.float32() if tc is TypeCode.FLOAT else pa.float64()
+        return _floats(values, tc is TypeCode.FLOAT) if t == want else None
+    if tc is TypeCode.DECIMAL:
+        return _decimals(values)
+    zero = b"null" if col.nullable else b"0"
+    if tc in (TypeCode.DATE, TypeCode.NEWDATE):
+        return _dates(values, zero)
+    if tc is TypeCode.DATETIME:
+        return _datetimes(values, fsp_of(col) > 3, zero)
+    if tc in (TypeCode.TIMESTAMP, TypeCode.TIME, TypeCode.SET, TypeCode.GEOMETRY):
+        return None
+    if tc is TypeCode.BIT:
+        if bit_length(col) != 1 or not pa.types.is_unsigned_integer(t):
+            return None
+        return pc.if_else(pc.not_equal(values, pa.scalar(0, t)), b"true", b"false").cast(_BIN)
+    if tc is TypeCode.ENUM:
+        if not pa.types.is_unsigned_integer(t):
+            return None
+        table = pa.array([b'""', *(jstr(e) for e in col.elements)], _BIN)
+        idx = values.fill_null(0).to_numpy(zero_copy_only=False).astype(np.uint64)
+        idx[idx > len(col.elements)] = 0  # MySQL's error value 0, or out of range: ""
+        out = table.take(pa.array(idx.astype(np.int64)))
+        return out if not values.null_count else pc.if_else(values.is_valid(), out, pa.scalar(None, _BIN))
+    if tc in (TypeCode.JSON, TypeCode.VECTOR) or (not col.is_bytes and (tc in CHAR_TYPES or tc in BLOB_TYPES)):
+        return quoted_strings(values) if pa.types.is_string(t) or pa.types.is_large_string(t) else None
+    if col.is_bytes and (tc in CHAR_TYPES or tc in BLOB_TYPES):
+        return quoted_base64(values) if pa.types.is_binary(t) or pa.types.is_large_binary(t) else None
+    return None
+
+
+def value_texts(col: Column, values: pa.Array, render: Render, null: bytes) -> pa.Array | None:
+    """Every row's JSON value text of ``col`` (``null`` where NULL); None: a value the per-row
+    renderer refuses (the row path raises it with the row's label)."""
+    texts = _vector(col, values)
+    if texts is None:
         try:
-            us = datetime_micros(text)
-        except ValueError:
-            us = None
-        if us is None:
-            return b"0"  # CURRENT_TIMESTAMP and unparsable defaults render as 0
-        return str(us if fsp_of(col) > 3 else us // 1000).encode()
-    value = default_model_value(col)
-    if value is None:
-        return b"null"
-    try:
-        if tc is TypeCode.TIMESTAMP:
-            # Substituted values are read in the server zone (the schema default as UTC, §14);
-            # one below the minimum stays null, as the row value really is NULL.
-            return zoned_text(value, zone, fsp_of(col)) or b"null"
-        if tc in (TypeCode.DATE, TypeCode.NEWDATE):
-            days = date_days(value)
-            return b"null" if days is None else str(days).encode()
-        return render(value)
-    except (ValueError, TypeError, OverflowError):
-        return b"null"
+            rendered = [null if v is None else render(v) for v in model_values(col, values)]
+        except _FAST_ERRORS:
+            return None
+        return pa.array(rendered, _BIN)
+    return texts.fill_null(null) if texts.null_count else texts
+
+
+# ------------------------------------------------------------------ records
+
+
+def concat(parts: Sequence[Part], n: int) -> pa.Array:
+    """Row-wise concatenation of constant bytes and binary arrays (adjacent constants merged)."""
+    merged: list[Any] = []
+    for p in parts:
+        if isinstance(p, bytes):
+            if merged and isinstance(merged[-1], bytes):
+                merged[-1] += p
+            elif p:
+                merged.append(p)
+        else:
+            merged.append(p)
+    arrays = [p if not isinstance(p, bytes) else pa.scalar(p, _BIN) for p in merged]
+    if not any(isinstance(p, pa.Array) for p in arrays):
+        return pa.array([b"".join(merged)] * n, _BIN)
+    if len(arrays) == 1:
+        return arrays[0]
+    return pc.binary_join_element_wise(*arrays, pa.scalar(b"", _BIN))
+
+
+def object_parts(members: Sequence[bytes], texts: Sequence[pa.Array]) -> list[Part]:
+    """``{"name":value,...}`` as parts for `concat` (``members``: each ``"name":``)."""
+    parts: list[Part] = [b"{"]
+    for k, (member, t) in enumerate(zip(members, texts, strict=True)):
+        parts += [member if k == 0 else b"," + member, t]
+    parts.append(b"}")
+    return parts
+
+
+def take(array: pa.Array, idx: np.ndarray | None) -> pa.Array:
+    return array if idx is None else array.take(pa.array(idx))
+
+
+def select(codes: np.ndarray, choices: Sequence[bytes]) -> Part:
+    """Per row ``choices[code]``: one constant when every row has the same code."""
+    first = int(codes[0])
+    if (codes == first).all():
+        return choices[first]
+    return pa.array(list(choices), _BIN).take(pa.array(codes.astype(np.int64)))
+
+
+def scatter(n: int, mask: np.ndarray, part: pa.Array, base: bytes) -> Part:
+    """``base`` on every row but those of ``mask``, which take ``part``'s values in order."""
+    if mask.all():
+        return part
+    if not mask.any():
+        return base
+    out = _binary_array(n, np.arange(n + 1, dtype=np.int64) * len(base), np.frombuffer(base * n, np.uint8), None)
+    return pc.replace_with_mask(out, pa.array(mask), part)
+
+
+def as_bytes(array: pa.Array) -> list[bytes]:
+    """The values of a binary array without nulls, as bytes (numpy's conversion is the cheapest)."""
+    out: list[bytes] = array.to_numpy(zero_copy_only=False).tolist()
+    return out

@@ -33,8 +33,8 @@ from .progress import AckTracker, FlushedPosition
 from .topics import TopicManager
 
 if TYPE_CHECKING:
-    from ...kafkaclient import KafkaError, Producer
-    from ...kafkaclient import Message as KafkaMessage
+    from ...clients.kafka import KafkaError, Producer
+    from ...clients.kafka import Message as KafkaMessage
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,7 @@ class KafkaSinkConfig:
     batch_rows: int = 8192  # rows encoded before messages are built and produced
     producer_config: Mapping[str, Any] = field(default_factory=dict)
     #: librdkafka settings of every client of the sink, producer and admin: TLS and SASL
-    #: (`changefeed.kafkasecurity.KafkaSecurity.client_config`). Holds the SASL password: no repr.
+    #: (`changefeed.clients.kafkauri.KafkaSecurity.client_config`). Holds the SASL password: no repr.
     client_config: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
@@ -94,7 +94,7 @@ class KafkaSink(SinkContext):
     kind = "kafka"
 
     def __init__(self, config: KafkaSinkConfig) -> None:
-        from ...kafkaclient import AdminClient, Producer  # noqa: PLC0415 - only Kafka sinks load librdkafka
+        from ...clients.kafka import AdminClient, Producer  # noqa: PLC0415 - only Kafka sinks load librdkafka
 
         self.config = config
         producer_conf: dict[str, Any] = {

@@ -18,7 +18,7 @@ from ...errors import SinkError
 from ...secrets import mask_secrets
 
 if TYPE_CHECKING:
-    from ...kafkaclient import AdminClient
+    from ...clients.kafka import AdminClient
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ class TopicManager:
 
     def _metadata(self, topic: str) -> int | None:
         """Partition count from the broker, or None when the topic does not exist."""
-        from ...kafkaclient import KafkaError, KafkaException  # noqa: PLC0415
+        from ...clients.kafka import KafkaError, KafkaException  # noqa: PLC0415
 
         try:
             meta = self._admin.list_topics(topic=topic, timeout=self.timeout_s).topics.get(topic)
@@ -112,7 +112,7 @@ class TopicManager:
         return used
 
     def _create(self, topic: str) -> int:
-        from ...kafkaclient import (  # noqa: PLC0415
+        from ...clients.kafka import (  # noqa: PLC0415
             KafkaError,
             KafkaException,
             NewTopic,

@@ -2,16 +2,12 @@
 
 from .checkpoint import CHECKPOINT_TABLE, Checkpoint, CheckpointTable
 from .sink import DEFAULT_SQL_MODE, MySQLSink, MySQLSinkConfig
-from .url import MySQLParams, mask_url, parse_mysql_url
 
 __all__ = [
     "CHECKPOINT_TABLE",
     "DEFAULT_SQL_MODE",
     "Checkpoint",
     "CheckpointTable",
-    "MySQLParams",
     "MySQLSink",
     "MySQLSinkConfig",
-    "mask_url",
-    "parse_mysql_url",
 ]

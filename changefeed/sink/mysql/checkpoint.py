@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from ...mysqlclient import Connection
+from ...clients.mysql import Connection
 from .sql import quote_table
 
 __all__ = ["CHECKPOINT_TABLE", "Checkpoint", "CheckpointTable"]

@@ -8,8 +8,8 @@ skipped; any other error stops the sink.
 
 from __future__ import annotations
 
+from ...clients.mysql import InterfaceError, InternalError, MySQLError, OperationalError
 from ...model import ActionType
-from ...mysqlclient import InterfaceError, InternalError, MySQLError, OperationalError
 
 __all__ = ["TRANSIENT_CODES", "ddl_already_done", "error_code", "is_transient"]
 

@@ -30,11 +30,11 @@ from dataclasses import dataclass, field, replace
 from queue import Queue
 from typing import Any
 
+from ...clients.mysql import CLIENT, Connection, MySQLError, MySQLParams, mask_url, parse_mysql_url
 from ...dispatch.route import ShardDDL
 from ...errors import ConfigError, SinkError
 from ...model import ActionType, DDLEvent, Event, Index, Resolved, RowChange, TableSchema
 from ...model.rowblock import RowBlock, TableRows
-from ...mysqlclient import CLIENT, Connection, MySQLError
 from ..base import SinkContext
 from ..observe import observer
 from ..replay import ResolvedGuard
@@ -47,7 +47,6 @@ from .keys import DownstreamKeys, read_unique_indexes
 from .plan import plan_rows, render_ops
 from .shard import shard_verdict
 from .sql import make_literal, quote_ident
-from .url import MySQLParams, mask_url, parse_mysql_url
 
 __all__ = ["DEFAULT_SQL_MODE", "FaultHook", "MySQLSink", "MySQLSinkConfig"]
 

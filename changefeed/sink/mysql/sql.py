@@ -12,12 +12,12 @@ from collections.abc import Callable, Iterator, Sequence
 from decimal import Decimal
 from typing import Any
 
+from ...clients.mysql import escape_string
 from ...model import ABSENT, Column, TableSchema, TypeCode
 from ...model.ddl import quote_ident, quote_table
 from ...model.rowblock import TableRows
 from ...model.schemacache import PlanCache
 from ...model.types import INTEGER_TYPES, STRING_TYPES
-from ...mysqlclient import escape_string
 from .columns import Gather, render_inserts
 
 # PyMySQL's escape_string is str.translate with a private 128-entry table (ASCII code -> text); the

@@ -40,6 +40,7 @@ from ...capture.snapshot.progress import begin as begin_snapshot
 from ...capture.snapshot.reader import SnapshotReader, replica_window
 from ...capture.snapshot.signal import Signal, parse_signal_table, read_signal
 from ...capture.snapshot.stream import handed_over
+from ...clients.mysql import MySQLError, MySQLParams, ProgrammingError
 from ...errors import CaptureError, ConfigError
 from ...model import DDLEvent, Event, Resolved, RowChange, TableSchema
 from ...model.ddlschema import DDLCatalog
@@ -47,8 +48,6 @@ from ...model.jsonl import EventReader
 from ...model.rowblock import RowBlock
 from ...model.tablefilter import TableFilter
 from ...model.tso import CommitClock
-from ...mysqlclient import MySQLError, ProgrammingError
-from ...sink.mysql.url import MySQLParams
 from ..changelog import ChangelogRows, EventFilter
 from .options import CHANGELOG, Input, SourceOptions, zone
 from .snapshot import (
@@ -346,7 +345,7 @@ class BinlogServer:
         return {"file": str(row[0]), "pos": int(row[1])}
 
     def params(self) -> MySQLParams:
-        return MySQLParams.of_replica(self.address)
+        return self.address.sql_params()
 
     def key_snapshot(self) -> DDLCatalog:
         """Every user table's columns and indexes from information_schema now (`tracker.snapshot_catalog`)."""

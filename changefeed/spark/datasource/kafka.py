@@ -14,10 +14,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
+from ...clients.kafkauri import KAFKA_SECURITY_PARAMS, KafkaSecurity
 from ...codec import CodecOptions, Message
 from ...consume.kafka import KAFKA_TIMEOUT_S, RANGE_CONSUMERS, RANGE_SETTINGS, new_consumer, read_range
 from ...errors import ChangefeedError, ConfigError, UnknownSchemaError
-from ...kafkasecurity import KAFKA_SECURITY_PARAMS, KafkaSecurity
 from ...model import Event, TableSchema
 from ...model.rowblock import RowBlock
 from ..changelog import ChangelogRows, EventFilter
@@ -350,7 +350,7 @@ class _SchemaLookback:
             return []  # searched already: a BOOTSTRAP later in the partition may still bring it
         self.searched |= wanted
         if self._consumer is None:
-            from ...kafkaclient import TopicPartition  # noqa: PLC0415
+            from ...clients.kafka import TopicPartition  # noqa: PLC0415
 
             # It re-assigns backwards chunk by chunk; a new assignment waits for the fetch in flight,
             # which at the log's end is held for fetch.wait.max.ms (500 ms by default).
@@ -465,7 +465,7 @@ class KafkaInput(Input):
         return self._client
 
     def _partitions(self) -> list[int]:
-        from ...kafkaclient import KafkaException  # noqa: PLC0415
+        from ...clients.kafka import KafkaException  # noqa: PLC0415
 
         try:
             meta = self._consumer().list_topics(self.topic, timeout=KAFKA_TIMEOUT_S).topics.get(self.topic)
@@ -503,7 +503,7 @@ class KafkaInput(Input):
         + 1, not the end. Fetching from (reported - 1) returns the true high watermark with the
         fetch response, read by ``cached=True``; on Kafka both answers are the same.
         """
-        from ...kafkaclient import TopicPartition  # noqa: PLC0415
+        from ...clients.kafka import TopicPartition  # noqa: PLC0415
 
         consumer = self._consumer()
         out: dict[int, tuple[int, int]] = {}

@@ -34,9 +34,9 @@ from ...capture.snapshot.progress import (
 )
 from ...capture.snapshot.progress import begin as begin_snapshot
 from ...capture.snapshot.reader import DEFAULT_CHUNK_SIZE, SnapshotReader, replica_window
+from ...clients.mysql import MySQLParams
 from ...errors import ConfigError, positive_int, true_false
 from ...model.tso import CommitClock
-from ...sink.mysql.url import MySQLParams
 from ...timezones import zone
 from ..changelog import ChangelogRows
 

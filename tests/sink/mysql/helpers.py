@@ -10,10 +10,10 @@ from typing import Any
 import pymysql
 import pymysql.connections
 
+from changefeed.clients.mysql import parse_mysql_url
 from changefeed.diff import Differ, DiffReport
 from changefeed.model import Column, Event, Index, Op, Resolved, RowChange, TableSchema, TypeCode
 from changefeed.model.gofloat import to_float32
-from changefeed.sink.mysql import parse_mysql_url
 from changefeed.sink.mysql.sql import quote_ident, quote_table
 from changefeed.testing import MariaDBServer
 

@@ -9,9 +9,10 @@ import pymysql
 import pytest
 from pymysql.constants import CLIENT
 
+from changefeed.clients.mysql import parse_mysql_url
 from changefeed.errors import ConfigError, SinkError
 from changefeed.model import ActionType, Column, DDLEvent, Index, Op, RowChange, TableSchema, TypeCode
-from changefeed.sink.mysql import MySQLSink, parse_mysql_url
+from changefeed.sink.mysql import MySQLSink
 from changefeed.sink.mysql import sink as sink_module
 from changefeed.sink.mysql.ddlguard import UnsafeDDLError, check_ddl, tokenize
 from changefeed.testing import MariaDBServer

@@ -8,13 +8,13 @@ import pymysql.err
 import pytest
 from pymysql.converters import escape_string
 
+from changefeed.clients.mysql import mask_url, parse_mysql_url
 from changefeed.errors import ConfigError
 from changefeed.model import ABSENT, ActionType, Column, Index, Op, RowChange, TableSchema, TypeCode
 from changefeed.sink.mysql.causality import Causality, row_keys
 from changefeed.sink.mysql.errors import ddl_already_done, is_transient
 from changefeed.sink.mysql.plan import plan_rows, render_ops
 from changefeed.sink.mysql.sql import make_literal, quote_ident, quote_table, table_sql, to_param
-from changefeed.sink.mysql.url import mask_url, parse_mysql_url
 
 UTF8 = {"charset": "utf8mb4", "collation": "utf8mb4_general_ci"}
 LIT = make_literal()

@@ -3,7 +3,7 @@
 Why one module: the Kafka client is a native library that only Kafka paths should load, so every
 user imports this module lazily, inside the function that talks to a broker (or under
 ``TYPE_CHECKING``), and this file is the one list of what of it the project depends on, as
-`changefeed.mysqlclient` is for PyMySQL. Client settings (TLS, SASL) come from `changefeed.kafkasecurity`.
+`changefeed.clients.mysql` is for PyMySQL. Client settings (TLS, SASL) come from `changefeed.clients.kafkauri`.
 """
 
 from __future__ import annotations

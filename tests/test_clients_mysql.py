@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ssl
 
-from changefeed.mysqlclient import connect
+from changefeed.clients.mysql import connect
 from changefeed.testing.mariadb import MariaDBServer
 
 

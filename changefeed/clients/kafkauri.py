@@ -34,8 +34,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlsplit
 
-from .errors import ConfigError, true_false
-from .secrets import mask_secrets, resolve_password
+from ..errors import ConfigError, true_false
+from ..secrets import mask_secrets, resolve_password
 
 __all__ = [
     "KAFKA_SECURITY_PARAMS",
