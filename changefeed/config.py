@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from .clients.kafkauri import KAFKA_SECURITY_PARAMS, KAFKA_WRITE_PARAMS, KafkaSecurity, KafkaURI
+from .clients.kafkauri import KAFKA_SECURITY_PARAMS, KAFKA_WRITE_PARAMS, KafkaURI
 from .clients.mysql import TLS_OPTIONS
 from .codec import CodecOptions
 from .codec.csv import CSVFormat
@@ -45,7 +45,8 @@ from .dispatch.onlineddl import OnlineDDL
 from .dispatch.pipeline import EventPipeline
 from .dispatch.route import Router, RouteRule
 from .dispatch.router import DispatchRule
-from .errors import ConfigError, ascii_digits, positive_int, true_false
+from .errors import ConfigError, typed
+from .files.store import is_uri
 from .model.tablefilter import TableFilter
 from .secrets import mask_secrets, resolve_password
 from .sink.lake import LAKE_SCHEMES, lake_sink
@@ -111,24 +112,6 @@ def _check_keys(table: Mapping[str, Any], allowed: set[str] | frozenset[str], wh
     for key in table:
         if key not in allowed:
             raise ConfigError(f"unknown key {key!r} in {where} (expected one of: {', '.join(sorted(allowed))})")
-
-
-def _typed(value: Any, kind: type, key: str) -> Any:
-    if kind is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str):
-            return true_false(value, key)
-        raise ConfigError(f"{key} must be true or false, got {value!r}")
-    if kind is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, str) and ascii_digits(value.strip()):
-            return int(value)
-        raise ConfigError(f"{key} must be an integer, got {value!r}")
-    if not isinstance(value, str):
-        raise ConfigError(f"{key} must be a string, got {value!r}")
-    return value
 
 
 @dataclass
@@ -300,7 +283,7 @@ class ChangefeedConfig:
     cluster_id: str = "default"
     #: ``[apply]``: `changefeed pipeline` applies the sink-uri's topic or directory to ``to`` (docs/deploy.md).
     apply_to: str = ""
-    apply_checkpoint: Path | None = None
+    apply_checkpoint: Path | str | None = None  # a directory or a Hadoop URI
 
     def apply_source(self) -> str:
         """The sink-uri as the apply job's ``--from``: the topic or directory the capture writes."""
@@ -329,28 +312,8 @@ class ChangefeedConfig:
         """The ``kafka://HOST:PORT/TOPIC?...`` sink: codec from URI parameters, dispatchers from ``[sink]``."""
         from .sink.kafka import KafkaSinkConfig  # noqa: PLC0415 - confluent-kafka only when a kafka sink is used
 
-        p = self.sink_uri.params
-        codec = self.codec_options()
-        if "max-message-bytes" in p:
-            codec.max_message_bytes = _typed(p["max-message-bytes"], int, "max-message-bytes")
-        if "max-batch-size" in p:
-            codec.max_batch_size = _typed(p["max-batch-size"], int, "max-batch-size")
-        for name in ("debezium-disable-schema", "debezium-include-start-ts"):
-            if name in p:
-                setattr(codec, name.replace("-", "_"), _typed(p[name], bool, name))
-        if codec.debezium_include_start_ts and codec.protocol != "debezium":
-            raise ConfigError("debezium-include-start-ts needs protocol=debezium")
-        servers, _, topic = self.sink_uri.location.partition("/")
-        security = KafkaSecurity.from_params(p, where="kafka sink-uri")
-        return KafkaSinkConfig(
-            bootstrap_servers=servers,
-            topic=topic,
-            codec=codec,
-            rules=self.sink.dispatchers,
-            auto_create_topic=_typed(p.get("auto-create-topic", "true"), bool, "auto-create-topic"),
-            partition_num=_typed(p["partition-num"], int, "partition-num") if "partition-num" in p else None,
-            replication_factor=_typed(p.get("replication-factor", "1"), int, "replication-factor"),
-            client_config=security.client_config(),
+        return KafkaSinkConfig.from_uri(
+            self.sink_uri.location, self.sink_uri.params, self.codec_options(), self.sink.dispatchers
         )
 
     def mysql_sink(self) -> tuple[MySQLParams, MySQLSinkConfig]:
@@ -359,7 +322,9 @@ class ChangefeedConfig:
         TiCDC's sink parameters (worker-count, safe-mode, max-txn-row) become `MySQLSinkConfig`; the
         checkpoint row is keyed by the changefeed id; TIMESTAMP values are written in ``time-zone``.
         """
-        return mysql_target(self.sink_uri.uri, self.changefeed_id, self.time_zone)
+        from .sink.mysql import MySQLSinkConfig  # noqa: PLC0415
+
+        return MySQLSinkConfig.from_uri(self.sink_uri.uri, self.changefeed_id, self.time_zone)
 
     def lake_sink(self) -> Callable[[], Sink]:
         """The ``delta://DIR?mode=...`` / ``iceberg://DIR?...`` sink (docs/lakehouse.md): a factory, parameters checked.
@@ -372,7 +337,7 @@ class ChangefeedConfig:
     def codec_options(self) -> CodecOptions:
         """The codec options (URI parameters, ``[sink]``, ``[sink.csv]``, ``[sink.debezium]``, ``cluster-id``)."""
         csv = self.sink.csv
-        tidb = _typed(self.sink_uri.params.get("enable-tidb-extension", "false"), bool, "enable-tidb-extension")
+        tidb = typed(self.sink_uri.params.get("enable-tidb-extension", "false"), bool, "enable-tidb-extension")
         debezium = self.sink.debezium
         return CodecOptions(
             protocol=self.protocol,
@@ -394,19 +359,14 @@ class ChangefeedConfig:
         )
 
     def storage_options(self) -> StorageOptions:
-        p = self.sink_uri.params
-        opts = StorageOptions(
-            date_separator=p.get("date-separator", self.sink.date_separator),
-            enable_partition_separator=_typed(
-                p.get("enable-partition-separator", self.sink.enable_partition_separator),
-                bool,
-                "enable-partition-separator",
-            ),
-            file_index_width=_typed(p.get("file-index-width", self.sink.file_index_width), int, "file-index-width"),
+        """The storage sink's directory options: sink-uri parameters over ``[sink]``."""
+        sink = self.sink
+        defaults = StorageOptions(
+            date_separator=sink.date_separator,
+            enable_partition_separator=sink.enable_partition_separator,
+            file_index_width=sink.file_index_width,
         )
-        if "file-size" in p:
-            opts.file_size = _typed(p["file-size"], int, "file-size")
-        return opts
+        return StorageOptions.from_uri(self.sink_uri.params, defaults)
 
     @property
     def flush_interval(self) -> str | None:
@@ -539,13 +499,13 @@ def _build(doc: dict[str, Any], base: Path) -> ChangefeedConfig:
         },
         "the top level",
     )
-    cid = _typed(doc.get("changefeed-id", "default"), str, "changefeed-id")
+    cid = typed(doc.get("changefeed-id", "default"), str, "changefeed-id")
     if not cid or not all(c.isalnum() or c in "-_" for c in cid):
         raise ConfigError(f"changefeed-id must be letters, digits, - and _, got {cid!r}")
     if "sink-uri" not in doc:
         raise ConfigError("sink-uri is required (for example file:///data/cdc?protocol=canal-json)")
-    uri = parse_sink_uri(_typed(doc["sink-uri"], str, "sink-uri"), base)
-    time_zone = _typed(doc.get("time-zone", "UTC"), str, "time-zone")
+    uri = parse_sink_uri(typed(doc["sink-uri"], str, "sink-uri"), base)
+    time_zone = typed(doc.get("time-zone", "UTC"), str, "time-zone")
     zone(time_zone)  # the capture job's rule, checked now rather than inside a Spark task
 
     source = _source(_table(doc, "source"), base)
@@ -558,7 +518,39 @@ def _build(doc: dict[str, Any], base: Path) -> ChangefeedConfig:
     TableFilter(rules)  # validates the patterns
     event_rules, online_ddl = _event_rules(doc)
 
-    sink_doc = _table(doc, "sink")
+    sink, routes = _sink(_table(doc, "sink"), doc.get("routes", []))
+    shard_mode = typed(doc.get("shard-mode", "optimistic"), str, "shard-mode")
+    if shard_mode != "optimistic":
+        raise ConfigError(f"shard-mode must be optimistic (DM's pessimistic mode is not here yet), got {shard_mode!r}")
+
+    if uri.params.get("protocol") and sink.protocol and uri.params["protocol"] != sink.protocol:
+        raise ConfigError(
+            f"sink-uri says protocol={uri.params['protocol']} but [sink] protocol = {sink.protocol!r}; give one"
+        )
+    cluster_id = typed(doc.get("cluster-id", "default"), str, "cluster-id")
+    if not cluster_id:
+        raise ConfigError("cluster-id must not be empty (TiCDC's default is 'default')")
+    config = ChangefeedConfig(
+        cid,
+        uri,
+        time_zone,
+        source,
+        FilterConfig(list(rules), event_rules),
+        sink,
+        routes=routes,
+        shard_mode=shard_mode,
+        online_ddl=online_ddl,
+        cluster_id=cluster_id,
+    )
+    if "apply" in doc:
+        _apply(config, _table(doc, "apply"), base)
+    _check_sink(config)
+    return config
+
+
+def _sink(sink_doc: dict[str, Any], routes_doc: Any) -> tuple[SinkConfig, list[RouteRule]]:
+    """``[sink]`` (with ``[sink.csv]``, ``[sink.debezium]``, ``[[sink.dispatchers]]``) and the routes: ``[[routes]]``
+    plus the dispatchers that carry ``target-schema``/``target-table`` (TiCDC's routing)."""
     _check_keys(
         sink_doc,
         {
@@ -575,14 +567,14 @@ def _build(doc: dict[str, Any], base: Path) -> ChangefeedConfig:
         "[sink]",
     )
     sink = SinkConfig(
-        protocol=_typed(sink_doc["protocol"], str, "[sink] protocol") if "protocol" in sink_doc else None,
-        terminator=_typed(sink_doc.get("terminator", "\r\n"), str, "[sink] terminator"),
-        date_separator=_typed(sink_doc.get("date-separator", "day"), str, "[sink] date-separator"),
-        enable_partition_separator=_typed(
+        protocol=typed(sink_doc["protocol"], str, "[sink] protocol") if "protocol" in sink_doc else None,
+        terminator=typed(sink_doc.get("terminator", "\r\n"), str, "[sink] terminator"),
+        date_separator=typed(sink_doc.get("date-separator", "day"), str, "[sink] date-separator"),
+        enable_partition_separator=typed(
             sink_doc.get("enable-partition-separator", True), bool, "[sink] enable-partition-separator"
         ),
-        file_index_width=_typed(sink_doc.get("file-index-width", 20), int, "[sink] file-index-width"),
-        debezium_disable_schema=_typed(
+        file_index_width=typed(sink_doc.get("file-index-width", 20), int, "[sink] file-index-width"),
+        debezium_disable_schema=typed(
             sink_doc.get("debezium-disable-schema", False), bool, "[sink] debezium-disable-schema"
         ),
     )
@@ -591,19 +583,17 @@ def _build(doc: dict[str, Any], base: Path) -> ChangefeedConfig:
         raise ConfigError("[sink.debezium] must be a table")
     _check_keys(debezium_doc, set(_DEBEZIUM_KEYS), "[sink.debezium]")
     sink.debezium = DebeziumConfig(
-        **{k.replace("-", "_"): _typed(v, _DEBEZIUM_KEYS[k], f"[sink.debezium] {k}") for k, v in debezium_doc.items()}
+        **{k.replace("-", "_"): typed(v, _DEBEZIUM_KEYS[k], f"[sink.debezium] {k}") for k, v in debezium_doc.items()}
     )
     csv_doc = sink_doc.get("csv", {})
     if not isinstance(csv_doc, dict):
         raise ConfigError("[sink.csv] must be a table")
     _check_keys(csv_doc, set(_CSV_KEYS), "[sink.csv]")
-    sink.csv = CSVConfig(
-        **{k.replace("-", "_"): _typed(v, _CSV_KEYS[k], f"[sink.csv] {k}") for k, v in csv_doc.items()}
-    )
+    sink.csv = CSVConfig(**{k.replace("-", "_"): typed(v, _CSV_KEYS[k], f"[sink.csv] {k}") for k, v in csv_doc.items()})
     dispatchers = sink_doc.get("dispatchers", [])
     if not isinstance(dispatchers, list) or not all(isinstance(d, dict) for d in dispatchers):
         raise ConfigError("[[sink.dispatchers]] must be an array of tables")
-    routes = _routes(doc.get("routes", []))
+    routes = _routes(routes_doc)
     sink.dispatchers = []
     for d in dispatchers:  # TiCDC: a dispatcher with target-schema/target-table routes its tables
         route = _routing_dispatcher(d)
@@ -611,56 +601,41 @@ def _build(doc: dict[str, Any], base: Path) -> ChangefeedConfig:
             routes.append(route)
         if route is None or set(d) - {"matcher", *_TARGET_KEYS}:
             sink.dispatchers.append(DispatchRule.from_mapping({k: v for k, v in d.items() if k not in _TARGET_KEYS}))
-    shard_mode = _typed(doc.get("shard-mode", "optimistic"), str, "shard-mode")
-    if shard_mode != "optimistic":
-        raise ConfigError(f"shard-mode must be optimistic (DM's pessimistic mode is not here yet), got {shard_mode!r}")
+    return sink, routes
 
-    if uri.params.get("protocol") and sink.protocol and uri.params["protocol"] != sink.protocol:
-        raise ConfigError(
-            f"sink-uri says protocol={uri.params['protocol']} but [sink] protocol = {sink.protocol!r}; give one"
-        )
-    cluster_id = _typed(doc.get("cluster-id", "default"), str, "cluster-id")
-    if not cluster_id:
-        raise ConfigError("cluster-id must not be empty (TiCDC's default is 'default')")
-    config = ChangefeedConfig(
-        cid,
-        uri,
-        time_zone,
-        source,
-        FilterConfig(list(rules), event_rules),
-        sink,
-        routes=routes,
-        shard_mode=shard_mode,
-        online_ddl=online_ddl,
-        cluster_id=cluster_id,
-    )
-    if "apply" in doc:
-        apply = _table(doc, "apply")
-        _check_keys(apply, {"to", "checkpoint"}, "[apply]")
-        config.apply_to = _typed(apply.get("to", ""), str, "[apply] to")
-        if not config.apply_to:
-            raise ConfigError("[apply] to is required: mysql://..., delta://DIR, iceberg://DIR or parquet://DIR")
-        if "checkpoint" in apply:
-            config.apply_checkpoint = _config_path(_typed(apply["checkpoint"], str, "[apply] checkpoint"), base)
-        config.apply_source()  # the sink-uri must be something the apply job reads
+
+def _apply(config: ChangefeedConfig, apply: dict[str, Any], base: Path) -> None:
+    """``[apply]``: where ``changefeed pipeline`` applies the sink's stream (to, checkpoint)."""
+    _check_keys(apply, {"to", "checkpoint"}, "[apply]")
+    config.apply_to = typed(apply.get("to", ""), str, "[apply] to")
+    if not config.apply_to:
+        raise ConfigError("[apply] to is required: mysql://..., delta://DIR, iceberg://DIR or parquet://DIR")
+    if "checkpoint" in apply:
+        value = typed(apply["checkpoint"], str, "[apply] checkpoint")
+        config.apply_checkpoint = value if is_uri(value) else _config_path(value, base)
+    config.apply_source()  # the sink-uri must be something the apply job reads
+
+
+def _check_sink(config: ChangefeedConfig) -> None:
+    """The sink-uri's parameters checked now, by scheme, not inside the job."""
+    uri = config.sink_uri
     if uri.is_mysql:
-        config.mysql_sink()  # validates the parameters now, not inside the job
-        return config
+        config.mysql_sink()
+        return
     if uri.is_lake:
-        config.lake_sink()  # validates the parameters now, not inside the job
-        return config
+        config.lake_sink()
+        return
     if uri.is_kafka:
         if config.protocol not in KAFKA_PROTOCOLS:
             raise ConfigError(f"a kafka:// sink writes {', '.join(KAFKA_PROTOCOLS)}, not {config.protocol!r}")
-        config.kafka_sink_config()  # validates the parameters now, not inside the job
-        return config
+        config.kafka_sink_config()
+        return
     if config.protocol not in ("canal-json", "csv"):
         raise ConfigError(f"a file:// sink writes csv or canal-json, not {config.protocol!r}")
     options = config.codec_options()
     if options.protocol == "csv":
         CSVFormat(options)  # delimiter, quote and terminator checked now, not inside the job
     config.storage_options()
-    return config
 
 
 _TARGET_KEYS = ("target-schema", "target-table")
@@ -734,24 +709,24 @@ def _event_rules(doc: dict[str, Any]) -> tuple[list[EventFilterRule], bool]:
         EventFilterRule.from_dm_expression(r, f"[[filter.expression-filters]] #{i + 1}")
         for i, r in enumerate(expression_filters)
     ]
-    return rules, _typed(doc.get("online-ddl", False), bool, "online-ddl")
+    return rules, typed(doc.get("online-ddl", False), bool, "online-ddl")
 
 
 def _source(src: dict[str, Any], base: Path) -> SourceConfig:
-    kind = _typed(src.get("type", "binlog-files"), str, "[source] type")
+    kind = typed(src.get("type", "binlog-files"), str, "[source] type")
     if kind not in SOURCE_TYPES:
         raise ConfigError(f"[source] type must be one of {', '.join(SOURCE_TYPES)}, got {kind!r}")
     _check_keys(src, _SOURCE_KEYS[kind], f"[source] of type {kind}")
     source = SourceConfig(
-        type=kind, start_position=_typed(src.get("start-position", ""), str, "[source] start-position")
+        type=kind, start_position=typed(src.get("start-position", ""), str, "[source] start-position")
     )
     if kind == "mysql":
         if "url" not in src:
             raise ConfigError('[source] url is required for type "mysql": mysql://USER@HOST:PORT')
-        url = _typed(src["url"], str, "[source] url")
+        url = typed(src["url"], str, "[source] url")
         source.url, options = _source_url_options(url, base)
         for key in ("password-env", "password-file"):
-            value = _typed(src.get(key, ""), str, f"[source] {key}")
+            value = typed(src.get(key, ""), str, f"[source] {key}")
             if value and options.get(key):
                 raise ConfigError(f"[source] {key} is given twice: as a key and in url {mask_secrets(url)!r}")
             if value and key == "password-file":
@@ -770,11 +745,11 @@ def _source(src: dict[str, Any], base: Path) -> SourceConfig:
     if "path" not in src:
         what = "the KV change records (file or directory)" if kind == "kv" else "the directory of binlog files"
         raise ConfigError(f"[source] path is required: {what}")
-    source.path = _config_path(_typed(src["path"], str, "[source] path"), base)
+    source.path = _config_path(typed(src["path"], str, "[source] path"), base)
     if kind == "kv":
         if "catalog" not in src:
             raise ConfigError('[source] catalog is required for type "kv": the TiDB table info file')
-        source.catalog = _config_path(_typed(src["catalog"], str, "[source] catalog"), base)
+        source.catalog = _config_path(typed(src["catalog"], str, "[source] catalog"), base)
     return source
 
 
@@ -784,7 +759,7 @@ SNAPSHOT_MODES = ("initial", "never", "initial-only", "when-needed")
 def _snapshot_keys(src: dict[str, Any], source: SourceConfig) -> None:
     """``snapshot``, ``snapshot-chunk-size``, ``snapshot-parallelism``, ``signal-table`` of a live source
     (docs/snapshot.md)."""
-    mode = _typed(src.get("snapshot", ""), str, "[source] snapshot").strip().lower()
+    mode = typed(src.get("snapshot", ""), str, "[source] snapshot").strip().lower()
     if mode and mode not in SNAPSHOT_MODES:
         raise ConfigError(f"[source] snapshot must be one of {', '.join(SNAPSHOT_MODES)}, got {mode!r}")
     if mode in ("initial", "initial-only") and source.start_position:
@@ -796,13 +771,13 @@ def _snapshot_keys(src: dict[str, Any], source: SourceConfig) -> None:
     if "signal-table" in src:
         from .capture.snapshot.signal import parse_signal_table  # noqa: PLC0415 - PyMySQL only for live sources
 
-        table = _typed(src["signal-table"], str, "[source] signal-table").strip()
+        table = typed(src["signal-table"], str, "[source] signal-table").strip()
         if table:
             parse_signal_table(table)
         source.signal_table = table
     for key in ("snapshot-chunk-size", "snapshot-parallelism"):
         if key in src:
-            value = _typed(src[key], int, f"[source] {key}")
+            value = typed(src[key], int, f"[source] {key}")
             if value < 1:
                 raise ConfigError(f"[source] {key} must be a positive integer, got {value}")
             setattr(source, key.replace("-", "_"), value)
@@ -840,21 +815,3 @@ def _table(doc: dict[str, Any], name: str) -> dict[str, Any]:
 
 
 #: TiCDC mysql sink-uri parameters we map onto MySQLSinkConfig; the rest are connection options.
-_MYSQL_SINK_PARAMS = {"worker-count": "workers", "safe-mode": "safe_mode", "max-txn-row": "batch_rows"}
-
-
-def mysql_target(uri: str, changefeed_id: str, time_zone: str = "UTC") -> tuple[MySQLParams, MySQLSinkConfig]:
-    """A mysql:// sink-uri, parsed once: the connection (checked now, not inside the job) and TiCDC's
-    sink parameters (worker-count, safe-mode, max-txn-row) as the sink's settings."""
-    from .clients.mysql import split_mysql_url  # noqa: PLC0415
-    from .sink.mysql import MySQLSinkConfig  # noqa: PLC0415
-
-    params, given = split_mysql_url(uri, _MYSQL_SINK_PARAMS)
-    settings: dict[str, Any] = {"changefeed_id": changefeed_id, "time_zone": time_zone}
-    for key, value in given.items():
-        name = _MYSQL_SINK_PARAMS[key]
-        if name == "safe_mode":
-            settings[name] = true_false(value, "mysql sink-uri safe-mode")
-        else:
-            settings[name] = positive_int(value, f"mysql sink-uri {key}")
-    return params, MySQLSinkConfig(**settings)

@@ -8,6 +8,8 @@ error path itself (a flooded message, a Unicode digit ``int()`` rejects).
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class ChangefeedError(Exception):
     """Base of every error changefeed raises on purpose."""
@@ -73,6 +75,25 @@ def positive_int(value: str, what: str) -> int:
     if not ascii_digits(value) or int(value) < 1:
         raise ConfigError(f"{what} must be a positive integer, got {clip(value)}")
     return int(value)
+
+
+def typed(value: object, kind: type, key: str) -> Any:
+    """A TOML value or a URI parameter string as ``kind`` (bool, int or str); a ConfigError naming ``key``."""
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str):
+            return true_false(value, key)
+        raise ConfigError(f"{key} must be true or false, got {value!r}")
+    if kind is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, str) and ascii_digits(value.strip()):
+            return int(value)
+        raise ConfigError(f"{key} must be an integer, got {value!r}")
+    if not isinstance(value, str):
+        raise ConfigError(f"{key} must be a string, got {value!r}")
+    return value
 
 
 def true_false(value: str, what: str) -> bool:

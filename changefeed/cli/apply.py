@@ -181,10 +181,11 @@ def apply_plan(args: argparse.Namespace, wait_for_topic: bool | None = None) -> 
     scheme = urlsplit(args.target).scheme.lower()
     make_sink: Callable[[], Sink]
     if scheme in ("mysql", "tidb"):
-        from ..config import mysql_target  # noqa: PLC0415
-        from ..sink.mysql import MySQLSink  # noqa: PLC0415
+        from ..sink.mysql import MySQLSink, MySQLSinkConfig  # noqa: PLC0415
 
-        connection, config = mysql_target(args.target, args.changefeed_id, options.get("time-zone", codec.time_zone))
+        connection, config = MySQLSinkConfig.from_uri(
+            args.target, args.changefeed_id, options.get("time-zone", codec.time_zone)
+        )
         # Spark's offsets only save re-reading: the downstream checkpoint row is what makes it exactly once.
         checkpoint = args.checkpoint or default_checkpoint("apply", args.changefeed_id)
         make_sink = partial(MySQLSink, connection, config)

@@ -124,8 +124,8 @@ def broker_target(args: argparse.Namespace) -> tuple[str, str | None, int | None
 
 
 def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
-    from ..config import mysql_target  # noqa: PLC0415
     from ..ops.preflight import check_all  # noqa: PLC0415 - keep `changefeed --help` light
+    from ..sink.mysql import MySQLSinkConfig  # noqa: PLC0415
 
     out = out or sys.stdout
     if not args.source and not args.broker and not args.sink:
@@ -142,7 +142,9 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
         broker=broker,
         topic=topic,
         partitions=partitions,
-        sink=mysql_target(args.sink, "check")[0] if args.sink else None,  # the connection; sink settings checked
+        sink=MySQLSinkConfig.from_uri(args.sink, "check")[0]
+        if args.sink
+        else None,  # the connection; sink settings checked
         timeout=args.timeout,
         broker_config=broker_config,
     )

@@ -14,14 +14,12 @@ from typing import IO, Any
 import orjson
 
 from ..codec import CodecOptions, Message, make_decoder, make_encoder
-from ..codec.options import PROTOCOLS
 from ..errors import ConfigError, EventFormatError
 from ..files.layout import SchemaFile
 from ..model import DDLEvent, Event, Resolved, RowChange
 from ..model.jsonl import EventReader, dumps_event
 from ..model.values import b64decode, b64encode
 
-DEFAULTS = CodecOptions()
 # Rows encoded between two `build()` calls: bounds memory while leaving Open Protocol's batching
 # (max-batch-size / max-message-bytes) to decide message boundaries inside the chunk.
 _ROWS_PER_BUILD = 4096
@@ -41,59 +39,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_codec_options(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--protocol", required=True, choices=PROTOCOLS)
-    p.add_argument("--encoding-format", choices=("json", "avro"), default="json", help="simple protocol encoding")
-    p.add_argument("--compat", choices=("ticdc", "tiflow"), default="ticdc", help="which TiCDC line to match")
-    p.add_argument("--enable-tidb-extension", action="store_true", help="canal-json _tidb and TIDB_WATERMARK")
-    p.add_argument("--max-message-bytes", type=int, default=DEFAULTS.max_message_bytes)
-    p.add_argument("--max-batch-size", type=int, default=DEFAULTS.max_batch_size)
-    p.add_argument("--only-output-updated-columns", action="store_true")
-    p.add_argument("--delete-only-output-handle-key-columns", action="store_true")
-    p.add_argument(
-        "--no-output-old-value", dest="output_old_value", action="store_false", help="open-protocol, debezium"
-    )
-    p.add_argument("--content-compatible", action="store_true", help="canal-json full mysqlType text")
-    p.add_argument("--time-zone", default="UTC")
-    p.add_argument("--cluster-id", default=DEFAULTS.cluster_id, help="debezium: TiCDC's server cluster-id")
-    p.add_argument("--debezium-disable-schema", action="store_true", help="debezium: no schema sections")
-    p.add_argument("--debezium-include-start-ts", action="store_true", help="debezium: source.start_ts")
-    p.add_argument("--delimiter", default=",", help="csv")
-    p.add_argument("--quote", default='"', help="csv; empty for escape mode")
-    p.add_argument("--null", default="\\N", help="csv null string")
-    p.add_argument("--include-commit-ts", action="store_true", help="csv")
-    p.add_argument("--binary-encoding-method", choices=("base64", "hex"), default="base64", help="csv")
-    p.add_argument("--terminator", default="\r\n", help="csv/storage line terminator")
+    CodecOptions.add_arguments(p)
     p.add_argument("--input", type=argparse.FileType("rb"), default=None, help="read from a file, not stdin")
     p.add_argument(
         "--schema-file",
         default=None,
         help="csv (and schema-less debezium) decode: the table's storage-sink schema file "
         "(schema_<version>_<checksum>.json) typing the lines",
-    )
-
-
-def options_from_args(args: argparse.Namespace) -> CodecOptions:
-    return CodecOptions(
-        protocol=args.protocol,
-        compat=args.compat,
-        encoding_format=args.encoding_format,
-        enable_tidb_extension=args.enable_tidb_extension,
-        max_message_bytes=args.max_message_bytes,
-        max_batch_size=args.max_batch_size,
-        only_output_updated_columns=args.only_output_updated_columns,
-        delete_only_output_handle_key_columns=args.delete_only_output_handle_key_columns,
-        output_old_value=args.output_old_value,
-        content_compatible=args.content_compatible,
-        time_zone=args.time_zone,
-        cluster_id=args.cluster_id,
-        debezium_disable_schema=args.debezium_disable_schema,
-        debezium_include_start_ts=args.debezium_include_start_ts,
-        delimiter=args.delimiter,
-        quote=args.quote,
-        null=args.null,
-        include_commit_ts=args.include_commit_ts,
-        binary_encoding_method=args.binary_encoding_method,
-        terminator=args.terminator,
     )
 
 
@@ -160,7 +112,7 @@ def encode_stream(events: Iterable[Event], options: CodecOptions, out: IO[bytes]
 
 
 def run_encode(args: argparse.Namespace) -> int:
-    options = options_from_args(args)
+    options = CodecOptions.from_args(args)
     stream = args.input or sys.stdin.buffer
     source = getattr(stream, "name", "<stdin>")
     encode_stream(EventReader(str(source)).read(stream), options, sys.stdout.buffer)
@@ -169,7 +121,7 @@ def run_encode(args: argparse.Namespace) -> int:
 
 
 def run_decode(args: argparse.Namespace) -> int:
-    options = options_from_args(args)
+    options = CodecOptions.from_args(args)
     decoder = make_decoder(options)
     if options.protocol == "csv" and not args.schema_file:
         # CSV lines carry no types: TiCDC's consumer types them from the table's schema file.

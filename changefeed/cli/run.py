@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigError
+from ..files.store import checkpoint_location, open_store, private_dir
 
 if TYPE_CHECKING:
     from ..clients.mysql import MySQLParams
@@ -78,7 +79,11 @@ def add_routes_option(p: argparse.ArgumentParser) -> None:
 
 def add_spark_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
-    p.add_argument("--checkpoint", type=Path, help="Spark checkpoint directory (default: OUTPUT/_spark_checkpoint)")
+    p.add_argument(
+        "--checkpoint",
+        type=checkpoint_location,
+        help="Spark checkpoint directory or Hadoop URI (hdfs://, s3a://...; default: OUTPUT/_spark_checkpoint)",
+    )
     p.add_argument(
         "--trigger-interval",
         default=None,
@@ -121,16 +126,14 @@ def add_spark_options(p: argparse.ArgumentParser) -> None:
 
 def default_checkpoint(kind: str, changefeed_id: str) -> Path:
     """``./.changefeed/KIND-ID``: where a job without an output directory keeps Spark's checkpoint."""
-    from ..ops.jobfile import private_dir  # noqa: PLC0415
-
     return private_dir(Path.cwd() / ".changefeed") / f"{kind}-{changefeed_id}"
 
 
-def prepare_checkpoint(checkpoint: Path) -> Path:
-    """Create the checkpoint directory 0700 before Spark, the merge stage or the status file write into it."""
-    from ..ops.jobfile import private_dir  # noqa: PLC0415
-
-    return private_dir(checkpoint)
+def prepare_checkpoint(checkpoint: Path | str) -> Path | str:
+    """The checkpoint location made absolute; a local directory created 0700 before Spark, the merge stage or
+    the status file write into it (a URI's directories are the filesystem's to create)."""
+    location = checkpoint_location(checkpoint)
+    return private_dir(location) if isinstance(location, Path) else location
 
 
 #: The micro-batch interval when neither ``--trigger-interval`` nor the sink-uri's ``flush-interval``
@@ -202,7 +205,7 @@ class JobPlan:
     changefeed_id: str
     source: dict[str, str]  # data source options
     make_sink: Callable[[], Sink]
-    checkpoint: Path
+    checkpoint: Path | str
     interval: str
     where: str  # the sink, for the summary line
     kinds: tuple[str, str]  # source and sink kind, for logs and metrics (`set_job_context`)
@@ -287,7 +290,7 @@ def launch(args: argparse.Namespace, plan: JobPlan, stop: threading.Event | None
 
     set_job_context(args, plan.changefeed_id, source=plan.kinds[0], sink=plan.kinds[1])
     trigger = spark_interval(plan.interval)
-    checkpoint = prepare_checkpoint(plan.checkpoint.absolute())  # the driver's JVM may run elsewhere (session.py)
+    checkpoint = prepare_checkpoint(plan.checkpoint)
     spark = spark_session(args)
     return streaming(
         lambda: run_job(
@@ -317,7 +320,7 @@ def spark_session(args: argparse.Namespace) -> Any:
 
 def preflight(
     config: ChangefeedConfig,
-    checkpoint: Path,
+    checkpoint: Path | str,
     *,
     broker: tuple[str, str, int | None] | None = None,
     broker_config: Mapping[str, Any] | None = None,
@@ -366,14 +369,14 @@ def _configured_start(text: str) -> Any:
     return start if not isinstance(start, str) and start is not None and start.file else None
 
 
-def resume_position(checkpoint: Path) -> dict[str, Any] | None:
+def resume_position(checkpoint: Path | str) -> dict[str, Any] | None:
     """The source offset the next micro-batch of a Spark checkpoint starts at: its last committed batch's end.
 
     A batch without a commit is re-run from the previous end (`changefeed.ops.status.spark_status`).
     """
     from ..ops.status import spark_status  # noqa: PLC0415
 
-    if not (checkpoint / "offsets").is_dir():
+    if not open_store(checkpoint).child("offsets").exists():
         return None
     for offset in spark_status(checkpoint).committed_offsets:
         if isinstance(offset, dict) and "file" in offset:

@@ -48,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--checkpoint",
         metavar="DIR",
-        help="a Spark job's checkpoint directory: state, rate, tables, last error, offsets",
+        help="a Spark job's checkpoint directory or URI: state, rate, tables, last error, offsets",
     )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=run)
@@ -93,13 +93,15 @@ def run(args: argparse.Namespace, out: IO[str] | None = None) -> int:
 
 def _checkpoint(directory: str | Path) -> dict[str, Any]:
     """A Spark checkpoint directory: the job's status file (None before any job wrote one) and Spark's logs."""
-    from ..dispatch.pipeline import pending_alters  # noqa: PLC0415
+    from ..files.batchstate import pending_alters  # noqa: PLC0415
+    from ..files.store import open_store  # noqa: PLC0415
     from ..ops.status import job_status, spark_status  # noqa: PLC0415
 
     job = job_status(directory)
     out: dict[str, Any] = {"job": job.to_json() if job is not None else None}
     out["spark"] = spark_status(directory).to_json()
-    pending = pending_alters(directory)  # online-ddl: ALTERs of a gh-ost/pt-osc migration awaiting its cut-over
+    # online-ddl: ALTERs of a gh-ost/pt-osc migration awaiting its cut-over
+    pending = pending_alters(open_store(directory))
     if pending:
         out["online_ddl"] = pending
     return out

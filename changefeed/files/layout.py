@@ -24,7 +24,16 @@ from typing import Any
 
 from ..errors import ChangefeedError, SinkError, ascii_digits, clip
 from ..model import Column, ColumnFlag, Index, TableSchema, TypeCode, parse_type_name, type_name
-from ..model.types import DEFAULT_FLEN, INTEGER_TYPES, STRING_TYPES, UNSIGNED_DEFAULT_FLEN
+from ..model.types import (
+    ALWAYS_UNSIGNED_TYPES,
+    DEFAULT_FLEN,
+    ENUM_SET_TYPES,
+    FLOAT_TYPES,
+    FSP_TYPES,
+    NUMBER_TYPES,
+    STRING_TYPES,
+    UNSIGNED_DEFAULT_FLEN,
+)
 from .paths import decode_name, encode_name
 
 SCHEMA_FILE_RE = re.compile(r"^schema_(\d+)_(\d{10})\.json$")
@@ -35,10 +44,9 @@ EXTENSIONS = {"csv": ".csv", "canal-json": ".json"}
 #: checkpoint of `changefeed run`. A schema with one of these names is escaped, not merged into it.
 ROOT_ENTRIES = frozenset({"metadata", "_spark_checkpoint"})
 
-_PRECISION_TYPES = (
-    INTEGER_TYPES | STRING_TYPES | {TypeCode.BIT, TypeCode.YEAR, TypeCode.FLOAT, TypeCode.DOUBLE, TypeCode.DECIMAL}
-)
-_SCALE_WHEN_SET = {TypeCode.FLOAT, TypeCode.DOUBLE, TypeCode.TIME, TypeCode.DATETIME, TypeCode.TIMESTAMP}
+# TiCDC's schema file: which types print ColumnPrecision, and which print a scale only when set.
+_PRECISION_TYPES = NUMBER_TYPES | STRING_TYPES | ALWAYS_UNSIGNED_TYPES
+_SCALE_WHEN_SET = FLOAT_TYPES | FSP_TYPES
 
 
 class LayoutError(ChangefeedError):
@@ -59,7 +67,7 @@ def table_col(column: Column, with_elems: bool = True) -> dict[str, Any]:
     tc = column.type_code
     out: dict[str, Any] = {"ColumnName": column.name}
     ctype = type_name(tc, column.binary).upper()
-    if column.unsigned and tc not in (TypeCode.BIT, TypeCode.YEAR):
+    if column.unsigned and tc not in ALWAYS_UNSIGNED_TYPES:
         ctype += " UNSIGNED"
     out["ColumnType"] = ctype
     if column.default is not None:
@@ -161,7 +169,7 @@ class SchemaFile:
             code, binary, unsigned = parse_type_name(col["ColumnType"])
             precision = col.get("ColumnPrecision")
             scale = col.get("ColumnScale")
-            string_like = code in (TypeCode.ENUM, TypeCode.SET) or (not binary and code in STRING_TYPES)
+            string_like = code in ENUM_SET_TYPES or (not binary and code in STRING_TYPES)
             columns.append(
                 Column(
                     name=col["ColumnName"],

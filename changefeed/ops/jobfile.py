@@ -3,8 +3,8 @@
 Spark's checkpoint says which offsets were planned and committed, but not who runs the query, how
 fast it goes, what it wrote per table or why it stopped. The driver keeps that here, in
 ``<checkpoint dir>/changefeed-status.json``, so ``changefeed status`` can answer without talking to
-the job. Every write replaces the file atomically (a temporary file, then ``os.replace``): a reader
-sees the previous document or the next one, never half of one.
+the job. Every write replaces the file atomically (`changefeed.files.store`): a reader sees the
+previous document or the next one, never half of one.
 
 Per-table counts are cumulative across restarts: a new run starts from the previous document's
 counts. A batch's rows are counted once per batch id, when it finishes or fails (its events were
@@ -17,7 +17,6 @@ offsets, and the error text passes through `mask_secrets`.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import socket
@@ -30,6 +29,7 @@ from typing import Any
 import orjson
 
 from ..errors import ChangefeedError
+from ..files.store import StateStore, open_store
 from .logging import mask_secrets
 
 __all__ = [
@@ -38,7 +38,6 @@ __all__ = [
     "JobDocument",
     "JobStatusWriter",
     "pid_alive",
-    "private_dir",
     "read_job_document",
 ]
 
@@ -112,45 +111,31 @@ def pid_alive(doc: JobDocument) -> bool | None:
     return True
 
 
-def read_job_document(directory: str | Path) -> JobDocument | None:
+def read_job_document(directory: str | Path | StateStore) -> JobDocument | None:
     """The status document of a checkpoint directory, None when no job wrote one."""
-    path = Path(directory) / STATUS_FILE
+    store = open_store(directory)
+    where = f"{store.where}/{STATUS_FILE}"
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
+        raw = store.read(STATUS_FILE)
+    except ChangefeedError as exc:
+        raise ChangefeedError(f"cannot read the job status file: {exc.message}", where=where) from None
+    if raw is None:
         return None
-    except OSError as exc:
-        raise ChangefeedError(f"cannot read the job status file: {exc}", where=str(path)) from None
     try:
         return JobDocument.from_json(orjson.loads(raw))
     except (orjson.JSONDecodeError, TypeError) as exc:
-        raise ChangefeedError(f"unreadable job status file: {exc}", where=str(path)) from None
-
-
-def private_dir(path: str | Path) -> Path:
-    """``path`` as a directory, created mode 0700 when missing (an existing one is left as it is).
-
-    Checkpoint and status directories hold source positions, offsets and error texts: only the
-    user running the job needs them. Missing parents are created with default permissions (a
-    checkpoint inside a storage-sink directory must not close that directory to its readers).
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        path.mkdir(mode=0o700)
-    except FileExistsError:
-        return path
-    os.chmod(path, 0o700)  # exactly 0700, whatever the umask
-    return path
+        raise ChangefeedError(f"unreadable job status file: {exc}", where=where) from None
 
 
 class JobStatusWriter:
     """Keeps one job's document up to date; every method writes the file."""
 
-    def __init__(self, directory: str | Path, changefeed_id: str, job: str, source: str = "", sink: str = "") -> None:
-        self.path = Path(directory) / STATUS_FILE
+    def __init__(
+        self, directory: str | Path | StateStore, changefeed_id: str, job: str, source: str = "", sink: str = ""
+    ) -> None:
+        self.store = open_store(directory)
         try:
-            previous = read_job_document(directory)
+            previous = read_job_document(self.store)
         except ChangefeedError as exc:  # a torn or foreign file: start counting afresh rather than not at all
             log.warning("previous job status file ignored", extra={"error": str(exc)})
             previous = None
@@ -220,12 +205,8 @@ class JobStatusWriter:
         self._write()
 
     def _write(self) -> None:
-        private_dir(self.path.parent)
-        tmp = self.path.with_name(f".{STATUS_FILE}.{os.getpid()}.tmp")
+        data = orjson.dumps(self.doc.to_json(), default=str, option=orjson.OPT_INDENT_2)
         try:
-            tmp.write_bytes(orjson.dumps(self.doc.to_json(), default=str, option=orjson.OPT_INDENT_2))
-            os.replace(tmp, self.path)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                tmp.unlink()
-            raise ChangefeedError(f"cannot write the job status file: {exc}", where=str(self.path)) from None
+            self.store.write(STATUS_FILE, data, durable=False)  # a status, not state: no fsync per batch
+        except ChangefeedError as exc:
+            raise ChangefeedError(f"cannot write the job status file: {exc.message}", where=exc.where) from None

@@ -116,7 +116,7 @@ class JobMonitor:
     def log_fields(self) -> dict[str, Any]:
         return {"changefeed": self.context.changefeed_id, "job": self.job}
 
-    def start(self, checkpoint: Path) -> None:
+    def start(self, checkpoint: Path | str) -> None:
         """Before the query starts: the endpoint (when a port was asked for), ``changefeed_info``, the status file."""
         ctx = self.context
         metrics.set_info(changefeed=ctx.changefeed_id, job=self.job, source=ctx.source, sink=self.sink)

@@ -29,6 +29,7 @@ from typing import Any
 from ..clients.mysql import MySQLError, MySQLParams, ProgrammingError, parse_mysql_url
 from ..errors import ChangefeedError, ascii_digits
 from ..files.layout import DATA_FILE_RE, SCHEMA_FILE_RE, read_checkpoint
+from ..files.store import StateStore, open_store
 from ..model.tso import tso_physical_ms
 from ..secrets import mask_secrets
 from ..sink.mysql.checkpoint import CHECKPOINT_TABLE
@@ -192,22 +193,24 @@ class SparkCheckpointStatus:
         return asdict(self)
 
 
-def _batch_ids(directory: Path) -> list[int]:
-    if not directory.is_dir():
-        return []
-    return sorted(int(p.name) for p in directory.iterdir() if p.is_file() and ascii_digits(p.name))
+def _batch_ids(log: StateStore) -> list[int]:
+    return sorted(int(name) for name in log.names() if ascii_digits(name))
 
 
-def _read_offsets(path: Path) -> tuple[dict[str, Any], list[Any]]:
+def _read_offsets(log: StateStore, batch: int) -> tuple[dict[str, Any], list[Any]]:
     """``offsets/<id>``: a version line, the batch metadata JSON, then one line per source (``-``: none)."""
+    path = f"{log.where}/{batch}"
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        raw = log.read(str(batch))
+        if raw is None:
+            raise ValueError("the file is gone")
+        lines = raw.decode("utf-8").splitlines()
         if len(lines) < 2 or not lines[0].startswith("v"):
             raise ValueError("expected a version line and a metadata line")
         meta = json.loads(lines[1])
         offsets = [None if line.strip() == "-" else _json_or_text(line) for line in lines[2:]]
-    except (OSError, ValueError) as exc:
-        raise StatusError(f"unreadable Spark offset log: {exc}", where=str(path)) from None
+    except (ChangefeedError, ValueError) as exc:
+        raise StatusError(f"unreadable Spark offset log: {exc}", where=path) from None
     return meta, offsets
 
 
@@ -219,33 +222,35 @@ def _json_or_text(line: str) -> Any:
 
 
 def spark_status(directory: str | Path) -> SparkCheckpointStatus:
-    """The last micro-batch of a Structured Streaming checkpoint and whether it committed."""
-    path = Path(directory)
-    if not (path / "offsets").is_dir():
-        raise StatusError(f"{path} is not a Spark streaming checkpoint (no offsets/ folder)")
+    """The last micro-batch of a Structured Streaming checkpoint (a directory or URI) and whether it committed."""
+    store = open_store(directory)
+    offset_log = store.child("offsets")
+    if not offset_log.exists():
+        raise StatusError(f"{store.where} is not a Spark streaming checkpoint (no offsets/ folder)")
     query_id = None
-    if (path / "metadata").is_file():
+    metadata = store.read("metadata")
+    if metadata is not None:
         try:
-            query_id = json.loads((path / "metadata").read_text(encoding="utf-8")).get("id")
+            query_id = json.loads(metadata).get("id")
         except ValueError:
             query_id = None
-    planned = _batch_ids(path / "offsets")
-    committed = _batch_ids(path / "commits")
+    planned = _batch_ids(offset_log)
+    committed = _batch_ids(store.child("commits"))
     last = planned[-1] if planned else None
     last_commit = committed[-1] if committed else None
     meta: dict[str, Any] = {}
     offsets: list[Any] = []
     if last is not None:
-        meta, offsets = _read_offsets(path / "offsets" / str(last))
+        meta, offsets = _read_offsets(offset_log, last)
     committed_offsets: list[Any] = offsets if last is not None and last == last_commit else []
-    if last_commit is not None and last_commit != last and (path / "offsets" / str(last_commit)).is_file():
-        committed_offsets = _read_offsets(path / "offsets" / str(last_commit))[1]
+    if last_commit is not None and last_commit != last and last_commit in planned:
+        committed_offsets = _read_offsets(offset_log, last_commit)[1]
     stamp = meta.get("batchTimestampMs")
     batch_time = (
         dt.datetime.fromtimestamp(int(stamp) / 1000, dt.UTC).isoformat(timespec="milliseconds") if stamp else None
     )
     return SparkCheckpointStatus(
-        str(path),
+        store.where,
         query_id,
         last,
         last_commit,

@@ -49,9 +49,11 @@ from typing import TYPE_CHECKING, Any, Protocol
 import orjson
 
 from ..codec import CodecOptions
-from ..dispatch.pipeline import STATE_FILE, BatchState, EventPipeline
+from ..dispatch.pipeline import EventPipeline
 from ..dispatch.route import EventTransform, partition_events
 from ..errors import ChangefeedError, ConfigError
+from ..files.batchstate import BatchState
+from ..files.store import StateStore, checkpoint_location, open_store
 from ..model import Resolved
 from ..model.jsonl import EventReader
 from ..model.tso import tso_physical_ms
@@ -205,7 +207,7 @@ def _run_query(
     spark: SparkSession,
     source: DataFrame,
     runner: _BatchRunner,
-    checkpoint: Path,
+    checkpoint: Path | str,
     trigger_interval: str | None,
     available_now: bool,
     query_name: str,
@@ -280,9 +282,9 @@ def _log_spark_durations(query: Any, name: str, last_batch: int) -> int:
     return int(p.batchId)
 
 
-def _check_dirs(checkpoint: Path, sink: Sink) -> None:
+def _check_dirs(checkpoint: Path | str, sink: Sink) -> None:
     output = getattr(sink, "root", None)  # a storage directory or the snapshots' directory
-    if isinstance(output, Path) and checkpoint.resolve() == output.resolve():
+    if isinstance(output, Path) and isinstance(checkpoint, Path) and checkpoint.resolve() == output.resolve():
         raise ConfigError(f"the Spark checkpoint directory must not be the output directory itself: {output}")
 
 
@@ -310,7 +312,7 @@ def source_options(
 
 def storage_source(storage_root: str | Path, codec: CodecOptions) -> dict[str, str]:
     """The data source options that read a storage-sink directory written with ``codec``."""
-    return {"input": "storage", "path": str(storage_root), **_codec_options(codec)}
+    return {"input": "storage", "path": str(storage_root), **codec.to_mapping()}
 
 
 #: Where the apply job decodes Kafka messages: ``tasks``, ``driver`` or ``auto`` (`decode_in_tasks`).
@@ -369,7 +371,7 @@ def plan(
     spark: SparkSession,
     source: Mapping[str, str],
     sink: Sink,
-    checkpoint: Path,
+    checkpoint: Path | str,
     router: EventTransform | None = None,
 ) -> Plan:
     """The one choice of how data moves from a source to a sink (docs/spark.md, "Jobs"):
@@ -379,7 +381,7 @@ def plan(
     * binlog -> MySQL or Parquet: the ranges are decoded on the driver into Arrow row blocks, in
       binlog (= commit) order, and written as they come;
     * Kafka: messages decoded (in the range tasks or here, `decode_in_tasks`) and merged across
-      partitions here, with state saved in the checkpoint directory (changefeed/spark/merge.py);
+      partitions here, with state saved beside the checkpoint (changefeed/spark/merge.py);
     * storage: ranges of files read and decoded here, in commit order;
     * any other input (the mounter's ``kv``): the changelog's JSONL events, encoded in executors
       for storage and Kafka, parsed here otherwise.
@@ -391,14 +393,17 @@ def plan(
     """
     options = dict(source)
     opts = SourceOptions.parse(options)
+    store = open_store(checkpoint)  # the job's own files beside Spark's checkpoint (changefeed/files/store.py)
     encoder = _encoder(sink)
     if isinstance(router, EventPipeline) and router.stateful:
         encoder = None  # the driver decodes and hands events to the sink's own `write`
     if opts.input == "binlog":
         if not any(k.lower() == "snapshotdir" for k in options):  # a snapshot's chunks until their batch commits
-            options["snapshotDir"] = str(checkpoint / "changefeed-snapshot")
-            # In local mode every reader of the batch sees that directory: partitions name the chunk files.
-            options.setdefault("snapshotDirShared", str(is_local_master(spark.sparkContext.master or "")).lower())
+            spill = store.child("changefeed-snapshot")
+            options["snapshotDir"] = spill.where
+            # In local mode every reader of the batch sees a local directory: partitions name the chunk files.
+            shared = spill.local is not None and is_local_master(spark.sparkContext.master or "")
+            options.setdefault("snapshotDirShared", str(shared).lower())
         decoder = RangeDecoder.from_options(options)
         if encoder is not None:
             encode, write = encoder
@@ -407,35 +412,35 @@ def plan(
             return Plan(stream, lambda df, batch_id: (encode(df, events_of),), write)
         # Ranges come in binlog order, each in commit order: no sort (a block may span commit ts).
         stage = OrderedStage(BINLOG_RANGES, lambda table: decoder.events(table.to_batches()), sort=False)
-        return _routed(_staged(spark, options, stage, sink), router, checkpoint)
+        return _routed(_staged(spark, options, stage, sink), router, store)
     if opts.input == "kafka":
         kafka = KafkaInput(opts)
         decoder_of = kafka.message_decoder(decode_in_tasks(spark))
-        merge = MergeStage(checkpoint / "changefeed-merge", kafka.topic, kafka.partition_ids(), decoder_of)
-        return _routed(_staged(spark, options, merge, sink), router, checkpoint)
+        merge = MergeStage(store.child("changefeed-merge"), kafka.topic, kafka.partition_ids(), decoder_of)
+        return _routed(_staged(spark, options, merge, sink), router, store)
     if opts.input == "storage":
         ranges = StorageInput(opts).range_decoder()
         stage = OrderedStage(STORAGE_RANGES, lambda t: ranges.events(t.to_batches()))
-        return _routed(_staged(spark, options, stage, sink), router, checkpoint)
+        return _routed(_staged(spark, options, stage, sink), router, store)
     if encoder is None:
-        return _routed(changelog_plan(spark, options, sink), router, checkpoint)
+        return _routed(changelog_plan(spark, options, sink), router, store)
     encode, write = encoder
     stream = _stream(spark, options, events="true")
     jsonl = partition_events(router, jsonl_events)
     return Plan(stream, lambda df, batch_id: (encode(in_commit_order(df), jsonl),), write)
 
 
-def _routed(how: Plan, router: EventTransform | None, checkpoint: Path) -> Plan:
+def _routed(how: Plan, router: EventTransform | None, store: StateStore) -> Plan:
     """``how`` with every piece the driver writes routed (table routing, docs/routing.md).
 
     A stateful pipeline starts each batch from the state the last flushed batch left
-    (`BatchState`, in the checkpoint directory) and saves its own once the sink has flushed it.
+    (`BatchState`, beside the checkpoint) and saves its own once the sink has flushed it.
     """
     if router is None:
         return how
     collect = how.collect
     pipeline = router if isinstance(router, EventPipeline) and router.stateful else None
-    saved = BatchState(checkpoint / STATE_FILE) if pipeline is not None else None
+    saved = BatchState(store) if pipeline is not None else None
 
     def routed(df: DataFrame, batch_id: int) -> Iterable[list[Any]]:
         if pipeline is not None and saved is not None:
@@ -505,7 +510,7 @@ def run_job(
     rule). The sink is opened here and closed at the end, also on failure: `close` never
     flushes, so nothing of a failed batch is made durable.
     """
-    checkpoint = Path(checkpoint)
+    checkpoint = checkpoint_location(checkpoint)
     _check_dirs(checkpoint, sink)
     stored = sink.open()
     log.info("sink open", extra={"job": job, "sink": sink.kind, "checkpoint_ts": stored})
@@ -523,30 +528,6 @@ def run_job(
                 staged.close()
         finally:
             sink.close()
-
-
-def _codec_options(codec: CodecOptions) -> dict[str, str]:
-    """The codec options that differ from the defaults, as data source options."""
-    defaults = CodecOptions()
-    out: dict[str, str] = {"protocol": codec.protocol}
-    for name in (
-        "enable_tidb_extension",
-        "include_commit_ts",
-        "delimiter",
-        "quote",
-        "null",
-        "terminator",
-        "binary_encoding_method",
-        "csv_output_old_value",
-        "output_field_header",
-        "time_zone",
-        "compat",
-    ):
-        value = getattr(codec, name)
-        if value != getattr(defaults, name):
-            key = "output-old-value" if name == "csv_output_old_value" else name.replace("_", "-")
-            out[key] = str(value).lower() if isinstance(value, bool) else str(value)
-    return out
 
 
 def streaming(call: Callable[[], JobStats]) -> JobStats:

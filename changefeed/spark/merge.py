@@ -27,7 +27,6 @@ never commits batch N's offsets without the rows it left pending being saved.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -36,6 +35,7 @@ import orjson
 
 from ..consume import PartitionMerger
 from ..errors import ChangefeedError, ascii_digits
+from ..files.store import StateStore, open_store
 from ..model import Event, Resolved, RowChange, TableSchema
 from ..model.jsonl import EventReader, dumps_event
 from ..model.rowblock import RowBlock
@@ -166,8 +166,10 @@ class OrderedStage:
         """Nothing held."""
 
 
-def save_state(path: Path, merger: PartitionMerger, *, batch_id: int, topic: str, partitions: Sequence[int]) -> None:
-    """Write ``merger``'s state to ``path`` atomically (temporary file, fsync, rename, fsync of the directory)."""
+def save_state(
+    store: StateStore, name: str, merger: PartitionMerger, *, batch_id: int, topic: str, partitions: Sequence[int]
+) -> None:
+    """Write ``merger``'s state as ``name`` in ``store``, atomically and durably (`StateStore.write`)."""
     state, events = merger.snapshot()
     header = {
         "format": _FORMAT,
@@ -177,27 +179,21 @@ def save_state(path: Path, merger: PartitionMerger, *, batch_id: int, topic: str
         "partitions": list(partitions),
         "merger": state,
     }
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(orjson.dumps(header, option=orjson.OPT_APPEND_NEWLINE))
-        for event in events:
-            fh.write(dumps_event(event))
-        fh.flush()
-        os.fsync(fh.fileno())
-    tmp.replace(path)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)  # the rename itself survives a crash
-    finally:
-        os.close(fd)
+    parts = [orjson.dumps(header, option=orjson.OPT_APPEND_NEWLINE)]
+    parts.extend(dumps_event(event) for event in events)
+    store.write(name, b"".join(parts))
 
 
-def load_state(path: Path, topic: str, partitions: Sequence[int]) -> PartitionMerger:
-    """The merger saved in ``path``; any damage is a ChangefeedError naming the file (the file may be hostile)."""
+def load_state(store: StateStore, name: str, topic: str, partitions: Sequence[int]) -> PartitionMerger:
+    """The merger saved as ``name``; any damage is a ChangefeedError naming the file (the file may be hostile)."""
+    path = f"{store.where}/{name}"
     try:
-        lines = path.read_bytes().splitlines()
-    except OSError as exc:
-        raise ChangefeedError(f"cannot read the kafka merge state: {exc.strerror or exc}", where=str(path)) from None
+        raw = store.read(name)
+    except ChangefeedError as exc:
+        raise ChangefeedError(f"cannot read the kafka merge state: {exc.message}", where=path) from None
+    if raw is None:
+        raise ChangefeedError("the kafka merge state is gone", where=path)
+    lines = raw.splitlines()
     try:
         header = orjson.loads(lines[0]) if lines else None
         if not isinstance(header, dict) or header.get("format") != _FORMAT:
@@ -231,14 +227,14 @@ class MergeStage:
 
     def __init__(
         self,
-        state_dir: str | Path,
+        state: StateStore | str | Path,
         topic: str,
         partitions: Sequence[int],
         decoder: MessageDecoder | DecodedReader | None = None,
     ) -> None:
         # The kafka input's raw messages, or messages its tasks decoded (changefeed/spark/datasource/).
         self.output = decoder.output if decoder is not None else "messages"
-        self.dir = Path(state_dir)
+        self.store = open_store(state)
         self.topic = topic
         self.partitions = sorted(partitions)
         self.decoder = decoder
@@ -249,14 +245,15 @@ class MergeStage:
         self._saved: tuple[int, PartitionMerger] | None = None  # the newest state saved by this process
         self.intern = SchemaInterner()
 
-    def _file(self, batch_id: int) -> Path:
-        return self.dir / f"{_PREFIX}{batch_id:012d}{_SUFFIX}"
+    @staticmethod
+    def _file(batch_id: int) -> str:
+        return f"{_PREFIX}{batch_id:012d}{_SUFFIX}"
 
     def _saved_ids(self) -> list[int]:
         ids = []
-        for path in self.dir.glob(f"{_PREFIX}*{_SUFFIX}"):
-            number = path.name[len(_PREFIX) : -len(_SUFFIX)]
-            if ascii_digits(number):
+        for name in self.store.names():
+            number = name[len(_PREFIX) : -len(_SUFFIX)]
+            if name.startswith(_PREFIX) and name.endswith(_SUFFIX) and ascii_digits(number):
                 ids.append(int(number))
         return sorted(ids)
 
@@ -265,17 +262,17 @@ class MergeStage:
         older = [i for i in self._saved_ids() if i < batch_id]
         saved, self._saved = self._saved, None  # merge() changes it in place: reusable only once committed
         if not older:
-            if any(self.dir.glob("merger-*.pkl")):
+            if any(n.startswith("merger-") and n.endswith(".pkl") for n in self.store.names()):
                 raise ChangefeedError(
                     "the kafka merge state was saved in the pickle form of an older changefeed, which this "
                     "version does not read: finish the stream with the older version, or start a new checkpoint "
                     "(the MySQL sink skips what it already applied)",
-                    where=str(self.dir),
+                    where=self.store.where,
                 )
             return PartitionMerger(self.partitions)
         if saved is not None and saved[0] == older[-1]:
             return saved[1]  # the same state the file holds, without reading it back
-        return load_state(self._file(older[-1]), self.topic, self.partitions)
+        return load_state(self.store, self._file(older[-1]), self.topic, self.partitions)
 
     def run(self, messages: pa.Table, batch_id: int) -> list[Event | RowBlock]:
         """A batch of the input's rows: decoded (or unpacked) once, then merged (see `merge`)."""
@@ -326,11 +323,17 @@ class MergeStage:
         """Save the state after ``batch_id``, once the sink made the batch durable."""
         if self._merger is None:
             return
-        self.dir.mkdir(parents=True, exist_ok=True)
-        save_state(self._file(batch_id), self._merger, batch_id=batch_id, topic=self.topic, partitions=self.partitions)
+        save_state(
+            self.store,
+            self._file(batch_id),
+            self._merger,
+            batch_id=batch_id,
+            topic=self.topic,
+            partitions=self.partitions,
+        )
         self._saved, self._merger = (batch_id, self._merger), None
         for old in self._saved_ids()[:-_KEEP]:
-            self._file(old).unlink(missing_ok=True)
+            self.store.delete(self._file(old))
 
     def close(self) -> None:
         if self.decoder is not None:

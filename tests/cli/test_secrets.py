@@ -18,8 +18,9 @@ import pytest
 from changefeed.cli import build_parser, main
 from changefeed.clients.mysql import parse_mysql_url
 from changefeed.errors import ConfigError
+from changefeed.files.store import private_dir
 from changefeed.ops import metrics
-from changefeed.ops.jobfile import STATUS_FILE, JobStatusWriter, private_dir
+from changefeed.ops.jobfile import STATUS_FILE, JobStatusWriter
 from changefeed.ops.monitor import current_job_context, job_context, set_job_context
 from changefeed.secrets import mask_secrets, url_passwords
 from changefeed.testing import MariaDBServer

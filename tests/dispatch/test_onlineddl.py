@@ -9,8 +9,10 @@ import pytest
 
 from changefeed.config import parse_config
 from changefeed.dispatch.onlineddl import OnlineDDL, OnlineDDLError, classify
-from changefeed.dispatch.pipeline import BatchState, EventPipeline
+from changefeed.dispatch.pipeline import EventPipeline
 from changefeed.dispatch.route import Router, RouteRule
+from changefeed.files.batchstate import BatchState
+from changefeed.files.store import LocalStore
 from changefeed.model import Column, DDLEvent, Index, Op, Resolved, RowChange, TableSchema, TypeCode
 from changefeed.model.ddl import classify_ddl
 from changefeed.model.rowblock import RowBlock, Segment
@@ -185,18 +187,18 @@ def test_config_switch(tmp_path: Path) -> None:
 
 def test_batch_state_replays_a_batch_from_the_state_before_it(tmp_path: Path) -> None:
     path = tmp_path / "state.json"
-    saved = BatchState(path)
+    saved = BatchState(LocalStore(tmp_path), "state.json")
     assert saved.for_batch(0) == {}
     saved.save(0, {"a": 1})
     saved.save(1, {"a": 2})
-    again = BatchState(path)  # a restart
+    again = BatchState(LocalStore(tmp_path), "state.json")  # a restart
     assert again.for_batch(1) == {"a": 1}  # batch 1 replayed (Spark had not committed it)
     assert again.for_batch(2) == {"a": 2}
     again.save(2, {"a": 2})  # unchanged: not rewritten
-    assert BatchState(path).for_batch(2) == {"a": 2}
+    assert BatchState(LocalStore(tmp_path), "state.json").for_batch(2) == {"a": 2}
     path.write_text("{")
     with pytest.raises(Exception, match="corrupt"):
-        BatchState(path)
+        BatchState(LocalStore(tmp_path), "state.json")
 
 
 def test_status_shows_the_alters_waiting_for_their_cut_over(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -204,7 +206,7 @@ def test_status_shows_the_alters_waiting_for_their_cut_over(tmp_path: Path, caps
 
     osc = OnlineDDL()
     osc.apply(gh_ost()[:4])
-    BatchState(tmp_path / "changefeed-pipeline.json").save(0, EventPipeline(None, None, osc).state())
+    BatchState(LocalStore(tmp_path)).save(0, EventPipeline(None, None, osc).state())
     (tmp_path / "offsets").mkdir()  # a Spark checkpoint that planned no batch yet
     assert main(["status", "--checkpoint", str(tmp_path)]) == 0
     out = capsys.readouterr().out

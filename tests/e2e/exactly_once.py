@@ -68,8 +68,11 @@ class Kill:
 class Job:
     """One ``changefeed`` subprocess in its own session, killed as a whole group."""
 
-    def __init__(self, name: str, argv: list[str], workdir: Path) -> None:
+    def __init__(self, name: str, argv: list[str], workdir: Path, hosts: list[Path] | None = None) -> None:
         self.name, self.argv, self.workdir = name, argv, workdir
+        #: Working directories taken in turn, one per run, each its own HOME and TMPDIR: a job
+        #: restarted "on another host" finds nothing of the previous run but the checkpoint URI.
+        self.hosts = hosts or [workdir]
         self.proc: subprocess.Popen[bytes] | None = None
         self.runs = 0
         self.kills: list[Kill] = []
@@ -82,10 +85,14 @@ class Job:
     def start(self) -> None:
         self.runs += 1
         self.started = time.monotonic()
+        host = self.hosts[self.runs % len(self.hosts)]
+        host.mkdir(exist_ok=True)
+        env = os.environ if len(self.hosts) == 1 else {**os.environ, "HOME": str(host), "TMPDIR": str(host)}
         with self.log.open("wb") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "changefeed", *self.argv],
-                cwd=self.workdir,
+                cwd=host,
+                env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -263,6 +270,9 @@ class Scenario:
     source: str = "files"
     #: Seconds the workload runs at least, kills or not (``scripts/soak --kills 0`` as a live demo).
     duration: float = 0.0
+    #: Each restart in another working directory (HOME, TMPDIR) with the checkpoints given as
+    #: ``file://`` URIs of one shared directory: a job resumed on another host (docs/deploy.md).
+    elsewhere: bool = False
 
     def __post_init__(self) -> None:
         if self.source not in ("files", "server"):
@@ -370,10 +380,15 @@ def run_scenario(scenario: Scenario) -> Outcome:
         f'changefeed-id = "{changefeed_id}"\nsink-uri = "{uri}"\n{_source_section(s)}[filter]\nrules = ["{schema}.*"]\n'
     )
     spark = ["--master", "local[2]", "--trigger-interval", "500ms", "--spark-conf", JVM]
-    capture = Job("capture", ["run", str(config), "--checkpoint", str(s.workdir / "ck-run"), *spark], s.workdir)
+    shared = s.workdir / "shared"
+    ck_run, ck_apply = (shared / "ck-run").as_uri(), (shared / "ck-apply").as_uri()
+    if not s.elsewhere:
+        ck_run, ck_apply = str(s.workdir / "ck-run"), str(s.workdir / "ck-apply")
+    hosts = [s.workdir / "host-a", s.workdir / "host-b"] if s.elsewhere else None
+    capture = Job("capture", ["run", str(config), "--checkpoint", ck_run, *spark], s.workdir, hosts)
     apply_argv = ["apply", "--from", uri, "--to", f"{s.downstream.url}/?worker-count={s.worker_count}"]
-    apply_argv += ["--changefeed-id", changefeed_id, "--checkpoint", str(s.workdir / "ck-apply"), *spark]
-    apply = Job("apply", apply_argv, s.workdir)
+    apply_argv += ["--changefeed-id", changefeed_id, "--checkpoint", ck_apply, *spark]
+    apply = Job("apply", apply_argv, s.workdir, hosts)
 
     failures: list[BaseException] = []
     stop = threading.Event()

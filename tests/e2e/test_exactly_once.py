@@ -69,3 +69,20 @@ def test_exactly_once_through_kafka_debezium(
     scenario = Scenario(upstream, mariadb_downstream, tmp_path, "kafka", broker, DEBEZIUM_KILLS, SEED, PAUSE, print)
     scenario.protocol = "debezium"
     _check(run_scenario(scenario), DEBEZIUM_KILLS)
+
+
+def test_exactly_once_resumed_on_another_host_from_checkpoint_uris(
+    upstream: MariaDBServer, mariadb_downstream: MariaDBServer, broker: Broker, tmp_path: Path
+) -> None:
+    """Every restart in another working directory (its own HOME and TMPDIR), the checkpoints given as
+    ``file://`` URIs of one shared directory: what a job keeps of its own (the Kafka merge state, the
+    status file) lives beside Spark's checkpoint there, so a job resumed elsewhere goes on exactly once."""
+    scenario = Scenario(upstream, mariadb_downstream, tmp_path, "kafka", broker, DEBEZIUM_KILLS, SEED, PAUSE, print)
+    scenario.elsewhere = True
+    _check(run_scenario(scenario), DEBEZIUM_KILLS)
+    shared = tmp_path / "shared"
+    for job in ("ck-run", "ck-apply"):
+        assert (shared / job / "offsets").is_dir() and (shared / job / "changefeed-status.json").is_file()
+    assert any((shared / "ck-apply" / "changefeed-merge").iterdir())  # the merge state is with the checkpoint
+    for host in ("host-a", "host-b"):  # the runs there left nothing a resumed job would need
+        assert not (tmp_path / host / ".changefeed").exists()

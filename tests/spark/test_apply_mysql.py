@@ -71,15 +71,15 @@ def test_cli_apply_to_mysql(spark: SparkSession, downstream: tuple[MariaDBServer
 
 
 def test_mysql_target_parameters() -> None:
-    from changefeed.config import mysql_target  # noqa: PLC0415
     from changefeed.errors import ConfigError  # noqa: PLC0415
+    from changefeed.sink.mysql import MySQLSinkConfig  # noqa: PLC0415
 
     uri = "mysql://u:p@h:3307/?worker-count=4&safe-mode=true&max-txn-row=100&read-timeout=5"
-    target, config = mysql_target(uri, "x")  # parsed once: the connection and the sink's settings
+    target, config = MySQLSinkConfig.from_uri(uri, "x")  # parsed once: the connection and the sink's settings
     assert (target.user, target.password, target.host, target.port) == ("u", "p", "h", 3307)
     assert target.options == {"read_timeout": 5}
     assert (config.workers, config.safe_mode, config.batch_rows, config.changefeed_id) == (4, True, 100, "x")
     with pytest.raises(ConfigError, match="worker-count"):
-        mysql_target("mysql://h/?worker-count=0", "x")
+        MySQLSinkConfig.from_uri("mysql://h/?worker-count=0", "x")
     with pytest.raises(ConfigError, match="unknown MySQL URL option"):
-        mysql_target("mysql://h/?bogus=1", "x")
+        MySQLSinkConfig.from_uri("mysql://h/?bogus=1", "x")

@@ -12,6 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from changefeed.codec import CodecOptions, make_encoder
+from changefeed.files.store import LocalStore
 from changefeed.model import Column, Index, Op, Resolved, RowChange, TableSchema, TypeCode
 from changefeed.model.rowblock import RowBlock, expand_blocks
 from changefeed.spark.changelog import ChangelogRows
@@ -106,6 +107,6 @@ def test_merge_pieces_release_early_and_add_up_to_one_piece(tmp_path: Path) -> N
         resolved == sorted(resolved) and resolved[-1] == [e for e in whole[0] if isinstance(e, Resolved)][-1].commit_ts
     )
     # The state the next batch starts from is the same either way.
-    a = load_state(tmp_path / "one" / "merge-000000000001.jsonl", TOPIC, range(PARTITIONS))
-    b = load_state(tmp_path / "many" / "merge-000000000001.jsonl", TOPIC, range(PARTITIONS))
+    a = load_state(LocalStore(tmp_path / "one"), "merge-000000000001.jsonl", TOPIC, range(PARTITIONS))
+    b = load_state(LocalStore(tmp_path / "many"), "merge-000000000001.jsonl", TOPIC, range(PARTITIONS))
     assert a.snapshot() == b.snapshot()

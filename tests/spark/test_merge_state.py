@@ -13,6 +13,7 @@ import orjson
 import pytest
 
 from changefeed.errors import ChangefeedError
+from changefeed.files.store import LocalStore
 from changefeed.model import Column, DDLEvent, Event, Index, Op, Resolved, RowChange, TableSchema, TypeCode
 from changefeed.model.jsonl import dumps_event
 from changefeed.spark.merge import MergeStage, load_state
@@ -164,7 +165,7 @@ def test_state_of_version_1_is_read(tmp_path: Path) -> None:
 def test_state_of_another_topic_or_partition_count_is_refused(tmp_path: Path) -> None:
     path = _saved(tmp_path)
     with pytest.raises(ChangefeedError, match="recreated or repartitioned") as caught:
-        load_state(path, "other-topic", [0, 1])
+        load_state(LocalStore(path.parent), path.name, "other-topic", [0, 1])
     assert str(path) in str(caught.value)
     with pytest.raises(ChangefeedError, match="recreated or repartitioned"):
         MergeStage(tmp_path / "merge", TOPIC, [0, 1, 2]).merge([], 1)

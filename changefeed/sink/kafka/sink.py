@@ -20,9 +20,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
+from ...clients.kafkauri import KafkaSecurity
 from ...codec import CodecOptions, Message, make_encoder
 from ...dispatch import DispatchRule
-from ...errors import ConfigError, SinkError
+from ...errors import ConfigError, SinkError, typed
 from ...model import DDLEvent, Event, Resolved, TableSchema
 from ...model.rowblock import RowBlock
 from ..base import SinkContext
@@ -73,6 +74,36 @@ class KafkaSinkConfig:
             raise ConfigError("the Kafka sink speaks open-protocol, canal-json, simple or debezium, not csv")
         if not self.topic:
             raise ConfigError("the Kafka sink needs a default topic")
+
+    @classmethod
+    def from_uri(
+        cls, location: str, params: Mapping[str, str], codec: CodecOptions, rules: Sequence[DispatchRule] = ()
+    ) -> KafkaSinkConfig:
+        """``kafka://HOST:PORT[,HOST:PORT]/TOPIC?...`` (``location`` is what follows ``kafka://``): the
+        URI's Kafka parameters (TiCDC's names) over ``codec``, TLS/SASL through `KafkaSecurity`."""
+        codec = replace(codec)
+        if "max-message-bytes" in params:
+            codec.max_message_bytes = typed(params["max-message-bytes"], int, "max-message-bytes")
+        if "max-batch-size" in params:
+            codec.max_batch_size = typed(params["max-batch-size"], int, "max-batch-size")
+        for name in ("debezium-disable-schema", "debezium-include-start-ts"):
+            if name in params:
+                setattr(codec, name.replace("-", "_"), typed(params[name], bool, name))
+        if codec.debezium_include_start_ts and codec.protocol != "debezium":
+            raise ConfigError("debezium-include-start-ts needs protocol=debezium")
+        servers, _, topic = location.partition("/")
+        security = KafkaSecurity.from_params(params, where="kafka sink-uri")
+        partitions = params.get("partition-num")
+        return cls(
+            bootstrap_servers=servers,
+            topic=topic,
+            codec=codec,
+            rules=rules,
+            auto_create_topic=typed(params.get("auto-create-topic", "true"), bool, "auto-create-topic"),
+            partition_num=typed(partitions, int, "partition-num") if partitions is not None else None,
+            replication_factor=typed(params.get("replication-factor", "1"), int, "replication-factor"),
+            client_config=security.client_config(),
+        )
 
 
 def _never(ddl: DDLEvent) -> bool:

@@ -30,9 +30,9 @@ from dataclasses import dataclass, field, replace
 from queue import Queue
 from typing import Any
 
-from ...clients.mysql import CLIENT, Connection, MySQLError, MySQLParams, mask_url, parse_mysql_url
+from ...clients.mysql import CLIENT, Connection, MySQLError, MySQLParams, mask_url, parse_mysql_url, split_mysql_url
 from ...dispatch.route import ShardDDL
-from ...errors import ConfigError, SinkError
+from ...errors import ConfigError, SinkError, positive_int, true_false
 from ...model import ActionType, DDLEvent, Event, Index, Resolved, RowChange, TableSchema
 from ...model.rowblock import RowBlock, TableRows
 from ..base import SinkContext
@@ -90,6 +90,24 @@ class MySQLSinkConfig:
             raise ConfigError(f"workers must be >= 1, got {self.workers}")
         if self.batch_rows < 1 or self.statement_rows < 1:
             raise ConfigError("batch_rows and statement_rows must be >= 1")
+
+    @classmethod
+    def from_uri(cls, uri: str, changefeed_id: str, time_zone: str = "UTC") -> tuple[MySQLParams, MySQLSinkConfig]:
+        """A mysql:// sink-uri, parsed once: the connection (checked now, not inside the job) and TiCDC's
+        sink parameters (worker-count, safe-mode, max-txn-row) as the sink's settings."""
+        params, given = split_mysql_url(uri, _URI_PARAMS)
+        settings: dict[str, Any] = {"changefeed_id": changefeed_id, "time_zone": time_zone}
+        for key, value in given.items():
+            name = _URI_PARAMS[key]
+            if name == "safe_mode":
+                settings[name] = true_false(value, "mysql sink-uri safe-mode")
+            else:
+                settings[name] = positive_int(value, f"mysql sink-uri {key}")
+        return params, cls(**settings)
+
+
+#: TiCDC's mysql sink-uri parameters -> `MySQLSinkConfig` fields.
+_URI_PARAMS = {"worker-count": "workers", "safe-mode": "safe_mode", "max-txn-row": "batch_rows"}
 
 
 def _session_time_zone(name: str) -> str:

@@ -25,7 +25,7 @@ import bisect
 import datetime as dt
 import logging
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -33,7 +33,7 @@ from typing import Any
 
 from ...codec import CodecOptions, Encoder, make_encoder
 from ...consume.storage import decode_data_file
-from ...errors import ConfigError, SinkError, ascii_digits
+from ...errors import ConfigError, SinkError, ascii_digits, typed
 from ...files.layout import (
     EXTENSIONS,
     SchemaFile,
@@ -66,6 +66,22 @@ class StorageOptions:
     def __post_init__(self) -> None:
         if self.date_separator not in ("none", "year", "month", "day"):
             raise ConfigError(f"date-separator must be none, year, month or day, not {self.date_separator!r}")
+
+    @classmethod
+    def from_uri(cls, params: Mapping[str, str], defaults: StorageOptions | None = None) -> StorageOptions:
+        """The ``file://DIR?...`` parameters (TiCDC's names) over ``defaults`` (the ``[sink]`` table)."""
+        base = defaults or cls()
+        return replace(
+            base,
+            date_separator=params.get("date-separator", base.date_separator),
+            enable_partition_separator=typed(
+                params.get("enable-partition-separator", base.enable_partition_separator),
+                bool,
+                "enable-partition-separator",
+            ),
+            file_index_width=typed(params.get("file-index-width", base.file_index_width), int, "file-index-width"),
+            file_size=typed(params.get("file-size", base.file_size), int, "file-size"),
+        )
 
 
 def _roll(segments: list[DataSegment], file_size: int) -> Iterator[bytes]:

@@ -42,6 +42,7 @@ from ...capture.snapshot.signal import Signal, parse_signal_table, read_signal
 from ...capture.snapshot.stream import handed_over
 from ...clients.mysql import MySQLError, MySQLParams, ProgrammingError
 from ...errors import CaptureError, ConfigError
+from ...files.store import open_store
 from ...model import DDLEvent, Event, Resolved, RowChange, TableSchema
 from ...model.ddlschema import DDLCatalog
 from ...model.jsonl import EventReader
@@ -547,6 +548,16 @@ INCREMENTAL = "incremental"
 _NOT_POSITION = ("splits", "handover", INCREMENTAL)
 
 
+def _until(target: dict[str, Any] | None, handover: HandoverState | None) -> tuple[str, int] | None:
+    """Where a batch must stop: the target's position (availableNow), but at least past the snapshot's
+    last high watermark; None: no bound."""
+    until = (str(target["file"]), int(target["pos"])) if target and target.get("file") else None
+    last_high = handover.until if handover is not None else None
+    if until is not None and last_high is not None and not reached(*until, (last_high.file, last_high.pos)):
+        until = (last_high.file, last_high.pos)
+    return until
+
+
 class _Scan(NamedTuple):
     end: BinlogPosition | None
     splits: list[dict[str, Any]]
@@ -595,9 +606,10 @@ class BinlogInput(Input):
                 f"snapshot {self.snapshot.mode} starts the binlog where the snapshot read the tables: "
                 "give no startPosition (or use snapshot when-needed: snapshot only if that position is purged)"
             )
-        self._spill = SpillStore(self.snapshot.spill)
+        spill = open_store(self.snapshot.spill) if self.snapshot.spill else None
+        self._spill = SpillStore(spill)
         # Snapshots on demand spill apart: `SpillStore.prune` goes by batch number, and their batches count from 1.
-        self._on_demand = SpillStore(self.snapshot.spill / "on-demand" if self.snapshot.spill else None)
+        self._on_demand = SpillStore(spill.child("on-demand") if spill is not None else None)
         signal = opts.extra.get("signaltable", "").strip()
         if signal and not isinstance(self.source, BinlogServer):
             raise ConfigError("option signalTable needs a live source (url): a snapshot reads the tables")
@@ -855,10 +867,7 @@ class BinlogInput(Input):
             if not progress.done:
                 return self._incremental_offset(begin, progress)
             incremental = None  # done: the stream goes on without it
-        until = (str(target["file"]), int(target["pos"])) if target and target.get("file") else None
-        last_high = handover.until if handover is not None else None
-        if until is not None and last_high is not None and not reached(*until, (last_high.file, last_high.pos)):
-            until = (last_high.file, last_high.pos)  # availableNow: at least past the snapshot's last high watermark
+        until = _until(target, handover)
         if until is not None and begin.file and reached(begin.file, begin.pos, until):
             return start
         scan = self.scan(begin, max_events, until, self.opts.max_bytes)

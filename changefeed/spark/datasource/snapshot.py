@@ -13,7 +13,6 @@ batches are deleted when Spark reports the commit.
 from __future__ import annotations
 
 import logging
-import os
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from ...capture.snapshot.progress import begin as begin_snapshot
 from ...capture.snapshot.reader import DEFAULT_CHUNK_SIZE, SnapshotReader, replica_window
 from ...clients.mysql import MySQLParams
 from ...errors import ConfigError, positive_int, true_false
+from ...files.store import StateStore, local_path
 from ...model.tso import CommitClock
 from ...timezones import zone
 from ..changelog import ChangelogRows
@@ -69,7 +69,7 @@ class SnapshotOptions:
     mode: str = "never"
     chunk_size: int = DEFAULT_CHUNK_SIZE
     parallelism: int = DEFAULT_PARALLELISM
-    spill: Path | None = None
+    spill: str | None = None  # a directory or URI (`changefeed.files.store`)
     shared: bool = False
 
     @classmethod
@@ -85,8 +85,8 @@ class SnapshotOptions:
             mode,
             positive_int(size, "snapshotChunkSize") if size else DEFAULT_CHUNK_SIZE,
             positive_int(par, "snapshotParallelism") if par else DEFAULT_PARALLELISM,
-            Path(spill) if spill else None,
-            shared and bool(spill),
+            spill or None,
+            shared and spill is not None and local_path(spill) is not None,
         )
 
     @property
@@ -114,14 +114,14 @@ def offset_of(progress: SnapshotProgress) -> dict[str, Any]:
 
 
 class SpillStore:
-    """A micro-batch's chunk events until the batch is committed: files in ``root``, or memory without one.
+    """A micro-batch's chunk events until the batch is committed: files in a state store, or memory without one.
 
     Memory is enough for a batch read (one process, no restart); a streaming job gets a directory
-    in its checkpoint (`changefeed.spark.jobs.plan` sets ``snapshotDir``).
+    beside its checkpoint (`changefeed.spark.jobs.plan` sets ``snapshotDir``).
     """
 
-    def __init__(self, root: Path | None) -> None:
-        self.root = root
+    def __init__(self, store: StateStore | None) -> None:
+        self.store = store
         self._memory: dict[str, bytes] = {}
 
     def write(self, progress: SnapshotProgress, chunks: Sequence[ReadChunk]) -> None:
@@ -129,50 +129,32 @@ class SpillStore:
         progress.batch += 1
         progress.spill = uuid.uuid4().hex[:12]
         progress.chunks = len(chunks)
-        names = list(spill_names(progress))
-        for name, chunk in zip(names, chunks, strict=True):
-            data = chunk.jsonl
-            if self.root is None:
-                self._memory[name] = data
-                continue
-            self.root.mkdir(parents=True, exist_ok=True)
-            tmp = self.root / (name + ".tmp")
-            with open(tmp, "wb") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            tmp.replace(self.root / name)
-        if self.root is not None and names:
-            fd = os.open(self.root, os.O_RDONLY)
-            try:
-                os.fsync(fd)  # the renames survive a crash
-            finally:
-                os.close(fd)
+        for name, chunk in zip(spill_names(progress), chunks, strict=True):
+            if self.store is None:
+                self._memory[name] = chunk.jsonl
+            else:
+                self.store.write(name, chunk.jsonl)
 
     def read(self, progress: SnapshotProgress) -> list[str]:
         """The JSONL events of each chunk the offset's batch read, in order."""
         out: list[str] = []
         for name in spill_names(progress):
-            if self.root is None:
-                data = self._memory.get(name)
-            else:
-                path = self.root / name
-                data = path.read_bytes() if path.is_file() else None
+            data = self._memory.get(name) if self.store is None else self.store.read(name)
             if data is None:
                 raise self._gone(progress)
             out.append(data.decode())
         return out
 
     def paths(self, progress: SnapshotProgress) -> list[Path]:
-        """The spill file of each chunk the offset's batch read, in order (a spill directory only)."""
-        assert self.root is not None
-        out = [self.root / name for name in spill_names(progress)]
+        """The spill file of each chunk the offset's batch read, in order (a local spill directory only)."""
+        assert self.store is not None and self.store.local is not None
+        out = [self.store.local / name for name in spill_names(progress)]
         if not all(path.is_file() for path in out):
             raise self._gone(progress)
         return out
 
     def _gone(self, progress: SnapshotProgress) -> ConfigError:
-        where = self.root if self.root is not None else "memory (no snapshotDir)"
+        where = self.store.where if self.store is not None else "memory (no snapshotDir)"
         return ConfigError(
             f"the snapshot chunks of micro-batch {progress.batch} are gone from {where}: "
             "the checkpoint cannot be resumed; delete it (and the downstream's copy) to snapshot again"
@@ -180,16 +162,14 @@ class SpillStore:
 
     def prune(self, progress: SnapshotProgress) -> None:
         """Drop the chunks of ``progress``'s batch and every earlier one (Spark committed it)."""
-        if self.root is None:
-            for name in [n for n in self._memory if int(n.split("-", 1)[0]) <= progress.batch]:
-                del self._memory[name]
-            return
-        if not self.root.is_dir():
-            return
-        for path in self.root.iterdir():
-            head = path.name.split("-", 1)[0]
+        names = list(self._memory) if self.store is None else self.store.names()
+        for name in names:
+            head = name.split("-", 1)[0]
             if head.isdigit() and int(head) <= progress.batch:
-                path.unlink(missing_ok=True)
+                if self.store is None:
+                    del self._memory[name]
+                else:
+                    self.store.delete(name)
 
 
 # ---------------------------------------------------------------------------------------- batch reads
