@@ -129,13 +129,7 @@ def bench_protocol(
             enc.measure(partial(encode_block, block=table_rows(rows)), len(rows))
         else:
             enc.measure(encode, len(rows))
-        decoder = make_decoder(options)  # a fresh decoder per run: its first row compiles the table's reader
-        if protocol == "simple":
-            bootstrap = encoder.encode_bootstrap(TABLE)
-            assert bootstrap is not None
-            decoder.decode(bootstrap)
-        if protocol == "csv":
-            decoder.set_table_schema(TABLE)  # type: ignore[attr-defined]
+        decoder = _fresh_decoder(options, encoder)
         out: list[object] = []
 
         def decode(messages: list[Message] = messages, out: list[object] = out, decoder: Any = decoder) -> None:
@@ -165,6 +159,18 @@ def bench_protocol(
             dec.measure(decode, len(rows))
             assert len(out) == len(rows)
     return enc, dec
+
+
+def _fresh_decoder(options: CodecOptions, encoder: Any) -> Any:
+    """A fresh decoder per run (its first row compiles the table's reader), told the table as its protocol needs."""
+    decoder = make_decoder(options)
+    if options.protocol == "simple":
+        bootstrap = encoder.encode_bootstrap(TABLE)
+        assert bootstrap is not None
+        decoder.decode(bootstrap)
+    if options.protocol == "csv":
+        decoder.set_table_schema(TABLE)
+    return decoder
 
 
 def _block_decoder(decoder: Any) -> Any:

@@ -738,50 +738,33 @@ class PartitionMerger:
         held_at: dict[tuple[Any, int], tuple[_Group, int, int]] = {}
         held_rows: dict[int, list[Any]] = {}  # id(group) -> its replay's held entries, in order
         for obj in parts:
-            key = obj["key"]
-            if not isinstance(key, int | str) or isinstance(key, bool) or key in merger._parts:
-                raise ValueError(f"bad or repeated partition key {key!r}")
-            next_offset = obj["next_offset"]
-            part = _Partition(
-                order=_int(obj["order"], "order"),
-                resolved=_int(obj["resolved"], "resolved", -1),
-                next_offset=None if next_offset is None else _int(next_offset, "next_offset"),
-                pending={_int(o, "offset"): _int(n, "pending count", 1) for o, n in obj["pending"]},
-                sizes={_int(o, "offset"): _int(n, "message size", 1) for o, n in obj.get("sizes", ())},
-            )
-            if not part.sizes.keys() <= part.pending.keys():
-                raise ValueError(f"partition {key!r}: sizes of messages that have nothing pending")
+            key, part = _restore_partition(obj, merger._parts, held_at, held_rows)
             merger._held += sum(part.sizes.values())
-            for schema, table, ts in obj["groups"]:
-                if not isinstance(schema, str) or not isinstance(table, str):
-                    raise TypeError("a group's schema and table must be strings")
-                part.groups[schema, table] = _Group(_int(ts, "group commit ts"))
-            for rep_obj in obj.get("replays", ()):
-                group = part.groups.get((rep_obj["schema"], rep_obj["table"]))
-                if not isinstance(group, _Group) or group.replay is not None:
-                    raise ValueError(f"partition {key!r}: a replay of an unknown table or a second one")
-                cursors = {_int(c, "replay cursor", 1) for c in rep_obj["cursors"]}
-                if not cursors or len(cursors) > _MAX_CURSORS or not rep_obj["held"]:
-                    raise ValueError(f"partition {key!r}: a replay without cursors or rows")
-                group.replay = _Replay(cursors)
-                held_rows[id(group)] = [None] * len(rep_obj["held"])
-                for place, (n, kind) in enumerate(rep_obj["held"]):
-                    if kind not in _KINDS or (key, n) in held_at:
-                        raise ValueError(f"partition {key!r}: bad or repeated held row {n!r} ({kind!r})")
-                    held_at[key, n] = (group, _KINDS.index(kind), place)
             merger._parts[key] = part
         items = state["items"]
         if not isinstance(items, list) or len(items) != len(events):
             raise ValueError(f"{len(events)} events for {len(items) if isinstance(items, list) else '?'} items")
+        merger._restore_events(items, events, held_at, held_rows)
+        merger._check_restored(held_rows)
+        return merger
+
+    def _restore_events(
+        self,
+        items: list[Any],
+        events: Sequence[Event],
+        held_at: dict[tuple[Any, int], tuple[_Group, int, int]],
+        held_rows: dict[int, list[Any]],
+    ) -> None:
+        """Put the saved events back: rows into their partition's heap or their replay, DDLs in order."""
         seqs: set[int] = set()
         accepted: list[tuple[int, int, _Group, RowChange]] = []
         for (seq, offset, key), event in zip(items, events, strict=True):
-            owner = merger._parts.get(key) if isinstance(key, int | str) else None
+            owner = self._parts.get(key) if isinstance(key, int | str) else None
             if owner is None:
                 raise ValueError(f"an event of unknown partition {key!r}")
             entry_seq, entry_offset = _int(seq, "seq"), _int(offset, "offset")
-            if entry_seq in seqs or entry_seq > merger._seq:
-                raise ValueError(f"arrival number {entry_seq} repeated or beyond seq {merger._seq}")
+            if entry_seq in seqs or entry_seq > self._seq:
+                raise ValueError(f"arrival number {entry_seq} repeated or beyond seq {self._seq}")
             seqs.add(entry_seq)  # unique, so heap comparisons never reach the events
             if isinstance(event, RowChange):
                 group = owner.groups.get((event.schema, event.table))
@@ -796,9 +779,9 @@ class PartitionMerger:
                 if group is not None and group.ts == event.commit_ts:
                     accepted.append((entry_seq, entry_offset, group, event))
             elif isinstance(event, DDLEvent):
-                merger._ddl_keys.add((event.commit_ts, event.query))
+                self._ddl_keys.add((event.commit_ts, event.query))
                 item = (event.commit_ts, _DDL, owner.order, entry_seq, entry_offset, key, event)
-                heapq.heappush(merger._ddls, item)
+                heapq.heappush(self._ddls, item)
             else:
                 raise ValueError(f"a saved event must be a row or a DDL, not {type(event).__name__}")
         if held_at:
@@ -807,7 +790,10 @@ class PartitionMerger:
         for _, offset, group, row in accepted:
             group.accept(row_identity(row), offset, None)
             group.members.append(row)
-        for key, part in merger._parts.items():
+
+    def _check_restored(self, held_rows: dict[int, list[Any]]) -> None:
+        """Every group has rows, every replay its held rows, every partition as many events as it counts."""
+        for key, part in self._parts.items():
             held = 0
             for group in part.groups.values():
                 if not group.seq:
@@ -819,10 +805,49 @@ class PartitionMerger:
                 if max(rep.cursors) > len(group.seq):
                     raise ValueError(f"partition {key!r}: a replay cursor past the rows it replays")
                 held += len(rep.held)
-            ddls = sum(1 for d in merger._ddls if d[_PARTITION] == key)
+            ddls = sum(1 for d in self._ddls if d[_PARTITION] == key)
             if sum(part.pending.values()) != len(part.heap) + ddls + held:
                 raise ValueError(f"partition {key!r}: pending counts do not match its events")
-        return merger
+
+
+def _restore_partition(
+    obj: Any,
+    known: Mapping[Any, _Partition],
+    held_at: dict[tuple[Any, int], tuple[_Group, int, int]],
+    held_rows: dict[int, list[Any]],
+) -> tuple[Any, _Partition]:
+    """(key, partition) of one saved partition; its replays' held rows are noted in ``held_at``."""
+    key = obj["key"]
+    if not isinstance(key, int | str) or isinstance(key, bool) or key in known:
+        raise ValueError(f"bad or repeated partition key {key!r}")
+    next_offset = obj["next_offset"]
+    part = _Partition(
+        order=_int(obj["order"], "order"),
+        resolved=_int(obj["resolved"], "resolved", -1),
+        next_offset=None if next_offset is None else _int(next_offset, "next_offset"),
+        pending={_int(o, "offset"): _int(n, "pending count", 1) for o, n in obj["pending"]},
+        sizes={_int(o, "offset"): _int(n, "message size", 1) for o, n in obj.get("sizes", ())},
+    )
+    if not part.sizes.keys() <= part.pending.keys():
+        raise ValueError(f"partition {key!r}: sizes of messages that have nothing pending")
+    for schema, table, ts in obj["groups"]:
+        if not isinstance(schema, str) or not isinstance(table, str):
+            raise TypeError("a group's schema and table must be strings")
+        part.groups[schema, table] = _Group(_int(ts, "group commit ts"))
+    for rep_obj in obj.get("replays", ()):
+        group = part.groups.get((rep_obj["schema"], rep_obj["table"]))
+        if not isinstance(group, _Group) or group.replay is not None:
+            raise ValueError(f"partition {key!r}: a replay of an unknown table or a second one")
+        cursors = {_int(c, "replay cursor", 1) for c in rep_obj["cursors"]}
+        if not cursors or len(cursors) > _MAX_CURSORS or not rep_obj["held"]:
+            raise ValueError(f"partition {key!r}: a replay without cursors or rows")
+        group.replay = _Replay(cursors)
+        held_rows[id(group)] = [None] * len(rep_obj["held"])
+        for place, (n, kind) in enumerate(rep_obj["held"]):
+            if kind not in _KINDS or (key, n) in held_at:
+                raise ValueError(f"partition {key!r}: bad or repeated held row {n!r} ({kind!r})")
+            held_at[key, n] = (group, _KINDS.index(kind), place)
+    return key, part
 
 
 def _cap(cursors: set[int]) -> set[int]:

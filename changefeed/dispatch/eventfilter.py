@@ -351,6 +351,13 @@ def _compile(node: Any, names: list[str], text: str) -> Compiled:
     if isinstance(node, exp.Not):
         inner = sub(node.this)
         return lambda col: _not(inner(col))
+    return _compile_predicate(node, sub, text)
+
+
+def _compile_predicate(node: Any, sub: Callable[[Any], Compiled], text: str) -> Compiled:
+    """IS [NOT] NULL, IN, BETWEEN and LIKE; refuses any other node."""
+    from sqlglot import exp  # noqa: PLC0415
+
     if isinstance(node, exp.Is):
         if not isinstance(node.expression, exp.Null):
             raise ConfigError(f"expression filter {text!r}: only IS [NOT] NULL is supported")

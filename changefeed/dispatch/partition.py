@@ -16,6 +16,7 @@ import numpy as np
 from ..errors import ConfigError
 from ..model import ABSENT, Column, RowChange, TableSchema, canonical_text
 from ..model.rowblock import TableRows
+from ..model.schemacache import PlanCache
 
 Choice = tuple[int, str]
 """(partition, partition key): the key is what Pulsar would hash; Kafka uses the partition."""
@@ -75,23 +76,16 @@ class _ColumnHashDispatcher(PartitionDispatcher):
     def __init__(self, null_as_text: bool) -> None:
         # [tiflow] hashes a NULL as the string "null"; [ticdc] skips the column (spec §4.2).
         self._null_as_text = null_as_text
-        self._positions: dict[int, tuple[TableSchema, tuple[int, ...]]] = {}
+        self._positions: PlanCache[tuple[int, ...]] = PlanCache(self._columns)  # hashed columns per schema
 
     @abstractmethod
     def _columns(self, table: TableSchema) -> tuple[int, ...]: ...
-
-    def _resolve(self, table: TableSchema) -> tuple[int, ...]:
-        cached = self._positions.get(id(table))
-        if cached is None or cached[0] is not table:
-            cached = (table, self._columns(table))
-            self._positions[id(table)] = cached
-        return cached[1]
 
     def hash(self, row: RowChange) -> int:
         table = row.table_schema
         image = row.image
         h = zlib.crc32(table.schema.encode() + table.table.encode())
-        for pos in self._resolve(table):
+        for pos in self._positions.get(table):
             column = table.columns[pos]
             value = image[pos]
             if value is ABSENT:

@@ -20,7 +20,7 @@ downstream table itself: it survives any crash, and a replayed DDL decides the s
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -129,50 +129,58 @@ def optimistic(
     verdicts: list[bool] = []
     done: list[str] = []
     for action in tree.args.get("actions") or ():
+        already: str | None = None  # why the merged table needs no change, or None: apply it
         if isinstance(action, exp.ColumnDef):
-            name = action.name.lower()
-            have = columns.get(name)
-            if have is None:
-                if _not_null_without_default(action):
-                    raise conflict(f"ADD COLUMN {action.name} NOT NULL without DEFAULT (other shards' rows lack it)")
-                verdicts.append(True)
-                continue
-            kind = action.args.get("kind")
-            order = compare_types(kind, have) if kind is not None else None
-            if order is None or order > 0:
-                raise conflict(f"column {action.name} is already {have} on the merged table, this adds it as {kind}")
-            verdicts.append(False)
-            done.append(f"column {action.name} already there as {have}")
+            already = _add_column(action, columns, conflict)
         elif isinstance(action, exp.ModifyColumn):
-            cd = action.this
-            if (
-                action.args.get("rename_from") is not None
-                and action.args["rename_from"].name.lower() != cd.name.lower()
-            ):
-                raise conflict(f"CHANGE COLUMN renames {action.args['rename_from'].name} to {cd.name}")
-            have = columns.get(cd.name.lower())
-            if have is None:
-                raise conflict(f"column {cd.name} is not on the merged table")
-            kind = cd.args.get("kind")
-            order = compare_types(kind, have) if kind is not None else None
-            if order is None:
-                raise conflict(f"column {cd.name} changes type across families: {have} -> {kind}")
-            if order > 0:
-                verdicts.append(True)
-            else:
-                verdicts.append(False)
-                done.append(f"column {cd.name} is already {have}")
+            already = _modify_column(action, columns, conflict)
         elif isinstance(action, exp.Drop) and str(action.args.get("kind") or "").upper() == "COLUMN":
             raise conflict("DROP COLUMN on a merged table (other shards still write the column)")
         elif isinstance(action, exp.RenameColumn):
             raise conflict("RENAME COLUMN on a merged table")
-        else:
-            verdicts.append(True)
+        verdicts.append(already is None)
+        if already is not None:
+            done.append(already)
     if all(verdicts):
         return Verdict(True)
     if not any(verdicts):
         return Verdict(False, "; ".join(done) or "nothing to change")
     raise conflict("the statement mixes changes already made by another shard with new ones; split it")
+
+
+def _add_column(
+    action: Any, columns: Mapping[str, str], conflict: Callable[[str], ShardDDLConflictError]
+) -> str | None:
+    """ADD COLUMN: None to apply it, or why the merged table already has it; raises what it cannot take."""
+    have = columns.get(action.name.lower())
+    if have is None:
+        if _not_null_without_default(action):
+            raise conflict(f"ADD COLUMN {action.name} NOT NULL without DEFAULT (other shards' rows lack it)")
+        return None
+    kind = action.args.get("kind")
+    order = compare_types(kind, have) if kind is not None else None
+    if order is None or order > 0:
+        raise conflict(f"column {action.name} is already {have} on the merged table, this adds it as {kind}")
+    return f"column {action.name} already there as {have}"
+
+
+def _modify_column(
+    action: Any, columns: Mapping[str, str], conflict: Callable[[str], ShardDDLConflictError]
+) -> str | None:
+    """MODIFY / CHANGE COLUMN: None to apply a widening, or why the merged table is already as wide."""
+    cd = action.this
+    if action.args.get("rename_from") is not None and action.args["rename_from"].name.lower() != cd.name.lower():
+        raise conflict(f"CHANGE COLUMN renames {action.args['rename_from'].name} to {cd.name}")
+    have = columns.get(cd.name.lower())
+    if have is None:
+        raise conflict(f"column {cd.name} is not on the merged table")
+    kind = cd.args.get("kind")
+    order = compare_types(kind, have) if kind is not None else None
+    if order is None:
+        raise conflict(f"column {cd.name} changes type across families: {have} -> {kind}")
+    if order > 0:
+        return None
+    return f"column {cd.name} is already {have}"
 
 
 __all__ = ["ShardDDLConflictError", "Verdict", "compare_types", "optimistic"]

@@ -14,21 +14,20 @@ import pyarrow.compute as pc
 
 from ..model import ABSENT, Op, RowChange, TableSchema
 from ..model.rowblock import TableRows
+from ..model.schemacache import PlanCache
 
-_KEY_POSITIONS: dict[int, tuple[TableSchema, tuple[int, ...]]] = {}
+
+def _build_key_positions(table: TableSchema) -> tuple[int, ...]:
+    """The positions of the columns of the primary key and of every NOT NULL unique key."""
+    nullable = {c.name for c in table.columns if c.nullable}
+    names: set[str] = set()
+    for idx in table.indexes:
+        if idx.primary or (idx.unique and not nullable.intersection(idx.columns)):
+            names.update(idx.columns)
+    return tuple(sorted(table.column_index[n] for n in names))
 
 
-def _key_positions(table: TableSchema) -> tuple[int, ...]:
-    cached = _KEY_POSITIONS.get(id(table))
-    if cached is None or cached[0] is not table:
-        nullable = {c.name for c in table.columns if c.nullable}
-        names: set[str] = set()
-        for idx in table.indexes:
-            if idx.primary or (idx.unique and not nullable.intersection(idx.columns)):
-                names.update(idx.columns)
-        cached = (table, tuple(sorted(table.column_index[n] for n in names)))
-        _KEY_POSITIONS[id(table)] = cached
-    return cached[1]
+_key_positions = PlanCache(_build_key_positions).get
 
 
 def split_key_changing_update(row: RowChange) -> list[RowChange]:

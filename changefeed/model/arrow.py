@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 
 from ..errors import clip
 from .schema import Column, TableSchema
-from .types import TypeCode
+from .types import CALENDAR_TYPES, DATE_TYPES, ENUM_SET_BIT_TYPES, FLOAT_TYPES, TypeCode
 from .values import ABSENT
 
 _INT_TYPES = {
@@ -36,7 +36,7 @@ def arrow_type(column: Column) -> pa.DataType:
         return unsigned if column.unsigned else signed
     if tc is TypeCode.YEAR:
         return pa.int16()
-    if tc in (TypeCode.ENUM, TypeCode.SET, TypeCode.BIT):
+    if tc in ENUM_SET_BIT_TYPES:
         return pa.uint64()
     if tc is TypeCode.FLOAT:
         return pa.float32()
@@ -130,13 +130,13 @@ def lake_arrow_type(column: Column) -> pa.DataType:
         if column.length is None or column.length > LAKE_MAX_PRECISION:
             return pa.string()  # exact decimal text: no lake decimal holds DECIMAL(65, 30)
         return pa.decimal128(max(column.length, 1), column.decimal or 0)
-    if tc in (TypeCode.DATE, TypeCode.NEWDATE):
+    if tc in DATE_TYPES:
         return pa.date32()
     if tc is TypeCode.DATETIME:
         return pa.timestamp("us")  # wall-clock time, no zone (Delta timestamp_ntz, Iceberg timestamp)
     if tc is TypeCode.TIMESTAMP:
         return pa.timestamp("us", LAKE_TIME_ZONE)  # an instant (Delta timestamp, Iceberg timestamptz)
-    if tc in (TypeCode.FLOAT, TypeCode.DOUBLE):
+    if tc in FLOAT_TYPES:
         return arrow_type(column)
     if column.is_bytes:
         return pa.binary()
@@ -160,7 +160,7 @@ def lake_array(
         values = values.combine_chunks()
     if values.type == target:
         return values
-    if column.type_code in _LAKE_DATES and pa.types.is_string(values.type):
+    if column.type_code in CALENDAR_TYPES and pa.types.is_string(values.type):
         zero = zero_dates(values) if zero is None else zero
         if zero.true_count:
             values = pc.if_else(zero, pa.nulls(len(values), values.type), values)
@@ -178,9 +178,6 @@ def lake_array(
             f"column {column.name!r} ({column.type_code.name}): a value {_first_bad(values, target)} "
             f"does not fit the lake type {target} ({exc})"
         ) from None
-
-
-_LAKE_DATES = frozenset({TypeCode.DATE, TypeCode.NEWDATE, TypeCode.DATETIME, TypeCode.TIMESTAMP})
 
 
 def zero_dates(values: pa.Array) -> pa.Array:

@@ -17,11 +17,8 @@ from ..errors import EventFormatError, clip
 from .events import DDLEvent, Event, Op, Resolved, RowChange
 from .gofloat import format_json
 from .schema import Column, Index, TableSchema
-from .types import FLOAT_TYPES, STRING_TYPES, ColumnFlag, TypeCode, parse_type_name
+from .types import CHARSET_TYPES, FLOAT_TYPES, ColumnFlag, TypeCode, parse_type_name
 from .values import ABSENT, b64decode, b64encode, check_value
-
-_CHARSET_TYPES = STRING_TYPES | {TypeCode.ENUM, TypeCode.SET}
-
 
 # ---------------------------------------------------------------- writing
 
@@ -41,7 +38,7 @@ def _value_to_json(column: Column, value: Any) -> Any:
 def column_definition(column: Column) -> dict[str, Any]:
     """A column's definition as a JSON object (no value); defaults are left out."""
     out: dict[str, Any] = {"name": column.name, "type": column.type_name, "flags": int(column.flags)}
-    if column.type_code in _CHARSET_TYPES:
+    if column.type_code in CHARSET_TYPES:
         out["charset"] = column.charset
         out["collation"] = column.collation
     if column.length is not None:
@@ -338,7 +335,7 @@ def column_from_definition(d: dict[str, Any]) -> Column:
     code, binary, _ = parse_type_name(_str(d["type"], "type"))
     flags = ColumnFlag(_uint(d.get("flags", 0), "flags"))
     attrs: dict[str, Any] = {}
-    if code in _CHARSET_TYPES:
+    if code in CHARSET_TYPES:
         if binary or (flags & ColumnFlag.BINARY and "charset" not in d):
             attrs["charset"], attrs["collation"] = "binary", "binary"
         else:

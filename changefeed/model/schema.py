@@ -7,10 +7,9 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import Any
 
-from .types import STRING_TYPES, ColumnFlag, TypeCode, type_name
+from .types import ALWAYS_UNSIGNED_TYPES, CHARSET_TYPES, STRING_TYPES, ColumnFlag, TypeCode, type_name
 
 KEY_FLAGS = ColumnFlag.HANDLE_KEY | ColumnFlag.PRIMARY_KEY | ColumnFlag.UNIQUE_KEY | ColumnFlag.MULTIPLE_KEY
-_CHARSET_TYPES = STRING_TYPES | {TypeCode.ENUM, TypeCode.SET}
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,10 +39,10 @@ class Column:
     def __post_init__(self) -> None:
         tc = TypeCode(self.type_code)
         object.__setattr__(self, "type_code", tc)
-        if tc not in _CHARSET_TYPES:
+        if tc not in CHARSET_TYPES:
             object.__setattr__(self, "charset", "binary")
             object.__setattr__(self, "collation", "binary")
-        if tc in (TypeCode.BIT, TypeCode.YEAR) or self.zerofill:
+        if tc in ALWAYS_UNSIGNED_TYPES or self.zerofill:
             object.__setattr__(self, "unsigned", True)
         if tc is TypeCode.YEAR:
             object.__setattr__(self, "zerofill", True)
@@ -85,7 +84,7 @@ class Column:
         """Rebuild a column from a protocol that carries only type code and flags (Open Protocol)."""
         f = ColumnFlag(flags)
         tc = TypeCode(type_code)
-        if tc in _CHARSET_TYPES and "charset" not in attrs:
+        if tc in CHARSET_TYPES and "charset" not in attrs:
             attrs["charset"], attrs["collation"] = (
                 ("binary", "binary") if f & ColumnFlag.BINARY else ("utf8mb4", "utf8mb4_bin")
             )

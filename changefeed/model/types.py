@@ -259,3 +259,32 @@ UNSIGNED_DEFAULT_FLEN: dict[TypeCode, int] = {
     TypeCode.INT: 10,
     TypeCode.BIGINT: 20,
 }
+
+
+# ------------------------------------------------------------------ more named type sets (issue #15)
+# The sets capture, the sinks, files/ and the snapshot reader test types against, so that no stage
+# spells members out at a call site. Built from the sets above; each is a frozenset.
+
+NUMBER_TYPES = INTEGER_TYPES | FLOAT_TYPES | {TypeCode.DECIMAL}  # values are int, float or Decimal numbers
+DATE_TYPES = frozenset({TypeCode.DATE, TypeCode.NEWDATE})  # a date alone (NEWDATE: the binlog's DATE)
+DATETIME_TYPES = frozenset({TypeCode.DATETIME, TypeCode.TIMESTAMP})  # a date and a time of day
+CALENDAR_TYPES = DATE_TYPES | DATETIME_TYPES  # temporal types with a calendar date: all but TIME
+FSP_TYPES = DATETIME_TYPES | {TypeCode.TIME}  # temporal types with fractional seconds (their `decimal`)
+ENUM_SET_TYPES = frozenset({TypeCode.ENUM, TypeCode.SET})  # a member index or a member bitmask
+ENUM_SET_BIT_TYPES = ENUM_SET_TYPES | {TypeCode.BIT}  # an unsigned 64-bit int that is not a number
+UINT_VALUE_TYPES = ENUM_SET_BIT_TYPES | {TypeCode.YEAR}  # non-integer types whose value is an int >= 0
+ALWAYS_UNSIGNED_TYPES = frozenset({TypeCode.BIT, TypeCode.YEAR})  # unsigned by definition, never print it
+BOOLEAN_TYPES = frozenset({TypeCode.TINYINT, TypeCode.BIT})  # where a bool lands (BOOLEAN, BIT(1)) as 1/0
+CHARSET_TYPES = STRING_TYPES | ENUM_SET_TYPES  # types with a charset and collation; the rest are binary
+TEXT_VALUE_TYPES = STRING_TYPES | TEMPORAL_TYPES | {TypeCode.JSON, TypeCode.VECTOR}  # values are str (or bytes)
+
+# ------------------------------------------------------------------ the codecs' type sets (issue #15)
+
+JSON_VECTOR_TYPES = frozenset({TypeCode.JSON, TypeCode.VECTOR})  # text values with no charset: a document, a vector
+INTEGER_BITS: dict[TypeCode, int] = {  # the width of each integer type (its value range with `unsigned`)
+    TypeCode.TINYINT: 8,
+    TypeCode.SMALLINT: 16,
+    TypeCode.MEDIUMINT: 24,
+    TypeCode.INT: 32,
+    TypeCode.BIGINT: 64,
+}

@@ -32,7 +32,7 @@ from typing import Any
 from ..errors import clip
 from .gofloat import format_f, to_float32
 from .schema import Column
-from .types import FLOAT_TYPES, INTEGER_TYPES, STRING_TYPES, TypeCode
+from .types import FLOAT_TYPES, INTEGER_TYPES, TEXT_VALUE_TYPES, UINT_VALUE_TYPES, TypeCode
 
 
 class _Absent:
@@ -137,7 +137,7 @@ def canonical_text(column: Column, value: Any) -> str:
     raise TypeError(f"column {column.name!r}: unsupported value {value!r}")
 
 
-def check_value(column: Column, value: Any) -> Any:
+def check_value(column: Column, value: Any) -> Any:  # noqa: C901  (per-type switch: one model value representation per MySQL type)
     """Validate (and lightly normalise) a value against the column's representation.
 
     Raises ``ValueError``/``TypeError`` naming the column; returns the value to store (FLOAT
@@ -155,7 +155,7 @@ def check_value(column: Column, value: Any) -> Any:
         if not lo <= value <= hi:
             raise ValueError(f"column {name!r} ({column.type_name}) value {clip(value)} out of range")
         return value
-    if tc in (TypeCode.YEAR, TypeCode.ENUM, TypeCode.SET, TypeCode.BIT):
+    if tc in UINT_VALUE_TYPES:
         if not isinstance(value, int) or value < 0 or value >= 1 << 64:
             raise ValueError(f"column {name!r} ({column.type_name}) needs a non-negative int, got {clip(value)}")
         return value
@@ -174,15 +174,7 @@ def check_value(column: Column, value: Any) -> Any:
         if not isinstance(value, bytes):
             raise TypeError(f"column {name!r} ({column.type_name}) needs bytes, got {type(value).__name__}")
         return value
-    if tc in STRING_TYPES or tc in (
-        TypeCode.JSON,
-        TypeCode.VECTOR,
-        TypeCode.DATE,
-        TypeCode.NEWDATE,
-        TypeCode.DATETIME,
-        TypeCode.TIMESTAMP,
-        TypeCode.TIME,
-    ):
+    if tc in TEXT_VALUE_TYPES:
         if not isinstance(value, str):
             raise TypeError(f"column {name!r} ({column.type_name}) needs str, got {type(value).__name__}")
         return value
@@ -207,7 +199,7 @@ def parse_text(column: Column, text: str) -> Any:
     """
     tc = column.type_code
     try:
-        if tc in INTEGER_TYPES or tc in (TypeCode.YEAR, TypeCode.ENUM, TypeCode.SET, TypeCode.BIT):
+        if tc in INTEGER_TYPES or tc in UINT_VALUE_TYPES:
             return check_value(column, int(text, 10))
         if tc in FLOAT_TYPES:
             return check_value(column, float(text))

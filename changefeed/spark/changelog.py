@@ -22,6 +22,7 @@ from ..model import ABSENT, DDLEvent, Event, Resolved, RowChange, TableSchema
 from ..model.arrow import arrow_type
 from ..model.jsonl import _value_to_json, dumps_event
 from ..model.rowblock import RowBlock
+from ..model.schemacache import PlanCache
 from ..model.tablefilter import TableFilter
 
 if TYPE_CHECKING:
@@ -124,20 +125,21 @@ class TypedImages:
         self.table = table
         self.names = [c.name for c in table.columns]
         self.convert: list[Callable[[Any], Any]] = [_converter(arrow_type(c)) for c in table.columns]
-        self._plans: dict[int, tuple[TableSchema, list[int | None]]] = {}
+        self._plans: PlanCache[list[int | None]] = PlanCache(self._plan)  # per source shape: its position of each name
 
     def __call__(self, source: TableSchema, image: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
         if image is None:
             return None
-        plan = self._plans.get(id(source))
-        if plan is None or plan[0] is not source:
-            index = source.column_index
-            plan = self._plans[id(source)] = (source, [index.get(n) for n in self.names])
+        plan = self._plans.get(source)
         out = []
-        for at, conv in zip(plan[1], self.convert, strict=True):
+        for at, conv in zip(plan, self.convert, strict=True):
             v = None if at is None else image[at]
             out.append(None if v is None or v is ABSENT else conv(v))
         return tuple(out)
+
+    def _plan(self, source: TableSchema) -> list[int | None]:
+        index = source.column_index
+        return [index.get(n) for n in self.names]
 
 
 def _converter(arrow: pa.DataType) -> Callable[[Any], Any]:

@@ -82,6 +82,27 @@ def _apply(tables: dict[str, dict[Any, tuple[Any, ...]]], events: list[Event], s
             rows[ev.new[0]] = ev.new
 
 
+def _random_writes(server: MariaDBServer, schema: str, rng: random.Random, n: int) -> None:
+    """``n`` random changes to the tables k, c and other, one transaction each."""
+    with server.connect(database=schema) as conn, conn.cursor() as cur:
+        for _ in range(n):
+            i = rng.randrange(80)
+            op = rng.random()
+            if op < 0.25:
+                cur.execute("INSERT IGNORE INTO k VALUES (%s, 'w')", (i + 1000,))
+            elif op < 0.45:
+                cur.execute("UPDATE IGNORE k SET id = id + 500, v = 'moved' WHERE id = %s", (i,))
+            elif op < 0.6:
+                cur.execute("DELETE FROM k WHERE id = %s", (i,))
+            elif op < 0.75:
+                cur.execute("UPDATE c SET n = n + 1 WHERE s = %s", (f"S{i % 25:03d}",))
+            elif op < 0.85:
+                cur.execute("UPDATE other SET v = v + 1 WHERE id = %s", (i % 30,))
+            else:
+                cur.execute("UPDATE k SET v = 'upd' WHERE id = %s", (i,))
+            conn.commit()
+
+
 @pytest.mark.mariadb
 def test_a_signal_snapshots_tables_into_the_running_stream(
     mariadb_factory: Callable[..., MariaDBServer], tmp_path: Path
@@ -102,25 +123,6 @@ def test_a_signal_snapshots_tables_into_the_running_stream(
         conn.commit()
         cur.execute("SHOW MASTER STATUS")
         file, pos = cur.fetchone()[:2]
-
-    def write(n: int) -> None:
-        with server.connect(database=schema) as conn, conn.cursor() as cur:
-            for _ in range(n):
-                i = rng.randrange(80)
-                op = rng.random()
-                if op < 0.25:
-                    cur.execute("INSERT IGNORE INTO k VALUES (%s, 'w')", (i + 1000,))
-                elif op < 0.45:
-                    cur.execute("UPDATE IGNORE k SET id = id + 500, v = 'moved' WHERE id = %s", (i,))
-                elif op < 0.6:
-                    cur.execute("DELETE FROM k WHERE id = %s", (i,))
-                elif op < 0.75:
-                    cur.execute("UPDATE c SET n = n + 1 WHERE s = %s", (f"S{i % 25:03d}",))
-                elif op < 0.85:
-                    cur.execute("UPDATE other SET v = v + 1 WHERE id = %s", (i % 30,))
-                else:
-                    cur.execute("UPDATE k SET v = 'upd' WHERE id = %s", (i,))
-                conn.commit()
 
     def signal(changefeed: str, tables: list[str]) -> None:
         with server.connect() as conn, conn.cursor() as cur:
@@ -146,7 +148,7 @@ def test_a_signal_snapshots_tables_into_the_running_stream(
     chunk_parts = batches = 0
     for step in range(200):
         if step < 40:
-            write(3)
+            _random_writes(server, schema, rng, 3)
         if step == 2:
             signal("cf2", [f"{schema}.other"])  # another changefeed's: ignored
             with server.connect() as conn, conn.cursor() as cur:  # malformed: logged and ignored

@@ -71,20 +71,7 @@ def scenario(draw: st.DrawFn) -> tuple[int, list[list[Entry]], list[tuple[int, E
                     stream.extend(Entry(r, False) for r in draw(st.sampled_from(sent)))
                 elif resend == 2:  # one message retried (a row of this transaction)
                     stream.append(Entry(draw(st.sampled_from(rows)), False))
-    partitions: list[list[Entry]] = []
-    for p in range(n_parts):
-        out: list[Entry] = []
-        for epoch in epochs[p]:
-            closing = epoch.pop(-1, None)
-            streams = [list(s) for s in epoch.values() if s]
-            while streams:
-                k = draw(st.integers(0, len(streams) - 1))
-                out.append(streams[k].pop(0))
-                if not streams[k]:
-                    streams.pop(k)
-            if closing:
-                out.extend(closing)
-        partitions.append(_with_resolved(draw, out))
+    partitions = [_with_resolved(draw, _interleaved(draw, epochs[p])) for p in range(n_parts)]
     order = []
     cursors = [0] * n_parts
     while any(cursors[p] < len(partitions[p]) for p in range(n_parts)):
@@ -93,6 +80,22 @@ def scenario(draw: st.DrawFn) -> tuple[int, list[list[Entry]], list[tuple[int, E
         order.append((p, partitions[p][cursors[p]]))
         cursors[p] += 1
     return n_parts, partitions, order
+
+
+def _interleaved(draw: st.DrawFn, epochs: list[dict[int, list[Entry]]]) -> list[Entry]:
+    """One partition's stream: per epoch, its tables' streams interleaved at random, then the DDL closing it."""
+    out: list[Entry] = []
+    for epoch in epochs:
+        closing = epoch.pop(-1, None)
+        streams = [list(s) for s in epoch.values() if s]
+        while streams:
+            k = draw(st.integers(0, len(streams) - 1))
+            out.append(streams[k].pop(0))
+            if not streams[k]:
+                streams.pop(k)
+        if closing:
+            out.extend(closing)
+    return out
 
 
 def _with_resolved(draw: st.DrawFn, stream: list[Entry]) -> list[Entry]:

@@ -210,13 +210,7 @@ class BinlogCapture:
         where = f"{raw.file}:{raw.pos}"
         ev = self.parser.parse(raw.data, where)
         if type(ev) is RowsEvent:
-            if self._group is None:  # rows outside BEGIN..COMMIT: treat as their own group
-                self._group = _Group(self.savepoint)
-            tm = ev.table_map
-            if (self.filter is None or self.filter.allows(tm.schema, tm.table)) and (
-                self.filter is None or _OPS[ev.kind] not in self.filter.ignore_ops
-            ):
-                self._group.items.append((ev, where))
+            self._add_rows(ev, where)
             return
         end = raw.pos + len(raw.data)
         if type(ev) is XidEvent:
@@ -224,33 +218,55 @@ class BinlogCapture:
         elif type(ev) is QueryEvent:
             yield from self._query(ev, raw, end, where)
         elif type(ev) is MariaGtidEvent or type(ev) is GtidEvent:
-            if self._unanchored and self._group is None:
-                self.savepoint = replace(self.savepoint, file=raw.file, pos=raw.pos)
-                self._unanchored = False
-            self._gtid_event = ev
-            if type(ev) is MariaGtidEvent and not ev.standalone:
-                self._group = _Group(self.savepoint)  # MariaDB: a transactional GTID stands in for BEGIN
+            self._gtid_marker(ev, raw)
         elif type(ev) is RotateEvent:
             artificial = ev.header.flags & LOG_EVENT_ARTIFICIAL_F or ev.header.log_pos == 0
             if self._group is None and (not artificial or not self.savepoint.file):
                 self.savepoint = replace(self.savepoint, file=ev.next_file, pos=ev.position)
         elif type(ev) is MariaGtidListEvent:
-            if self._gtid is None or (isinstance(self._gtid, MariaGtidState) and not self._gtid):
-                state = MariaGtidState()
-                for domain, server, seq in ev.gtids:
-                    state.update(domain, server, seq)
-                self._gtid = state
+            self._seed_maria_gtids(ev)
         elif type(ev) is PreviousGtidsEvent:
-            if self._gtid is None or (isinstance(self._gtid, MySQLGtidSet) and not self._gtid):
-                gset = MySQLGtidSet()
-                for sid, intervals in ev.gtid_set.items():
-                    for lo, hi in intervals:
-                        gset.add_interval(sid, lo, hi)
-                self._gtid = gset
+            self._seed_mysql_gtids(ev)
         elif type(ev) is IncidentEvent:
             raise CaptureError(
                 f"INCIDENT event {ev.incident} ({ev.message!r}): the source lost events; resync needed", where=where
             )
+
+    def _add_rows(self, ev: RowsEvent, where: str) -> None:
+        """Collect a rows event into the open group (its own group outside BEGIN..COMMIT) unless filtered."""
+        if self._group is None:  # rows outside BEGIN..COMMIT: treat as their own group
+            self._group = _Group(self.savepoint)
+        tm = ev.table_map
+        if (self.filter is None or self.filter.allows(tm.schema, tm.table)) and (
+            self.filter is None or _OPS[ev.kind] not in self.filter.ignore_ops
+        ):
+            self._group.items.append((ev, where))
+
+    def _gtid_marker(self, ev: MariaGtidEvent | GtidEvent, raw: RawEvent) -> None:
+        """A transaction's GTID: anchors a savepoint that has none yet, applied at its commit."""
+        if self._unanchored and self._group is None:
+            self.savepoint = replace(self.savepoint, file=raw.file, pos=raw.pos)
+            self._unanchored = False
+        self._gtid_event = ev
+        if type(ev) is MariaGtidEvent and not ev.standalone:
+            self._group = _Group(self.savepoint)  # MariaDB: a transactional GTID stands in for BEGIN
+
+    def _seed_maria_gtids(self, ev: MariaGtidListEvent) -> None:
+        """MariaDB's GTID list at the head of a file: the starting state unless one is known."""
+        if self._gtid is None or (isinstance(self._gtid, MariaGtidState) and not self._gtid):
+            state = MariaGtidState()
+            for domain, server, seq in ev.gtids:
+                state.update(domain, server, seq)
+            self._gtid = state
+
+    def _seed_mysql_gtids(self, ev: PreviousGtidsEvent) -> None:
+        """MySQL's previous-GTIDs set at the head of a file: the starting set unless one is known."""
+        if self._gtid is None or (isinstance(self._gtid, MySQLGtidSet) and not self._gtid):
+            gset = MySQLGtidSet()
+            for sid, intervals in ev.gtid_set.items():
+                for lo, hi in intervals:
+                    gset.add_interval(sid, lo, hi)
+            self._gtid = gset
 
     def _query(self, ev: QueryEvent, raw: RawEvent, end: int, where: str) -> Iterator[Event]:
         query = ev.query
@@ -326,29 +342,39 @@ class BinlogCapture:
             return
         commit_ms = self._commit_ms(header_ts)
         self._apply_gtid()
-        base = group.start.to_dict()
         skip, self._skip = self._skip, 0
+        if not any(isinstance(item, QueryEvent) for item, _ in group.items):  # rows only: stream them
+            yield from self._commit_rows(group, commit_ms, skip, file, end)
+        else:
+            yield from self._commit_with_ddl(group, commit_ms, skip, file, end)
+
+    def _commit_rows(self, group: _Group, commit_ms: int, skip: int, file: str, end: int) -> Iterator[Event]:
+        """A group of rows only: streamed, then a Resolved at its commit."""
+        base = group.start.to_dict()
         ordinal = 0
         ts: int | None = None
-        if not any(isinstance(item, QueryEvent) for item, _ in group.items):  # rows only: stream them
-            if self._held:  # this group's table maps are the held DDLs' last chance, then they go first
-                for item, where in group.items:
-                    self.table_schema_for(self.effective_map(item.table_map, where), where)
-                yield from self._release()
-            self._pending = []
+        if self._held:  # this group's table maps are the held DDLs' last chance, then they go first
             for item, where in group.items:
-                if ts is None:
-                    ts = self.clock.next(commit_ms)
-                for change in self._rows(item, ts, where):
-                    ordinal += 1
-                    if ordinal > skip:
-                        change.position = {**base, "skip": ordinal}
-                        yield change
-            self.savepoint = self._position(file, end)
-            # Later groups get larger timestamps, so everything at or below `last` is out.
-            yield Resolved(self.clock.last, position=self.savepoint.to_dict())
-            return
-        # A group with DDL is collected: it may be held back for one group (see docs/capture.md).
+                self.table_schema_for(self.effective_map(item.table_map, where), where)
+            yield from self._release()
+        self._pending = []
+        for item, where in group.items:
+            if ts is None:
+                ts = self.clock.next(commit_ms)
+            for change in self._rows(item, ts, where):
+                ordinal += 1
+                if ordinal > skip:
+                    change.position = {**base, "skip": ordinal}
+                    yield change
+        self.savepoint = self._position(file, end)
+        # Later groups get larger timestamps, so everything at or below `last` is out.
+        yield Resolved(self.clock.last, position=self.savepoint.to_dict())
+
+    def _commit_with_ddl(self, group: _Group, commit_ms: int, skip: int, file: str, end: int) -> Iterator[Event]:
+        """A group with DDL is collected: it may be held back for one group (see docs/capture.md)."""
+        base = group.start.to_dict()
+        ordinal = 0
+        ts: int | None = None
         # DDLs of the previous (held) group: this group's table maps are their last chance.
         previous = {id(d) for d in self._pending}
         out: list[Event] = []

@@ -287,23 +287,14 @@ class EventParser:
         return lengths[etype - 1] if etype - 1 < len(lengths) else 0
 
     def _dispatch(self, header: EventHeader, data: bytes, end: int, where: str) -> Event:
+        """The events of every transaction; the file-level and server events in `_other`."""
         etype = header.type
         p = HEADER_LEN
         rows = ROWS_EVENTS.get(etype)
         if rows is not None:
             return self._rows(header, data, end, rows, where)
         if etype == EventType.TABLE_MAP:
-            table_id = int.from_bytes(data[p : p + self._table_id_len], "little")
-            body = bytes(data[p + self._table_id_len + 2 : end])
-            tm = self._signatures.get(body)
-            if tm is None:
-                tm = parse_table_map_body(body, self.fde is not None and self.fde.is_mariadb)
-                check_table_map(tm, where)
-                if len(self._signatures) > 10_000:
-                    self._signatures.clear()
-                self._signatures[body] = tm
-            self.table_maps[table_id] = tm
-            return TableMapEvent(header, table_id, tm)
+            return self._table_map(header, data, end, where)
         if etype == EventType.QUERY:
             # post-header: thread_id(4) exec_time(4) db_len(1) error_code(2) status_vars_len(2)
             thread_id, _exec, db_len, error_code, status_len = struct.unpack_from("<IIBHH", data, p)
@@ -313,9 +304,6 @@ class EventParser:
             return QueryEvent(header, schema, query, thread_id, error_code)
         if etype == EventType.XID:
             return XidEvent(header, int.from_bytes(data[p : p + 8], "little"))
-        if etype == EventType.ROTATE:
-            position = int.from_bytes(data[p : p + 8], "little")
-            return RotateEvent(header, position, data[p + 8 : end].decode("utf-8"))
         if etype in (EventType.GTID, EventType.ANONYMOUS_GTID, EventType.GTID_TAGGED):
             if etype == EventType.GTID_TAGGED:
                 raise CaptureError("MySQL 8.4 tagged GTIDs are not supported yet", where=where)
@@ -324,6 +312,29 @@ class EventParser:
             seq, domain, flags = struct.unpack_from("<QIB", data, p)
             commit_id = int.from_bytes(data[p + 13 : p + 21], "little") if flags & MARIA_FL_GROUP_COMMIT_ID else None
             return MariaGtidEvent(header, domain, seq, flags, commit_id)
+        return self._other(header, data, end, where)
+
+    def _table_map(self, header: EventHeader, data: bytes, end: int, where: str) -> TableMapEvent:
+        p = HEADER_LEN
+        table_id = int.from_bytes(data[p : p + self._table_id_len], "little")
+        body = bytes(data[p + self._table_id_len + 2 : end])
+        tm = self._signatures.get(body)
+        if tm is None:
+            tm = parse_table_map_body(body, self.fde is not None and self.fde.is_mariadb)
+            check_table_map(tm, where)
+            if len(self._signatures) > 10_000:
+                self._signatures.clear()
+            self._signatures[body] = tm
+        self.table_maps[table_id] = tm
+        return TableMapEvent(header, table_id, tm)
+
+    def _other(self, header: EventHeader, data: bytes, end: int, where: str) -> Event:
+        """File-level and server events (rotate, GTID sets, heartbeats...); unknown ones are skipped."""
+        etype = header.type
+        p = HEADER_LEN
+        if etype == EventType.ROTATE:
+            position = int.from_bytes(data[p : p + 8], "little")
+            return RotateEvent(header, position, data[p + 8 : end].decode("utf-8"))
         if etype == EventType.MARIA_GTID_LIST:
             count = int.from_bytes(data[p : p + 4], "little") & 0x0FFFFFFF  # top 4 bits are flags
             gtids = [struct.unpack_from("<IIQ", data, p + 4 + 16 * i) for i in range(count)]

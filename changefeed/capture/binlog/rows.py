@@ -178,7 +178,7 @@ def column_charset(col: ColumnMeta, collations: dict[int, tuple[str, str]] | Non
     return collation_info(col.collation_id, collations)
 
 
-def _column_reader(col: ColumnMeta, tz: tzinfo, collations: dict[int, tuple[str, str]] | None) -> str | Step:
+def _column_reader(col: ColumnMeta, tz: tzinfo, collations: dict[int, tuple[str, str]] | None) -> str | Step:  # noqa: C901  (per-type switch: one reader per MySQL binlog column type)
     """A struct code (fixed-width numbers) or a step reading one value of this column."""
     tp = col.real_type
     unsigned = bool(col.unsigned)

@@ -219,7 +219,7 @@ def _two_byte_meta(col: ColumnMeta, tp: int, b0: int, b1: int) -> None:
             col.real_type = tp
 
 
-def _parse_optional_metadata(tm: TableMap, body: bytes, pos: int, mariadb: bool) -> None:
+def _parse_optional_metadata(tm: TableMap, body: bytes, pos: int, mariadb: bool) -> None:  # noqa: C901  (table-driven decoder: one branch per MySQL optional-metadata TLV kind)
     """The TLV block MySQL 8.0.1+ and MariaDB 10.5+ append (binlog_row_metadata=MINIMAL or FULL)."""
     columns = tm.columns
     numeric_types = NUMERIC_TYPES | {ColumnType.YEAR} if mariadb else NUMERIC_TYPES

@@ -29,7 +29,7 @@ from typing import Any
 from ...errors import CaptureError
 from ...model.ddlschema import ColumnDef, DDLCatalog, TableDef
 from ...model.schema import Column, Index, TableSchema
-from ...model.types import TypeCode
+from ...model.types import CHAR_TYPES, FSP_TYPES, TypeCode
 from .constants import ColumnType
 from .tablemap import BLOB_TYPES, TableMap
 
@@ -404,13 +404,13 @@ class SchemaTracker:
             binary = dtype in ("binary", "varbinary") or dtype.endswith("blob") or dtype in _GEOMETRY
             length: int | None = None
             decimal: int | None = None
-            if code in (TypeCode.CHAR, TypeCode.VARCHAR):
+            if code in CHAR_TYPES:  # CHAR or VARCHAR: `_TYPE_CODES` has no VAR_STRING
                 length = ci.char_length
             elif code is TypeCode.DECIMAL:
                 length, decimal = ci.precision, ci.scale
             elif code is TypeCode.BIT:
                 length = ci.precision
-            elif code in (TypeCode.DATETIME, TypeCode.TIMESTAMP, TypeCode.TIME):
+            elif code in FSP_TYPES:
                 decimal = ci.fsp or 0
             charset, collation = ("binary", "binary") if binary or not ci.charset else (ci.charset, ci.collation)
             columns.append(

@@ -19,7 +19,7 @@ import orjson
 
 from ...errors import CaptureError
 from ...model.schema import Column, Index, TableSchema
-from ...model.types import TEMPORAL_TYPES, TypeCode
+from ...model.types import CHARSET_TYPES, FSP_TYPES, INTEGER_TYPES, TypeCode
 
 log = logging.getLogger(__name__)
 
@@ -137,13 +137,7 @@ def parse_table_info(schema_name: str, info: Mapping[str, Any], version_ts: int)
         if len(pk_flag_names) != 1:
             raise ValueError(f"table {table_name!r} is pk_is_handle but has {len(pk_flag_names)} PriKey columns")
         handle_position = by_name[pk_flag_names[0]]
-        if columns[handle_position].type_code not in (
-            TypeCode.TINYINT,
-            TypeCode.SMALLINT,
-            TypeCode.MEDIUMINT,
-            TypeCode.INT,
-            TypeCode.BIGINT,
-        ):
+        if columns[handle_position].type_code not in INTEGER_TYPES:
             raise ValueError(f"table {table_name!r}: pk_is_handle column {pk_flag_names[0]!r} is not an integer")
     elif is_common_handle:
         if primary is None:
@@ -183,19 +177,6 @@ def parse_table_info(schema_name: str, info: Mapping[str, Any], version_ts: int)
     )
 
 
-_STRING_TYPES = {
-    TypeCode.VARCHAR,
-    TypeCode.VAR_STRING,
-    TypeCode.CHAR,
-    TypeCode.TINYBLOB,
-    TypeCode.BLOB,
-    TypeCode.MEDIUMBLOB,
-    TypeCode.LONGBLOB,
-    TypeCode.ENUM,
-    TypeCode.SET,
-}
-
-
 def _column(name: str, ftype: Any, col_id: int, generated: bool, default: Any) -> Column:
     if not isinstance(ftype, Mapping):
         raise ValueError(f"column {name!r} needs a 'type' object with Tp, Flag, Flen, Decimal...")
@@ -209,7 +190,7 @@ def _column(name: str, ftype: Any, col_id: int, generated: bool, default: Any) -
     dec = _int(ftype, "Decimal", _UNSPECIFIED)
     charset = ftype.get("Charset") or ""
     collation = ftype.get("Collate") or ""
-    if code in _STRING_TYPES:
+    if code in CHARSET_TYPES:
         # An empty charset with the BinaryFlag is charset binary (MySQL field flag 128).
         if not charset:
             charset = "binary" if flag & BINARY_FLAG else "utf8mb4"
@@ -217,7 +198,7 @@ def _column(name: str, ftype: Any, col_id: int, generated: bool, default: Any) -
             collation = "binary" if charset == "binary" else f"{charset}_bin"
     else:
         charset = collation = "binary"
-    if code in TEMPORAL_TYPES and code not in (TypeCode.DATE, TypeCode.NEWDATE):
+    if code in FSP_TYPES:
         dec = max(dec, 0)  # fsp; UnspecifiedFsp behaves as 0
     elems = ftype.get("Elems") or ()
     if not all(isinstance(e, str) for e in elems):

@@ -22,13 +22,21 @@ import pyarrow.compute as pc
 
 from ...errors import CaptureError
 from ...model.events import Event, Op, trusted_row
-from ...model.schema import Column
-from ...model.types import TypeCode
-from .rowcodec import CODEC_VER, FLAG_CHECKSUM, FLAG_LARGE, INT_TYPES, STRING_TYPES, RowDecoder, V2Cell
+from ...model.schema import Column, TableSchema
+from ...model.types import (
+    CALENDAR_TYPES,
+    DATE_TYPES,
+    ENUM_SET_BIT_TYPES,
+    FLOAT_TYPES,
+    INTEGER_TYPES,
+    STRING_TYPES,
+    TypeCode,
+)
+from .rowcodec import CODEC_VER, FLAG_CHECKSUM, FLAG_LARGE, RowDecoder, V2Cell
 from .temporal import ZoneConverter
 
 if TYPE_CHECKING:
-    from .mounter import Mounter
+    from .mounter import Mounter, _Hot
 
 _PAD = 8  # zero bytes after each data buffer: an 8-byte read at any cell start stays inside
 _AR8 = np.arange(8, dtype=np.int64)
@@ -191,7 +199,7 @@ def _time_vector(col: Column, zone: ZoneConverter | None) -> Vector | None:
     fsp = col.decimal or 0
     if fsp > 6:
         return None
-    date_only = col.type_code in (TypeCode.DATE, TypeCode.NEWDATE)
+    date_only = col.type_code in DATE_TYPES
     width = 10 if date_only else 19 + (fsp + 1 if fsp else 0)
 
     def run(src: _Source, s: np.ndarray, e: np.ndarray) -> tuple[list[Any], np.ndarray | None]:
@@ -263,24 +271,21 @@ def _string_vector(as_bytes: bool) -> Vector:
     return run
 
 
-_TIME_TYPES = (TypeCode.DATE, TypeCode.NEWDATE, TypeCode.DATETIME, TypeCode.TIMESTAMP)
-
-
 def vector_for(col: Column, zone: ZoneConverter | None) -> Vector | None:
     """The vectorised decoder of a column type, or None: its cells take the scalar decoder.
 
     Mirrors `rowcodec._cells` (v2): each kind must give exactly what the scalar cell gives.
     """
     tc = col.type_code
-    if tc in INT_TYPES or tc is TypeCode.YEAR:
+    if tc in INTEGER_TYPES or tc is TypeCode.YEAR:
         return _int_vector(signed=not (col.unsigned and tc is not TypeCode.YEAR))
-    if tc in (TypeCode.ENUM, TypeCode.SET, TypeCode.BIT):
+    if tc in ENUM_SET_BIT_TYPES:
         return _int_vector(signed=False)
-    if tc in (TypeCode.FLOAT, TypeCode.DOUBLE):
+    if tc in FLOAT_TYPES:
         return _float_vector(narrow=tc is TypeCode.FLOAT)
     if tc is TypeCode.DECIMAL:
         return _decimal_vector(col)
-    if tc in _TIME_TYPES:
+    if tc in CALENDAR_TYPES:
         return _time_vector(col, zone if tc is TypeCode.TIMESTAMP else None)
     if tc in STRING_TYPES or tc is TypeCode.GEOMETRY:
         return _string_vector(col.is_bytes)
@@ -382,53 +387,20 @@ class VectorDecoder:
         failed: np.ndarray,
         verify_checksum: bool,
     ) -> None:
-        n = plan.n_notnull
+        if flags & FLAG_CHECKSUM and verify_checksum:  # CRC per record: the reference path
+            failed[where] = True
+            return
         m = len(s)
-        width = 4 if plan.large else 2
-        data_start = ids_end + width * n
-        if n:
-            raw = src.data[(s + ids_end)[:, None] + np.arange(width * n, dtype=np.int64)]
-            ends = np.ascontiguousarray(raw).view("<u4" if plan.large else "<u2").reshape(m, n).astype(np.int64)
-            ok = np.all(ends[:, 1:] >= ends[:, :-1], axis=1) if n > 1 else np.ones(m, bool)
-            data_end = data_start + ends[:, -1]
-            ok &= data_end <= size
-        else:
-            ends = np.zeros((m, 0), np.int64)
-            ok = np.ones(m, bool)
-            data_end = np.full(m, data_start, np.int64)
-        if flags & FLAG_CHECKSUM:
-            if verify_checksum:  # CRC per record: the reference path
-                failed[where] = True
-                return
-            # trailer: header byte (bits 0-2 version <= 2, bit 3 extra) + u32 [+ u32]
-            ok &= data_end < size
-            trailer = src.data[s + np.minimum(data_end, size - 1)].astype(np.int64)
-            ok &= ((trailer & 7) <= 2) & (data_end + 5 + (trailer & 8) // 2 == size)
-        else:
-            ok &= data_end == size
-        if not ok.all():
-            ends[~ok] = 0  # cells of rows already failed stay inside their value
-        base = s + data_start
+        data_start = ids_end + (4 if plan.large else 2) * plan.n_notnull
+        ends, ok = _cell_ends(src, plan, s, size, ids_end, data_start, flags & FLAG_CHECKSUM)
         columns: list[Any] = list(repeat(None, len(self.defaults)))
         decoded = [False] * len(self.defaults)
+        base = s + data_start
         prev = np.zeros(m, np.int64)
         for i, (pos, vector, cell) in enumerate(plan.cells):
             end = ends[:, i]
             if cell is not None:
-                cs, ce = base + prev, base + end
-                redo: np.ndarray | None
-                if vector is None:
-                    values, redo = [None] * m, np.ones(m, bool)
-                else:
-                    values, redo = vector(src, cs, ce)
-                if redo is not None:
-                    for j in np.flatnonzero(redo & ok).tolist():
-                        a, b = int(cs[j]), int(ce[j])
-                        try:
-                            values[j] = cell(src.cell(a, b), 0, b - a)
-                        except Exception:  # any failure: the reference path decides
-                            ok[j] = False
-                columns[pos] = values
+                columns[pos] = _decode_cells(src, vector, cell, base + prev, base + end, ok)
                 decoded[pos] = True
             prev = end
         handle_pos = self.decoder.handle_position
@@ -453,6 +425,54 @@ class VectorDecoder:
             return
         for j, image in zip(where.tolist(), images, strict=True):
             out[j] = image
+
+
+def _cell_ends(
+    src: _Source, plan: _Layout, s: np.ndarray, size: np.ndarray, ids_end: int, data_start: int, checksum: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """(cell end offsets, rows whose offsets ascend and end the value) of records with this layout."""
+    n = plan.n_notnull
+    m = len(s)
+    if n:
+        raw = src.data[(s + ids_end)[:, None] + np.arange((4 if plan.large else 2) * n, dtype=np.int64)]
+        ends = np.ascontiguousarray(raw).view("<u4" if plan.large else "<u2").reshape(m, n).astype(np.int64)
+        ok = np.all(ends[:, 1:] >= ends[:, :-1], axis=1) if n > 1 else np.ones(m, bool)
+        data_end = data_start + ends[:, -1]
+        ok &= data_end <= size
+    else:
+        ends = np.zeros((m, 0), np.int64)
+        ok = np.ones(m, bool)
+        data_end = np.full(m, data_start, np.int64)
+    if checksum:
+        # trailer: header byte (bits 0-2 version <= 2, bit 3 extra) + u32 [+ u32]
+        ok &= data_end < size
+        trailer = src.data[s + np.minimum(data_end, size - 1)].astype(np.int64)
+        ok &= ((trailer & 7) <= 2) & (data_end + 5 + (trailer & 8) // 2 == size)
+    else:
+        ok &= data_end == size
+    if not ok.all():
+        ends[~ok] = 0  # cells of rows already failed stay inside their value
+    return ends, ok
+
+
+def _decode_cells(
+    src: _Source, vector: Vector | None, cell: V2Cell, cs: np.ndarray, ce: np.ndarray, ok: np.ndarray
+) -> list[Any]:
+    """One column's values of all rows: the vector decoder, the scalar cell decoder for the rows it
+    leaves; a row the scalar decoder fails is cleared in ``ok``."""
+    redo: np.ndarray | None
+    if vector is None:
+        values, redo = [None] * len(cs), np.ones(len(cs), bool)
+    else:
+        values, redo = vector(src, cs, ce)
+    if redo is not None:
+        for j in np.flatnonzero(redo & ok).tolist():
+            a, b = int(cs[j]), int(ce[j])
+            try:
+                values[j] = cell(src.cell(a, b), 0, b - a)
+            except Exception:  # any failure: the reference path decides
+                ok[j] = False
+    return values
 
 
 def _vector_decoder(mounter: Mounter, decoder: RowDecoder) -> VectorDecoder:
@@ -501,11 +521,7 @@ def mount_batch(mounter: Mounter, batch: pa.RecordBatch, source: str, first_row:
     n = batch.num_rows
     names = set(batch.schema.names)
     ops = batch.column("op")
-    if ops.null_count or not pc.all(pc.is_in(ops, pa.array(_OPS))).as_py():
-        from .records import _checked_op  # noqa: PLC0415 - raises naming the first bad op, as decode_batch does
-
-        for i, op in enumerate(ops.to_pylist()):
-            _checked_op(op, source, first_row + i)
+    _check_ops(ops, source, first_row)
     commit, commit_valid = _ints(batch, "commit_ts")  # type: ignore[misc]
     ts = _ints(batch, "ts")
     has_ts = ts[1] if ts is not None else np.zeros(n, bool)
@@ -544,12 +560,8 @@ def mount_batch(mounter: Mounter, batch: pa.RecordBatch, source: str, first_row:
         for _ in range(8):  # schema versions in one batch; more are left to the reference path
             if not pending.any():
                 break
-            first = int(np.argmax(pending))
-            try:
-                hot = mounter.table_decoder(tid, int(commit[first]))
-            except CaptureError:
-                hot = None
-            if hot is None or not hot.decoder.direct:
+            hot = _direct_decoder(mounter, tid, int(commit[int(np.argmax(pending))]))
+            if hot is None:
                 break
             served = pending & (commit > np.uint64(hot.lo))
             if hot.hi < 1 << 64:
@@ -557,51 +569,15 @@ def mount_batch(mounter: Mounter, batch: pa.RecordBatch, source: str, first_row:
             pending &= ~served
             vd = _vector_decoder(mounter, hot.decoder)
             rows = np.flatnonzero(served)
-            m = len(rows)
-            ok = np.ones(m, bool)
-            put_rows = is_put[rows]
-            news: list[Any] = [None] * m
-            if put_rows.any() and values is not None:
-                sel = rows[put_rows]
-                images, failed = vd.images(values, sel, handles[sel], mounter.verify_checksum)
-                ok[put_rows] &= ~failed
-                news = images if len(sel) == m else _scatter(m, np.flatnonzero(put_rows), images)
-            prior: list[Any] = [None] * m
-            with_old = old_len[rows] > 0
-            if with_old.any() and olds is not None:
-                sel = rows[with_old]
-                images, failed = vd.images(olds, sel, handles[sel], mounter.verify_checksum)
-                ok[with_old] &= ~failed
-                prior = _scatter(m, np.flatnonzero(with_old), images)
+            ok = np.ones(len(rows), bool)
+            verify = mounter.verify_checksum
+            news = _side_images(vd, values, rows, is_put[rows], handles, verify, ok)
+            prior = _side_images(vd, olds, rows, old_len[rows] > 0, handles, verify, ok)
             if not ok.all():
                 fast[rows[~ok]] = False
                 rows, news, prior = rows[ok], list(compress(news, ok)), list(compress(prior, ok))
-            table, partition = hot.decoder.table.schema, hot.partition_id
-            events: list[Any] = []
-            append = events.append
-            for new, old, c, st, h in zip(
-                news,
-                prior,
-                commit[rows].tolist(),
-                starts[0][rows].tolist() if starts is not None else [0] * len(rows),
-                handles[rows].tolist(),
-                strict=True,
-            ):
-                event = trusted_row(
-                    Op.DELETE if new is None else Op.INSERT if old is None else Op.UPDATE,
-                    table,
-                    c,
-                    new,
-                    old,
-                    partition,
-                    h,
-                )
-                if st:
-                    event.start_ts = st
-                append(event)
-            if regions is not None:
-                for j in np.flatnonzero(regions[1][rows]).tolist():
-                    events[j].position = {"region_id": int(regions[0][rows[j]])}
+            events = _row_events(hot.decoder.table.schema, hot.partition_id, rows, news, prior, commit, handles)
+            _stamp(events, rows, starts, regions)
             done.append((rows, events))
         fast[pending] = False
     if len(done) == 1 and len(done[0][1]) == n:
@@ -611,6 +587,75 @@ def mount_batch(mounter: Mounter, batch: pa.RecordBatch, source: str, first_row:
         for r, event in zip(rows.tolist(), events, strict=True):
             placed[r] = event
     return _finish(mounter, batch, source, first_row, placed, fast)
+
+
+def _check_ops(ops: pa.Array, source: str, first_row: int) -> None:
+    if ops.null_count or not pc.all(pc.is_in(ops, pa.array(_OPS))).as_py():
+        from .records import _checked_op  # noqa: PLC0415 - raises naming the first bad op, as decode_batch does
+
+        for i, op in enumerate(ops.to_pylist()):
+            _checked_op(op, source, first_row + i)
+
+
+def _direct_decoder(mounter: Mounter, tid: int, commit_ts: int) -> _Hot | None:
+    """The table version a record committed at ``commit_ts`` reads with, if its rows can be read here."""
+    try:
+        hot = mounter.table_decoder(tid, commit_ts)
+    except CaptureError:
+        return None
+    return hot if hot is not None and hot.decoder.direct else None
+
+
+def _stamp(
+    events: list[Any],
+    rows: np.ndarray,
+    starts: tuple[np.ndarray, np.ndarray] | None,
+    regions: tuple[np.ndarray, np.ndarray] | None,
+) -> None:
+    """Set the start ts (where non-zero) and the region (where given) of the events of ``rows``."""
+    if starts is not None:
+        for j in np.flatnonzero(starts[0][rows]).tolist():
+            events[j].start_ts = int(starts[0][rows[j]])
+    if regions is not None:
+        for j in np.flatnonzero(regions[1][rows]).tolist():
+            events[j].position = {"region_id": int(regions[0][rows[j]])}
+
+
+def _side_images(
+    vd: VectorDecoder,
+    src: _Source | None,
+    rows: np.ndarray,
+    mask: np.ndarray,
+    handles: np.ndarray,
+    verify_checksum: bool,
+    ok: np.ndarray,
+) -> list[Any]:
+    """The new or the old images of ``rows`` (None where ``mask`` is False); failed rows are cleared in ``ok``."""
+    m = len(rows)
+    if src is None or not mask.any():
+        return [None] * m
+    sel = rows[mask]
+    images, failed = vd.images(src, sel, handles[sel], verify_checksum)
+    ok[mask] &= ~failed
+    return images if len(sel) == m else _scatter(m, np.flatnonzero(mask), images)
+
+
+def _row_events(
+    table: TableSchema,
+    partition: int | None,
+    rows: np.ndarray,
+    news: list[Any],
+    prior: list[Any],
+    commit: np.ndarray,
+    handles: np.ndarray,
+) -> list[Any]:
+    """The row changes of one table version: DELETE without a new image, INSERT without an old one."""
+    return [
+        trusted_row(
+            Op.DELETE if new is None else Op.INSERT if old is None else Op.UPDATE, table, c, new, old, partition, h
+        )
+        for new, old, c, h in zip(news, prior, commit[rows].tolist(), handles[rows].tolist(), strict=True)
+    ]
 
 
 def _scatter(m: int, at: np.ndarray, items: list[Any]) -> list[Any]:

@@ -17,7 +17,7 @@ from ...errors import CaptureError
 from ...model.events import Event, Op, Resolved, RowChange
 from ...model.types import STRING_TYPES, TypeCode
 from ...model.values import ABSENT
-from .catalog import Catalog
+from .catalog import Catalog, TableVersion
 from .keys import INT_HANDLE_KEY_LEN, common_handle_datums
 from .rowcodec import CODEC_VER, MISSING, RowDecoder
 from .temporal import resolve_time_zone
@@ -212,16 +212,7 @@ class Mounter:
             return None
         decoder = hot.decoder
         table = decoder.table
-        int_handle: int | None = None
-        if len(key) == INT_HANDLE_KEY_LEN:
-            u = _U64.unpack_from(key, 11)[0] ^ _SIGN
-            int_handle = u - (1 << 64) if u & _SIGN else u
-            if table.is_common_handle:
-                raise CaptureError(f"int handle key for common-handle table {table.schema.qualified_name}")
-        elif not table.is_common_handle:
-            raise CaptureError(
-                f"record key of {len(key)} bytes: {table.schema.qualified_name} has int handles (19-byte keys)"
-            )
+        int_handle = _int_handle(key, table)
         if op == OP_PUT:
             if not value:
                 self.skipped["empty"] += 1
@@ -317,3 +308,17 @@ def _located(exc: Exception, where: str | None, record: tuple[Any, ...]) -> Capt
     message = exc.message if isinstance(exc, CaptureError) else f"malformed record: {exc}"
     key = record[1]
     return CaptureError(message, where=f"{where or 'record'} key={key.hex() if key else '-'}")
+
+
+def _int_handle(key: bytes, table: TableVersion) -> int | None:
+    """The int handle of a 19-byte row key, None for a common-handle key; raises when the table disagrees."""
+    if len(key) == INT_HANDLE_KEY_LEN:
+        u = _U64.unpack_from(key, 11)[0] ^ _SIGN
+        if table.is_common_handle:
+            raise CaptureError(f"int handle key for common-handle table {table.schema.qualified_name}")
+        return u - (1 << 64) if u & _SIGN else u
+    if not table.is_common_handle:
+        raise CaptureError(
+            f"record key of {len(key)} bytes: {table.schema.qualified_name} has int handles (19-byte keys)"
+        )
+    return None

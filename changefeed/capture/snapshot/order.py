@@ -19,25 +19,14 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from ...model.schema import Column
-from ...model.types import FLOAT_TYPES, INTEGER_TYPES, TypeCode
+from ...model.types import DATE_TYPES, NUMBER_TYPES, UINT_VALUE_TYPES, TypeCode
 
 Key = tuple[Any, ...]
 """A key's values in key-column order, as model values (`changefeed.model.values`)."""
 
-_PYTHON_ORDERED = (
-    INTEGER_TYPES
-    | FLOAT_TYPES
-    | {
-        TypeCode.DECIMAL,
-        TypeCode.YEAR,
-        TypeCode.ENUM,  # MySQL orders ENUM by member index, our model value
-        TypeCode.SET,  # and SET by its bitmask
-        TypeCode.BIT,
-        TypeCode.DATE,
-        TypeCode.NEWDATE,
-        TypeCode.DATETIME,  # 'YYYY-MM-DD HH:MM:SS[.f]' with the column's fixed fsp: text order is time order
-    }
-)
+# MySQL orders ENUM by member index and SET by its bitmask, our model values (UINT_VALUE_TYPES);
+# DATETIME is 'YYYY-MM-DD HH:MM:SS[.f]' with the column's fixed fsp: text order is time order.
+_PYTHON_ORDERED = NUMBER_TYPES | UINT_VALUE_TYPES | DATE_TYPES | {TypeCode.DATETIME}
 
 
 class KeyOrder(Protocol):

@@ -28,10 +28,17 @@ from ...errors import CaptureError
 from ...model.ddl import quote_ident
 from ...model.gofloat import to_float32
 from ...model.schema import Column
-from ...model.types import INTEGER_TYPES, STRING_TYPES, TypeCode
+from ...model.types import (
+    CALENDAR_TYPES,
+    ENUM_SET_TYPES,
+    INTEGER_TYPES,
+    STRING_TYPES,
+    TEMPORAL_TYPES,
+    UINT_VALUE_TYPES,
+    TypeCode,
+)
 from ..binlog.decoders import timestamp_text
 
-_TEMPORAL_TEXT = frozenset({TypeCode.DATE, TypeCode.NEWDATE, TypeCode.DATETIME, TypeCode.TIME})
 _NAME = re.compile(r"^[A-Za-z0-9_]+$")
 
 
@@ -41,11 +48,11 @@ def select_sql(column: Column) -> str:
     tc = column.type_code
     if tc is TypeCode.FLOAT:
         return f"CAST({name} AS DOUBLE)"
-    if tc in _TEMPORAL_TEXT:
-        return f"CAST({name} AS CHAR)"
     if tc is TypeCode.TIMESTAMP:
         return f"UNIX_TIMESTAMP({name})"
-    if tc in (TypeCode.ENUM, TypeCode.SET):
+    if tc in TEMPORAL_TYPES:
+        return f"CAST({name} AS CHAR)"
+    if tc in ENUM_SET_TYPES:
         return f"{name}+0"
     return name
 
@@ -66,7 +73,7 @@ def converter(column: Column, tz: tzinfo) -> Callable[[Any], Any]:
         return lambda v: None if v is None else (v if isinstance(v, Decimal) else Decimal(str(v)))
     if tc is TypeCode.BIT:
         return lambda v: None if v is None else (int.from_bytes(v, "big") if isinstance(v, bytes) else int(v))
-    if tc in (TypeCode.ENUM, TypeCode.SET, TypeCode.YEAR) or tc in INTEGER_TYPES:
+    if tc in UINT_VALUE_TYPES or tc in INTEGER_TYPES:  # BIT went above
         return lambda v: None if v is None else int(v)
     if tc is TypeCode.TIMESTAMP:
         fsp = column.decimal or 0
@@ -80,7 +87,7 @@ def converter(column: Column, tz: tzinfo) -> Callable[[Any], Any]:
             return timestamp_text(seconds, micro, fsp, tz)
 
         return ts
-    if tc in _TEMPORAL_TEXT:
+    if tc in TEMPORAL_TYPES:  # TIMESTAMP went above
         return lambda v: None if v is None else (v.decode() if isinstance(v, bytes) else str(v))
     if column.is_bytes:
         return lambda v: None if v is None else (bytes(v) if isinstance(v, bytes | bytearray | memoryview) else fail(v))
@@ -109,10 +116,10 @@ def order_sql(column: Column) -> str:
         return "CAST(%s AS BINARY)"
     if tc is TypeCode.TIME:
         return "CAST(%s AS TIME(6))"
-    if tc in (TypeCode.DATETIME, TypeCode.DATE, TypeCode.NEWDATE):
-        return "%s"  # fixed-width text: text order is time order
     if tc is TypeCode.TIMESTAMP:
         return "FROM_UNIXTIME(%s)"
+    if tc in CALENDAR_TYPES:
+        return "%s"  # DATE, DATETIME: fixed-width text, text order is time order
     if tc in STRING_TYPES:
         if not (_NAME.match(column.charset) and _NAME.match(column.collation)):
             raise CaptureError(f"column {column.name!r}: unexpected charset/collation {column.collation!r}")

@@ -201,20 +201,10 @@ def _plan_safe(rows: list[RowChange], out: _Appender, mysql_json: bool) -> None:
         return
     # key -> (tsql, final image or None when the key ends deleted), for one compactable segment.
     state: dict[tuple[Any, ...], tuple[TableSQL, tuple[Any, ...] | None]] = {}
-
-    def close_segment() -> None:
-        for key, (tsql, image) in state.items():
-            if image is None:
-                out.add("delete_keys", tsql, key)
-        for tsql, image in state.values():
-            if image is not None:
-                out.add("replace", tsql, image, tsql.present(image))
-        state.clear()
-
     for row in rows:
         tsql = table_sql(row.table_schema, mysql_json)
         if not tsql.handle:  # the table lost its key mid-stream (DDL): order matters again
-            close_segment()
+            _close_safe_segment(state, out)
             _plan_ordered([row], out, mysql_json, replace=True)
             continue
         if row.op is Op.DELETE:
@@ -236,7 +226,7 @@ def _plan_safe(rows: list[RowChange], out: _Appender, mysql_json: bool) -> None:
                 new_key = _key(tsql, new)
             else:
                 # Unknown columns: only an in-order UPDATE / INSERT of the present columns can apply it.
-                close_segment()
+                _close_safe_segment(state, out)
                 if row.op is Op.INSERT:
                     out.add("replace", tsql, new, tsql.present(new))
                 else:
@@ -251,7 +241,18 @@ def _plan_safe(rows: list[RowChange], out: _Appender, mysql_json: bool) -> None:
             # Key-changing UPDATE: delete the old key, replace the new row (DM safe mode).
             state[old_key] = (tsql, None)
         state[new_key] = (tsql, new)
-    close_segment()
+    _close_safe_segment(state, out)
+
+
+def _close_safe_segment(state: dict[tuple[Any, ...], tuple[TableSQL, tuple[Any, ...] | None]], out: _Appender) -> None:
+    """The keys that end deleted, then the rows that end present; the segment starts anew."""
+    for key, (tsql, image) in state.items():
+        if image is None:
+            out.add("delete_keys", tsql, key)
+    for tsql, image in state.values():
+        if image is not None:
+            out.add("replace", tsql, image, tsql.present(image))
+    state.clear()
 
 
 def _plan_compact(rows: list[RowChange], out: _Appender, mysql_json: bool) -> None:
@@ -262,44 +263,9 @@ def _plan_compact(rows: list[RowChange], out: _Appender, mysql_json: bool) -> No
     A sequence the upstream cannot produce (a second INSERT of a live key...) closes the segment,
     so it reaches the server in order and fails there as it would row by row.
     """
-    # key -> (ins | upd | del | rep, tsql, final image)
-    state: dict[tuple[Any, ...], tuple[str, TableSQL, tuple[Any, ...] | None]] = {}
-
-    def close_segment() -> None:
-        for kind in ("del", "upd", "ins", "rep"):
-            for key, (k, tsql, image) in state.items():
-                if k != kind:
-                    continue
-                if kind == "del":
-                    out.add("delete_keys", tsql, key)
-                    continue
-                assert image is not None  # only a "del" has no image
-                if kind == "upd":
-                    out.add("update_batch", tsql, (image, key), tsql.present(image))
-                else:
-                    out.add("insert" if kind == "ins" else "replace", tsql, image, tsql.present(image))
-        state.clear()
-
-    def delete(key: tuple[Any, ...], tsql: TableSQL) -> None:
-        prev = state.get(key)
-        if prev is None or prev[0] in ("upd", "rep"):
-            state[key] = ("del", tsql, None)
-        elif prev[0] == "ins":
-            del state[key]  # born and gone inside the batch
-        else:
-            close_segment()
-            state[key] = ("del", tsql, None)
-
-    def insert(key: tuple[Any, ...], tsql: TableSQL, image: tuple[Any, ...]) -> None:
-        prev = state.get(key)
-        if prev is None:
-            state[key] = ("ins", tsql, image)
-        elif prev[0] == "del":
-            state[key] = ("rep", tsql, image)
-        else:
-            close_segment()
-            state[key] = ("ins", tsql, image)
-
+    segment = _CompactSegment(out)
+    state = segment.state
+    close_segment, delete, insert, update = segment.close, segment.delete, segment.insert, segment.update
     for row in rows:
         tsql = table_sql(row.table_schema, mysql_json)
         if not tsql.batch_updates:  # the table's keys changed mid-stream (DDL): order matters again
@@ -332,12 +298,66 @@ def _plan_compact(rows: list[RowChange], out: _Appender, mysql_json: bool) -> No
             delete(old_key, tsql)  # a key-changing UPDATE is DELETE old + INSERT new
             insert(new_key, tsql, new)
         else:
-            prev = state.get(new_key)
-            if prev is None:
-                state[new_key] = ("upd", tsql, new)
-            elif prev[0] == "del":
-                close_segment()
-                state[new_key] = ("upd", tsql, new)
-            else:
-                state[new_key] = (prev[0], tsql, new)
+            update(new_key, tsql, new)
     close_segment()
+
+
+class _CompactSegment:
+    """DM's compactor over one segment: each key's changes folded into one statement kind."""
+
+    __slots__ = ("out", "state")
+
+    def __init__(self, out: _Appender) -> None:
+        self.out = out
+        # key -> (ins | upd | del | rep, tsql, final image)
+        self.state: dict[tuple[Any, ...], tuple[str, TableSQL, tuple[Any, ...] | None]] = {}
+
+    def close(self) -> None:
+        """Emit the folded kinds, deletes first, and start a new segment."""
+        state, out = self.state, self.out
+        for kind in ("del", "upd", "ins", "rep"):
+            for key, (k, tsql, image) in state.items():
+                if k != kind:
+                    continue
+                if kind == "del":
+                    out.add("delete_keys", tsql, key)
+                    continue
+                assert image is not None  # only a "del" has no image
+                if kind == "upd":
+                    out.add("update_batch", tsql, (image, key), tsql.present(image))
+                else:
+                    out.add("insert" if kind == "ins" else "replace", tsql, image, tsql.present(image))
+        state.clear()
+
+    def delete(self, key: tuple[Any, ...], tsql: TableSQL) -> None:
+        state = self.state
+        prev = state.get(key)
+        if prev is None or prev[0] in ("upd", "rep"):
+            state[key] = ("del", tsql, None)
+        elif prev[0] == "ins":
+            del state[key]  # born and gone inside the batch
+        else:
+            self.close()
+            state[key] = ("del", tsql, None)
+
+    def insert(self, key: tuple[Any, ...], tsql: TableSQL, image: tuple[Any, ...]) -> None:
+        state = self.state
+        prev = state.get(key)
+        if prev is None:
+            state[key] = ("ins", tsql, image)
+        elif prev[0] == "del":
+            state[key] = ("rep", tsql, image)
+        else:
+            self.close()
+            state[key] = ("ins", tsql, image)
+
+    def update(self, key: tuple[Any, ...], tsql: TableSQL, image: tuple[Any, ...]) -> None:
+        state = self.state
+        prev = state.get(key)
+        if prev is None:
+            state[key] = ("upd", tsql, image)
+        elif prev[0] == "del":
+            self.close()
+            state[key] = ("upd", tsql, image)
+        else:
+            state[key] = (prev[0], tsql, image)

@@ -17,23 +17,12 @@ from ...model import ABSENT, Column, TableSchema, TypeCode
 from ...model.ddl import quote_ident, quote_table
 from ...model.rowblock import TableRows
 from ...model.schemacache import PlanCache
-from ...model.types import INTEGER_TYPES, STRING_TYPES
+from ...model.types import BOOLEAN_TYPES, FLOAT_TYPES, INTEGER_TYPES, TEXT_VALUE_TYPES, UINT_VALUE_TYPES
 from .columns import Gather, render_inserts
 
 # PyMySQL's escape_string is str.translate with a private 128-entry table (ASCII code -> text); the
 # same table built from the public function lets the hot path translate without a call per value.
 _ESCAPE_TABLE: list[str] = [escape_string(chr(c)) for c in range(128)]
-
-_INT_LIKE = INTEGER_TYPES | {TypeCode.YEAR, TypeCode.SET}
-_TEXT_LIKE = STRING_TYPES | {
-    TypeCode.JSON,
-    TypeCode.VECTOR,
-    TypeCode.DATE,
-    TypeCode.NEWDATE,
-    TypeCode.DATETIME,
-    TypeCode.TIMESTAMP,
-    TypeCode.TIME,
-}
 
 __all__ = [
     "Literal",
@@ -93,11 +82,11 @@ class Literal:
         if tc is TypeCode.ENUM:
             convert = _enum_param(column)
             return lambda v: "NULL" if v is None else generic(convert(v))
-        if tc in _INT_LIKE or tc is TypeCode.BIT:
+        if tc in INTEGER_TYPES or tc in UINT_VALUE_TYPES:  # ENUM went above
             return lambda v: str(v) if type(v) is int else generic(v)  # bool goes the generic way: 1/0
         if column.is_bytes:
             return lambda v: "X'" + v.hex() + "'" if type(v) is bytes else generic(v)
-        if tc in _TEXT_LIKE:
+        if tc in TEXT_VALUE_TYPES:
             if not self.no_backslash_escapes:
                 table = _ESCAPE_TABLE
                 return lambda v: "'" + v.translate(table) + "'" if type(v) is str else generic(v)
@@ -105,7 +94,7 @@ class Literal:
             return lambda v: text(v) if type(v) is str else generic(v)
         if tc is TypeCode.DECIMAL:
             return lambda v: format(v, "f") if type(v) is Decimal else generic(v)
-        if tc in (TypeCode.FLOAT, TypeCode.DOUBLE):
+        if tc in FLOAT_TYPES:
 
             def render_float(v: Any) -> str:
                 if type(v) is not float:
@@ -151,7 +140,7 @@ def param_converter(column: Column) -> Callable[[Any], Any] | None:
     tc = column.type_code
     if tc is TypeCode.ENUM:
         return _enum_param(column)
-    if tc in (TypeCode.TINYINT, TypeCode.BIT):
+    if tc in BOOLEAN_TYPES:
         return _bool_to_int
     return None
 
