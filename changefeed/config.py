@@ -299,7 +299,8 @@ class ChangefeedConfig:
         """What every event goes through before the sink (docs/routing.md): online DDL, event filters,
         the table router of ``[[routes]]`` (extract-source reads the changefeed id); None: nothing."""
         return EventPipeline.of(
-            Router.of(self.routes, source=self.changefeed_id),
+            # A storage directory or lake table cannot take a merged table's shard DDL (Router.shard_ddl).
+            Router.of(self.routes, self.changefeed_id, self.sink_uri.is_mysql or self.sink_uri.is_kafka),
             EventFilter.of(self.filter.event_filters),
             OnlineDDL() if self.online_ddl else None,
         )
@@ -673,10 +674,11 @@ def load_routes(path: str | Path) -> list[RouteRule]:
     return routes
 
 
-def load_pipeline(path: str | Path, source: str) -> EventPipeline | Router | None:
+def load_pipeline(path: str | Path, source: str, shard_ddl: bool = True) -> EventPipeline | Router | None:
     """What the commands that take no whole changefeed (``capture --routes``, ``apply --routes``) apply
     to every event, from a config file: ``[[routes]]`` and routing dispatchers, ``[[filter.event-filters]]``
-    and ``online-ddl`` (docs/routing.md). ``source`` names the source for extract-source."""
+    and ``online-ddl`` (docs/routing.md). ``source`` names the source for extract-source; ``shard_ddl``:
+    whether the sink takes a merged table's shard DDL (`Router.shard_ddl`)."""
     path = Path(path)
     routes = load_routes(path)
     doc = tomllib.loads(path.read_text())  # read and parsed fine by load_routes just now
@@ -685,7 +687,7 @@ def load_pipeline(path: str | Path, source: str) -> EventPipeline | Router | Non
     except ConfigError as exc:
         raise ConfigError(exc.message, where=exc.where or str(path)) from None
     return EventPipeline.of(
-        Router.of(routes, source=source), EventFilter.of(rules), OnlineDDL() if online_ddl else None
+        Router.of(routes, source, shard_ddl), EventFilter.of(rules), OnlineDDL() if online_ddl else None
     )
 
 

@@ -210,7 +210,7 @@ def apply_plan(args: argparse.Namespace, wait_for_topic: bool | None = None) -> 
     if args.routes is not None:
         from ..config import load_pipeline  # noqa: PLC0415
 
-        router = load_pipeline(args.routes, source=args.changefeed_id)
+        router = load_pipeline(args.routes, args.changefeed_id, shard_ddl=scheme in ("mysql", "tidb"))
     interval = args.trigger_interval or default_interval(scheme)
     kinds = (urlsplit(args.source).scheme.lower(), scheme)
     return JobPlan("apply", args.changefeed_id, options, make_sink, checkpoint, interval, where, kinds, router)

@@ -205,6 +205,11 @@ def _render_job(j: dict[str, Any]) -> list[str]:
         for t in j["tables"]:
             counts = "  ".join(f"{t[k]:>10}" for k in ("insert", "update", "delete", "total"))
             lines.append(f"  {t['table'].ljust(width)}  {counts}")
+    if j.get("shard_ddl"):
+        lines.append("  shard DDL on merged tables (newest last):")
+        for d in j["shard_ddl"]:
+            lines.append(f"    {d['time']}  {d['table']} <- {d['shard']}: {d['outcome']}")
+            lines.append(f"      {d['ddl']}")
     lines.append("")
     return lines
 

@@ -315,9 +315,14 @@ _RENAMES = frozenset({ActionType.RENAME_TABLE, ActionType.RENAME_TABLES})
 class Router:
     """Routes events; one per job (its caches are per table shape), applied once to every event."""
 
-    def __init__(self, rules: Sequence[RouteRule], source: str = "") -> None:
+    def __init__(self, rules: Sequence[RouteRule], source: str = "", shard_ddl: bool = True) -> None:
         self.rules = tuple(rules)
         self.source = source
+        #: Whether the sink coordinates a merged table's shard DDL (`ShardDDL`): the MySQL sink does (DM's
+        #: optimistic mode), Kafka carries each shard's DDL for its consumer to. A storage directory or a
+        #: lake table has one schema timeline per table while shards change shape one by one: False
+        #: there, and a merged table's DDL stops the job with the reason instead of interleaving shapes.
+        self.shard_ddl = shard_ddl
         self._tables = [r for r in self.rules if r.is_table_rule and not r.matcher]
         self._schemas = [r for r in self.rules if not r.is_table_rule]
         self._ticdc = [r for r in self.rules if r.matcher]
@@ -327,15 +332,15 @@ class Router:
         self._shards: dict[TableName, set[TableName]] = {}
 
     @classmethod
-    def of(cls, rules: Sequence[RouteRule], source: str = "") -> Router | None:
+    def of(cls, rules: Sequence[RouteRule], source: str = "", shard_ddl: bool = True) -> Router | None:
         """A router, or None when there are no rules (events pass untouched, at no cost)."""
-        return cls(rules, source) if rules else None
+        return cls(rules, source, shard_ddl) if rules else None
 
     def __getstate__(self) -> dict[str, Any]:  # shipped to Spark executors without its caches
-        return {"rules": self.rules, "source": self.source}
+        return {"rules": self.rules, "source": self.source, "shard_ddl": self.shard_ddl}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["rules"], state["source"])  # type: ignore[misc]
+        self.__init__(state["rules"], state["source"], state.get("shard_ddl", True))  # type: ignore[misc]
 
     # ------------------------------------------------------------------ names
 
@@ -536,6 +541,14 @@ class Router:
             "position": ddl.position,
         }
         if main is not None and main.merge:
+            if not self.shard_ddl:
+                raise RouteError(
+                    f"{clip(ddl.query)} of the shard {ddl.schema}.{ddl.table} merged into {schema}.{table}: this "
+                    "sink keeps one schema per table while shards change shape one by one, so it takes no "
+                    "shard DDL; merge shards with DDL into MySQL/TiDB (coordinated as DM's optimistic mode) "
+                    "or Kafka, or route each shard to a table of its own (docs/routing.md)",
+                    where=where,
+                )
             shards = self._shards.setdefault(main.name, set())
             shards.add((ddl.schema, ddl.table))
             return ShardDDL(**fields, shard=(ddl.schema, ddl.table), shards=tuple(sorted(shards)))

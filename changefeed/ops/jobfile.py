@@ -21,7 +21,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 STATUS_FILE = "changefeed-status.json"
 WINDOW_SECONDS = 60.0  # rows/s is reported over the last minute
+SHARD_DDL_KEPT = 20  # shard DDL decisions a status file keeps (the newest)
 _VERSION = 1
 
 
@@ -72,6 +73,9 @@ class JobDocument:
     tables: dict[str, dict[str, int]] = field(default_factory=dict)  # table -> kind -> count, all runs
     window: list[list[float]] = field(default_factory=list)  # [time, rows] per batch of the last minute
     last_error: dict[str, Any] | None = None  # {"text", "time", "batch"}
+    # The newest shard DDL decisions on merged tables (DM's optimistic mode), all runs:
+    # {"table", "shard", "ddl", "outcome", "commit_ts", "time"}.
+    shard_ddl: list[dict[str, Any]] = field(default_factory=list)
     version: int = _VERSION
 
     def to_json(self) -> dict[str, Any]:
@@ -145,7 +149,8 @@ class JobStatusWriter:
             changefeed_id, job, source, sink, "running", pid, socket.gethostname(), _proc_start(pid), now, now
         )
         if previous is not None:  # carry what is cumulative or still true
-            for name in ("counted_through", "rows", "position", "checkpoint_ts", "resolved_ts", "tables", "last_error"):
+            carried = ("counted_through", "rows", "position", "checkpoint_ts", "resolved_ts", "tables", "last_error")
+            for name in (*carried, "shard_ddl"):
                 setattr(self.doc, name, getattr(previous, name))
             self.doc.last_batch = previous.last_batch
             self.doc.window = [w for w in previous.window if w[0] > now - WINDOW_SECONDS]
@@ -159,10 +164,12 @@ class JobStatusWriter:
         position: Any = None,
         checkpoint_ts: int = 0,
         resolved_ts: int = 0,
+        shard_ddl: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         """A finished micro-batch: its row counts per table and kind, and where the job now stands."""
         now = time.time()
         doc = self.doc
+        self._shard_ddl(shard_ddl)
         rows = self._count(batch_id, tables)
         doc.window = [w for w in doc.window if w[0] > now - WINDOW_SECONDS]
         doc.window.append([round(now, 3), rows])
@@ -188,10 +195,25 @@ class JobStatusWriter:
             doc.counted_through = batch_id
         return rows
 
+    def _shard_ddl(self, decisions: Sequence[Mapping[str, Any]]) -> None:
+        """Keep the newest shard DDL decisions (one per shard, DDL and commit ts: a replay's is not kept twice)."""
+        seen = {(d["table"], d["shard"], d["ddl"], d["commit_ts"]) for d in self.doc.shard_ddl}
+        for decision in decisions:
+            key = (decision["table"], decision["shard"], decision["ddl"], decision["commit_ts"])
+            if key not in seen:
+                seen.add(key)
+                self.doc.shard_ddl.append(dict(decision))
+        del self.doc.shard_ddl[:-SHARD_DDL_KEPT]
+
     def error(
-        self, text: str, batch_id: int | None = None, tables: Mapping[str, Mapping[str, int]] | None = None
+        self,
+        text: str,
+        batch_id: int | None = None,
+        tables: Mapping[str, Mapping[str, int]] | None = None,
+        shard_ddl: Sequence[Mapping[str, Any]] = (),
     ) -> None:
         """A batch (or the query) failed: keep the reason, masked, with its time; count the batch's rows."""
+        self._shard_ddl(shard_ddl)
         if batch_id is not None and tables is not None:
             self._count(batch_id, tables)
         self.doc.last_error = {"text": mask_secrets(text)[:2000], "time": time.time(), "batch": batch_id}

@@ -16,6 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter as _Tally
+from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
@@ -33,7 +34,9 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 
 from ..model.tso import tso_physical_ms
+from ..secrets import mask_secrets
 from ..sink.observe import set_observer
+from .jobfile import SHARD_DDL_KEPT
 
 __all__ = [
     "BATCHES",
@@ -126,6 +129,13 @@ SINK_ERRORS = Counter(
     registry=REGISTRY,
 )
 SINK_RETRIES = Counter("changefeed_sink_retries", "Sink operations retried.", ["sink"], registry=REGISTRY)
+SHARD_DDL = Counter(
+    "changefeed_shard_ddl",
+    "Shard DDLs on merged tables, by outcome (applied, skipped: done by another shard, conflict).",
+    ["outcome"],
+    registry=REGISTRY,
+)
+
 DELIVERY_LATENCY = Histogram(
     "changefeed_sink_delivery_latency_seconds",
     "Time from handing a message to the producer to the broker's acknowledgement (librdkafka's latency).",
@@ -241,6 +251,32 @@ def scrape() -> str:
     return generate_latest(REGISTRY).decode()
 
 
+#: Shard DDL decisions not yet handed to the status file (`take_shard_ddl`), newest last.
+_SHARD_DDL: deque[dict[str, Any]] = deque(maxlen=SHARD_DDL_KEPT)
+
+
+def shard_ddl(target: str, shard: str, query: str, outcome: str, commit_ts: int) -> None:
+    """A shard's DDL decided on its merged table: counted, and kept for the job's status file."""
+    SHARD_DDL.labels(outcome=outcome.split(":", 1)[0]).inc()
+    _SHARD_DDL.append(
+        {
+            "table": target,
+            "shard": shard,
+            "ddl": mask_secrets(query)[:500],
+            "outcome": outcome,
+            "commit_ts": commit_ts,
+            "time": round(time.time(), 3),
+        }
+    )
+
+
+def take_shard_ddl() -> list[dict[str, Any]]:
+    """The shard DDL decisions since the last call (the status file keeps them across batches and runs)."""
+    out = list(_SHARD_DDL)
+    _SHARD_DDL.clear()
+    return out
+
+
 class _Observer:
     """The sinks' reports (`changefeed.sink.observe`) counted here."""
 
@@ -249,6 +285,9 @@ class _Observer:
 
     def kafka_delivered(self, seconds: float | None) -> None:
         kafka_delivered(seconds)
+
+    def shard_ddl(self, target: str, shard: str, query: str, outcome: str, commit_ts: int) -> None:
+        shard_ddl(target, shard, query, outcome, commit_ts)
 
 
 set_observer(_Observer())

@@ -148,7 +148,8 @@ class JobMonitor:
                 tables = _tables(self._take(batch_id, ())) if self._collected else None
                 if self.status is not None:
                     status = self.status
-                    self._guard(lambda: status.error(text, batch_id, tables))
+                    shard_ddl = metrics.take_shard_ddl()  # a conflict is what stopped the batch
+                    self._guard(lambda: status.error(text, batch_id, tables, shard_ddl))
                 raise
 
     def collected(self, batch_id: int, events: Sequence[Any]) -> None:
@@ -172,9 +173,15 @@ class JobMonitor:
         tables = _tables(tally)
         if self.status is not None:
             status = self.status
+            shard_ddl = metrics.take_shard_ddl()
             self._guard(
                 lambda: status.batch(
-                    batch_id, tables, position=position, checkpoint_ts=checkpoint_ts, resolved_ts=resolved_ts
+                    batch_id,
+                    tables,
+                    position=position,
+                    checkpoint_ts=checkpoint_ts,
+                    resolved_ts=resolved_ts,
+                    shard_ddl=shard_ddl,
                 )
             )
         return tables

@@ -309,6 +309,8 @@ class JobStatus:
     rows_per_second: float
     tables: list[TableRows] = field(default_factory=list)
     last_error: dict[str, Any] | None = None
+    #: The newest shard DDL decisions on merged tables (DM's optimistic mode), oldest first.
+    shard_ddl: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -364,6 +366,7 @@ def job_status(directory: str | Path, now: float | None = None) -> JobStatus | N
         per_second,
         tables,
         error,
+        [{**d, "time": _iso(d.get("time"))} for d in doc.shard_ddl],
     )
 
 

@@ -20,12 +20,19 @@ class SinkObserver(Protocol):
     def kafka_delivered(self, seconds: float | None) -> None:
         """One message acknowledged by the broker after ``seconds`` (None: unknown)."""
 
+    def shard_ddl(self, target: str, shard: str, query: str, outcome: str, commit_ts: int) -> None:
+        """A shard's DDL decided on its merged table: ``outcome`` is ``applied``, ``skipped: why`` or
+        ``conflict: why`` (DM's optimistic mode; the job stops on a conflict)."""
+
 
 class _Nobody:
     def sink_error(self, sink: str, *, retried: bool) -> None:
         """No one listens."""
 
     def kafka_delivered(self, seconds: float | None) -> None:
+        """No one listens."""
+
+    def shard_ddl(self, target: str, shard: str, query: str, outcome: str, commit_ts: int) -> None:
         """No one listens."""
 
 

@@ -126,6 +126,17 @@ def test_three_shards_merge_into_one_table_with_shard_ddl(
                      "WHERE TABLE_SCHEMA LIKE 'shop%' OR TABLE_SCHEMA = 'route_shop'")  # fmt: skip
     assert tables == [[TARGET, "orders"]]  # no upstream-named schema or table downstream
 
+    # `changefeed status` shows each shard's DDL decision on the merged table.
+    checkpoint = tmp_path / ".changefeed" / "run-shards-a"
+    capsys.readouterr()
+    assert main(["status", "--checkpoint", str(checkpoint)]) == 0
+    shown = capsys.readouterr().out
+    assert "shard DDL on merged tables" in shown, shown
+    target = f"{TARGET}.orders"
+    assert f"{target} <- shop_01.orders_00: applied" in shown, shown  # the first ADD COLUMN
+    assert f"{target} <- shop_01.orders_01: skipped: done by another shard" in shown, shown
+    assert f"{target} <- shop_02.orders_00: applied" in shown, shown  # the widening MODIFY, at once
+
     # Resumed from the checkpoint: an incompatible shard DDL stops the run, naming shards and DDL.
     _upstream(
         upstream,
@@ -140,5 +151,9 @@ def test_three_shards_merge_into_one_table_with_shard_ddl(
     err = capsys.readouterr().err
     assert "shard DDL conflict" in err, err
     assert "shop_01.orders_00" in err and "ADD COLUMN extra VARCHAR(5)" in err, err
+    assert main(["status", "--checkpoint", str(checkpoint)]) == 0
+    shown = capsys.readouterr().out
+    assert f"{target} <- shop_01.orders_00: conflict:" in shown, shown  # what stopped the job, with its DDL
+    assert "ADD COLUMN extra VARCHAR(5)" in shown.split("conflict:")[-1], shown
     shard_02 = f"SELECT id, extra FROM `{TARGET}`.orders WHERE c_schema = '02' AND id = 6"
     assert client_rows(mariadb_downstream, shard_02) == [["6", "6"]]

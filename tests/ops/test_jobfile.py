@@ -99,3 +99,29 @@ def test_an_unreadable_previous_file_starts_afresh(tmp_path: Path) -> None:
     writer.batch(0, ORDERS)
     doc = read_job_document(tmp_path)
     assert doc is not None and doc.rows == 7
+
+
+def test_shard_ddl_decisions_are_kept_once_newest_last_across_restarts(tmp_path: Path) -> None:
+    def decision(shard: str, ts: int, outcome: str = "applied") -> dict[str, object]:
+        ddl = "ALTER TABLE t ADD COLUMN c INT"
+        return {"table": "m.t", "shard": shard, "ddl": ddl, "outcome": outcome, "commit_ts": ts, "time": ts / 10}
+
+    first = JobStatusWriter(tmp_path, "cf", "capture", "binlog-files", "mysql")
+    first.batch(0, ORDERS, shard_ddl=[decision("s.a", 1), decision("s.b", 2, "skipped: done by another shard")])
+    first.error("ShardDDLConflictError: ...", 1, None, [decision("s.c", 3, "conflict: c of another type")])
+    second = JobStatusWriter(tmp_path, "cf", "capture", "binlog-files", "mysql")  # the restart
+    second.batch(1, {}, shard_ddl=[decision("s.b", 2, "skipped: done by another shard")])  # a replay's: kept once
+    doc = read_job_document(tmp_path)
+    assert doc is not None and [(d["shard"], d["outcome"][:8]) for d in doc.shard_ddl] == [
+        ("s.a", "applied"),
+        ("s.b", "skipped:"),
+        ("s.c", "conflict"),
+    ]
+    second.batch(2, {}, shard_ddl=[decision("s.d", ts) for ts in range(10, 40)])
+    doc = read_job_document(tmp_path)
+    assert doc is not None and len(doc.shard_ddl) == 20  # the newest 20
+    assert [d["commit_ts"] for d in doc.shard_ddl] == list(range(20, 40))
+    second.stop("stopped")
+    status = job_status(tmp_path)
+    assert status is not None and status.shard_ddl[-1]["shard"] == "s.d"
+    assert isinstance(status.shard_ddl[-1]["time"], str)  # ISO time for people

@@ -32,6 +32,7 @@ from typing import Any
 
 from ...clients.mysql import CLIENT, Connection, MySQLError, MySQLParams, mask_url, parse_mysql_url, split_mysql_url
 from ...dispatch.route import ShardDDL
+from ...dispatch.shardddl import ShardDDLConflictError
 from ...errors import ConfigError, SinkError, positive_int, true_false
 from ...model import ActionType, DDLEvent, Event, Index, Resolved, RowChange, TableSchema
 from ...model.rowblock import RowBlock, TableRows
@@ -738,8 +739,14 @@ class MySQLSink(SinkContext):
         return self._with_retry(self._coordinator, "read unique keys", lambda c: read_unique_indexes(c, schema, table))
 
     def _shard_skip(self, ddl: ShardDDL) -> str | None:
-        """DM's optimistic shard DDL (shard.py): why a shard's DDL is skipped on its merged table, None to run it."""
-        verdict = self._with_retry(self._coordinator, "read merged table columns", lambda c: shard_verdict(c, ddl))
+        """DM's optimistic shard DDL (shard.py): why a shard's DDL is skipped on its merged table, None to run it.
+
+        A conflict is reported (`sink.observe`: metrics and ``changefeed status``) before it stops the job."""
+        try:
+            verdict = self._with_retry(self._coordinator, "read merged table columns", lambda c: shard_verdict(c, ddl))
+        except ShardDDLConflictError as exc:
+            _report_shard_ddl(ddl, f"conflict: {exc.message}")
+            raise
         return None if verdict.apply else f"done by another shard: {verdict.reason}"
 
     def _apply_ddl(self, ddl: DDLEvent) -> None:
@@ -781,6 +788,8 @@ class MySQLSink(SinkContext):
         skipped = self._shard_skip(ddl) if isinstance(ddl, ShardDDL) else None
         if not skipped:
             skipped = self._with_retry(self._coordinator, f"DDL {_clip(ddl.query, 80)!r}", run)
+        if isinstance(ddl, ShardDDL):
+            _report_shard_ddl(ddl, f"skipped: {skipped}" if skipped else "applied")
         if skipped:
             self.stats["ddl_skipped"] += 1
             log.info(
@@ -808,6 +817,10 @@ class MySQLSink(SinkContext):
         self._checkpoint = checkpoint
         self._checkpoint_ts = ddl.commit_ts
         self._guard.saw(ddl.commit_ts, "the DDL applied")
+
+
+def _report_shard_ddl(ddl: ShardDDL, outcome: str) -> None:
+    observer().shard_ddl(f"{ddl.schema}.{ddl.table}", ".".join(ddl.shard), ddl.query, outcome, ddl.commit_ts)
 
 
 def _last_pos(checkpoint: Checkpoint | None) -> Mapping[str, Any] | None:
