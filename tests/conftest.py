@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import pytest
 
 from changefeed.testing import Broker, MariaDBServer
+from changefeed.testing.s3 import S3Server
 from tests.services import service_unavailable
 
 if TYPE_CHECKING:
@@ -106,6 +107,16 @@ def mariadb_factory() -> Iterator[Callable[..., MariaDBServer]]:
     finally:
         for server in reversed(started):
             server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """One s3rver (npm, disk-backed) for the session: tansu's storage, remote checkpoint stores."""
+    server = _start("s3rver", S3Server().start)
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -1,40 +1,66 @@
-"""TiCDC's protocols: each an `Encoder` and a `Decoder` behind the small interface in `base`."""
+"""TiCDC's protocols: each an `Encoder` and a `Decoder` behind the small interface in `base`.
+
+Each protocol is a package (``open_protocol/``, ``canal_json/``, ``simple/``, ``debezium/``,
+``csv/``) whose ``__init__.py`` declares it with a `CodecSpec` named ``SPEC``. The registry below
+maps a protocol name to its package and imports it on first use (a reader of one protocol does
+not pay for the others).
+"""
 
 from __future__ import annotations
 
 from importlib import import_module
 
 from ..errors import ConfigError
-from .base import Decoder, Encoder, Message
+from .base import CodecSpec, Decoder, Encoder, Message, Transport
 from .options import PROTOCOLS, CodecOptions
 
-# protocol -> (module, encoder class, decoder class); imported on first use.
-_REGISTRY: dict[str, tuple[str, str, str]] = {
-    "open-protocol": ("changefeed.codec.open_protocol", "OpenProtocolEncoder", "OpenProtocolDecoder"),
-    "canal-json": ("changefeed.codec.canal_json", "CanalJSONEncoder", "CanalJSONDecoder"),
-    "simple": ("changefeed.codec.simple", "SimpleEncoder", "SimpleDecoder"),
-    "csv": ("changefeed.codec.csv", "CSVEncoder", "CSVDecoder"),
-    "debezium": ("changefeed.codec.debezium", "DebeziumEncoder", "DebeziumDecoder"),
+# protocol -> the package declaring it; its SPEC is loaded on first use.
+_PACKAGES: dict[str, str] = {
+    "open-protocol": "changefeed.codec.open_protocol",
+    "canal-json": "changefeed.codec.canal_json",
+    "simple": "changefeed.codec.simple",
+    "csv": "changefeed.codec.csv",
+    "debezium": "changefeed.codec.debezium",
 }
 
 
-def _load(protocol: str, which: int) -> type:
+def spec(protocol: str) -> CodecSpec:
+    """The declaration of ``protocol``; ConfigError when it is not one of ours."""
     try:
-        entry = _REGISTRY[protocol]
+        package = _PACKAGES[protocol]
     except KeyError:
         raise ConfigError(f"unknown protocol {protocol!r}; expected one of {', '.join(PROTOCOLS)}") from None
-    cls: type = getattr(import_module(entry[0]), entry[which])
-    return cls
+    declared: CodecSpec = import_module(package).SPEC
+    return declared
+
+
+def specs() -> list[CodecSpec]:
+    """Every protocol's declaration, in `PROTOCOLS` order."""
+    return [spec(name) for name in PROTOCOLS]
+
+
+def protocols_for(transport: Transport) -> tuple[str, ...]:
+    """The protocols that travel over ``transport``, in `PROTOCOLS` order."""
+    return tuple(s.name for s in specs() if s.supports(transport))
 
 
 def make_encoder(options: CodecOptions) -> Encoder:
-    encoder: Encoder = _load(options.protocol, 1)(options)
-    return encoder
+    return spec(options.protocol).encoder(options)
 
 
 def make_decoder(options: CodecOptions) -> Decoder:
-    decoder: Decoder = _load(options.protocol, 2)(options)
-    return decoder
+    return spec(options.protocol).decoder(options)
 
 
-__all__ = ["CodecOptions", "Decoder", "Encoder", "Message", "make_decoder", "make_encoder"]
+__all__ = [
+    "CodecOptions",
+    "CodecSpec",
+    "Decoder",
+    "Encoder",
+    "Message",
+    "make_decoder",
+    "make_encoder",
+    "protocols_for",
+    "spec",
+    "specs",
+]

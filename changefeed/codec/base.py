@@ -3,6 +3,11 @@
 Encoders mirror TiCDC's RowEventEncoder: rows are appended (Open Protocol batches several into
 one message) and collected with `build`; DDL and resolved events become messages at once.
 Decoders take one message and return the events in it, in order.
+
+Beyond `Decoder`, the readers rely on a few capabilities some decoders have, declared here as
+Protocols: decoding a storage-sink data file (`LineDecoder`, `TableFileDecoder`) and holding
+messages until what they need arrives (`BufferingDecoder`). Each protocol package declares itself
+with a `CodecSpec` (its ``__init__.py``), which the registry in ``codec/__init__.py`` collects.
 """
 
 from __future__ import annotations
@@ -10,7 +15,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -19,6 +24,9 @@ from ..model import DDLEvent, Event, Resolved, RowChange, TableSchema
 from ..model.rowblock import TableRows
 from ..model.tso import MAX_TSO
 from .options import CodecOptions
+
+if TYPE_CHECKING:
+    from .simple.schema_cache import SchemaCache, SchemaKey
 
 
 @dataclass(slots=True)
@@ -139,3 +147,81 @@ def checked_tso(v: Any, what: str, where: str) -> int:
     if type(v) is not int or not 0 <= v <= MAX_TSO:
         raise CodecError(f"{what} is {clip(v)}, expected an unsigned 64-bit TSO", where=where)
     return v
+
+
+# ------------------------------------------------------------------ what readers need beyond Decoder
+
+
+@runtime_checkable
+class LineDecoder(Protocol):
+    """Decodes a storage-sink data file of one message per line (Canal-JSON's ``.json`` files)."""
+
+    def decode_lines(self, blob: bytes, where: str = "") -> list[Event]:
+        """Every event of the file, in order; ``where`` names the file in errors."""
+        ...
+
+
+@runtime_checkable
+class TableFileDecoder(Protocol):
+    """Decodes a storage-sink data file whose lines carry no types (CSV): the table's schema comes
+    from the storage sink's schema file."""
+
+    def decode_file(
+        self,
+        data: bytes | str,
+        table_schema: TableSchema | None = None,
+        *,
+        commit_ts: int | None = None,
+        where: str = "",
+    ) -> list[RowChange]:
+        """Every row of the file; ``commit_ts`` for rows whose lines carry none."""
+        ...
+
+
+@runtime_checkable
+class BufferingDecoder(Protocol):
+    """A decoder that holds messages it cannot decode yet and releases them later (Simple: DMLs
+    wait for their table's schema, which a BOOTSTRAP or DDL message brings). ``schemas`` may be
+    shared by the decoders of several partitions (a BOOTSTRAP may reach partition 0 only)."""
+
+    schemas: SchemaCache
+
+    def pending(self) -> int:
+        """How many messages are held."""
+        ...
+
+    def pending_tables(self) -> list[SchemaKey]:
+        """The tables (schema, table, version) the held messages wait for."""
+        ...
+
+    def take_pending(self) -> list[tuple[Message, str]]:
+        """Remove and return the held messages with their ``where``, to decode them again."""
+        ...
+
+    def learn(self, message: Message, where: str = "") -> bool:
+        """Learn from ``message`` what held messages wait for, without decoding it as events."""
+        ...
+
+    def release(self) -> list[Event]:
+        """The held events that may go out now (e.g. after `learn`)."""
+        ...
+
+
+# ------------------------------------------------------------------ the declaration of a codec
+
+Transport = Literal["kafka", "storage"]
+"""Where a protocol's messages travel: Kafka topics, or the storage sink's data files."""
+
+
+@dataclass(frozen=True, slots=True)
+class CodecSpec:
+    """What a protocol package declares in its ``__init__.py`` as ``SPEC``: its name (the
+    ``protocol=`` value), its encoder and decoder classes and the transports it supports."""
+
+    name: str
+    encoder: type[Encoder]
+    decoder: type[Decoder]
+    transports: frozenset[Transport]
+
+    def supports(self, transport: Transport) -> bool:
+        return transport in self.transports

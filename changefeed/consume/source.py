@@ -17,6 +17,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, cast
 
 from ..codec import CodecOptions, Decoder, Message, make_decoder
+from ..codec.base import BufferingDecoder
 from ..errors import CaptureError, ConfigError
 from ..model import DDLEvent, Event, Resolved, RowChange
 from .kafka import new_consumer
@@ -125,8 +126,8 @@ class KafkaSource:
         if self.config.codec.protocol == "simple":
             # BOOTSTRAP may reach partition 0 only (send-bootstrap-to-all-partition=false): share schemas.
             if self._schemas is None:
-                self._schemas = decoder.schemas  # type: ignore[attr-defined]
-            decoder.schemas = self._schemas  # type: ignore[attr-defined]
+                self._schemas = cast(BufferingDecoder, decoder).schemas
+            cast(BufferingDecoder, decoder).schemas = self._schemas
         return decoder
 
     def _on_assign(self, consumer: Consumer, parts: list[TopicPartition]) -> None:
@@ -193,7 +194,7 @@ class KafkaSource:
         held_from = self._hold_start.get(p)
         attributed = offset if held_from is None else held_from
         if self._schemas is not None:
-            if decoder.pending():  # type: ignore[attr-defined]
+            if cast(BufferingDecoder, decoder).pending():
                 self._hold_start.setdefault(p, offset)
             else:
                 self._hold_start.pop(p, None)
@@ -205,11 +206,11 @@ class KafkaSource:
     def _release_other_partitions(self, source: int) -> None:
         """A schema learnt on one partition releases DMLs another partition holds for it."""
         for p, decoder in self._decoders.items():
-            if p == source or not decoder.pending():  # type: ignore[attr-defined]
+            if p == source or not cast(BufferingDecoder, decoder).pending():
                 continue
             held_from = self._hold_start.get(p, 0)
             # Held watermarks are dropped with them; the next watermark restores progress.
-            for message, where in decoder.take_pending():  # type: ignore[attr-defined]
+            for message, where in cast(BufferingDecoder, decoder).take_pending():
                 self._feed(p, decoder, decoder.decode(message, where), held_from)
 
     def _kafka_error(self, msg: KafkaMessage) -> None:

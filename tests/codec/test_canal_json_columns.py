@@ -23,8 +23,9 @@ from changefeed.capture.binlog.files import BinlogFileReader
 from changefeed.codec.base import Message
 from changefeed.codec.canal_json import CanalJSONEncoder
 from changefeed.codec.canal_json.columns import escape, value_texts
-from changefeed.codec.canal_json.encoder import _renderer, easyjson_fix
+from changefeed.codec.canal_json.values import value_renderer
 from changefeed.codec.claimcheck import ClaimCheckStore
+from changefeed.codec.gojson import easyjson_fix
 from changefeed.codec.options import CodecOptions
 from changefeed.errors import MessageTooLargeError
 from changefeed.model import Column, Op, RowChange, TypeCode
@@ -282,7 +283,7 @@ def test_binary_is_iso_8859_1_text() -> None:
 def _same_as_renderer(column: Column, arr: pa.Array) -> None:
     got = value_texts(column, arr)
     assert got is not None
-    render = _renderer(column)
+    render = value_renderer(column)
     assert render is not None
     assert got.to_pylist() == [None if v is None else render(v) for v in arr.to_pylist()]
 

@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from changefeed.codec import CodecOptions, Message, make_decoder, make_encoder
 from changefeed.codec.compression import INFLATE_FACTOR
 from changefeed.codec.debezium import DebeziumDecoder, DebeziumEncoder
-from changefeed.codec.debezium.columns import escape_enum, sanitize_name, sanitize_topic_name
+from changefeed.codec.debezium.values import escape_enum, sanitize_name, sanitize_topic_name
 from changefeed.errors import CodecError, ConfigError, MessageTooLargeError
 from changefeed.model import ActionType, Column, DDLEvent, Index, Op, Resolved, RowChange, TableSchema, TypeCode
 from changefeed.model.gofloat import to_float32

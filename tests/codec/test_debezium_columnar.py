@@ -27,9 +27,9 @@ from changefeed.capture.binlog.blocks import BlockCapture
 from changefeed.capture.binlog.files import BinlogFileReader
 from changefeed.codec import CodecOptions, Message
 from changefeed.codec.debezium import DebeziumDecoder, DebeziumEncoder
-from changefeed.codec.debezium.columnar import quoted_base64, quoted_strings
-from changefeed.codec.debezium.columns import date_days, datetime_micros
-from changefeed.codec.debezium.jsontext import jstr
+from changefeed.codec.debezium.columns import quoted_base64, quoted_strings
+from changefeed.codec.debezium.values import date_days, datetime_micros
+from changefeed.codec.gojson import jstr
 from changefeed.errors import CodecError, MessageTooLargeError
 from changefeed.model import Column, Op, TableSchema, TypeCode
 from changefeed.model.arrow import arrow_type

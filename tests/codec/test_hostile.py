@@ -21,10 +21,10 @@ import pytest
 from changefeed.codec import CodecOptions, Decoder, Message, make_decoder, make_encoder
 from changefeed.codec.claimcheck import MAX_FILE_BYTES, ClaimCheckStore, read_limit
 from changefeed.codec.compression import INFLATE_FACTOR, InflateLimitError, compression_codec, inflater
-from changefeed.codec.decimaltext import MAX_DECIMAL_DIGITS, is_decimal_text, parse_decimal_text
 from changefeed.codec.open_protocol import OpenProtocolBlockDecoder, OpenProtocolDecoder
 from changefeed.codec.options import DEFAULT_MAX_MESSAGE_BYTES
 from changefeed.codec.simple import SimpleDecoder, SimpleEncoder
+from changefeed.codec.values import MAX_DECIMAL_DIGITS, is_decimal_text, parse_decimal_text
 from changefeed.errors import ChangefeedError, CodecError, UnknownSchemaError
 from changefeed.model import Column, Op, RowChange, TypeCode
 from tests.codec.helpers import UTF8, pk_table

@@ -18,10 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from changefeed.codec import CodecOptions, Message, make_decoder, make_encoder
-from changefeed.codec.jsonstr import quote_jsoniter, quote_std
-from changefeed.codec.open_protocol import OpenProtocolDecoder, OpenProtocolEncoder, go_quote, go_unquote
-from changefeed.codec.open_protocol.floats import json_float32, json_float64
-from changefeed.codec.open_protocol.goquote import _unquote_tokens, go_quote_json
+from changefeed.codec.gojson import _unquote_tokens, go_quote, go_quote_json, go_unquote, quote_jsoniter, quote_std
+from changefeed.codec.open_protocol import OpenProtocolDecoder, OpenProtocolEncoder
+from changefeed.codec.values import json_float32, json_float64
 from changefeed.errors import CodecError, ConfigError, MessageTooLargeError
 from changefeed.model import (
     ABSENT,

@@ -17,9 +17,8 @@ import pyarrow as pa
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from changefeed.codec.jsonstr import quote_jsoniter, quote_std
+from changefeed.codec.gojson import go_quote, go_quote_json, quote_jsoniter, quote_std
 from changefeed.codec.open_protocol.encoder import _framed
-from changefeed.codec.open_protocol.goquote import go_quote, go_quote_json
 from changefeed.errors import MessageTooLargeError
 from changefeed.model import Column, Op, TypeCode
 from tests.codec.helpers import BIN, UTF8

@@ -21,7 +21,7 @@ from changefeed.codec.claimcheck import (
     wrap_value,
 )
 from changefeed.codec.compression import compression_codec
-from changefeed.codec.textvalues import decimal_renderer, float32_text, float64_text, float_g_text, int_range
+from changefeed.codec.values import decimal_renderer, float32_text, float64_text, float_g_text, int_range
 from changefeed.errors import ConfigError
 from changefeed.model import Column, Op, RowChange, TableSchema, TypeCode
 from changefeed.model.events import trusted_row

@@ -25,8 +25,8 @@ from changefeed.codec.base import Message
 from changefeed.codec.options import CodecOptions
 from changefeed.codec.simple import SimpleDecoder, SimpleEncoder, SimpleFormatError
 from changefeed.codec.simple.avro import SCHEMA, SCHEMA_PATH
-from changefeed.codec.simple.common import bit_default, column_length
 from changefeed.codec.simple.message import table_schema_json
+from changefeed.codec.simple.values import bit_default, column_length
 from changefeed.errors import CodecError, ConfigError, MessageTooLargeError, UnknownSchemaError
 from changefeed.model import (
     ABSENT,
@@ -42,7 +42,7 @@ from changefeed.model import (
     ddl_kind,
 )
 from changefeed.model.gofloat import to_float32
-from tests.codec.helpers import UTF8
+from tests.codec.helpers import ALL_TYPES, ALL_VALUES, UTF8
 from tests.strategies import row_changes, tables
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "simple"
@@ -317,59 +317,6 @@ def test_ddl_types(action: ActionType, kind: str) -> None:
 
 
 # ------------------------------------------------------------------ JSON value rendering
-
-
-ALL_TYPES = TableSchema(
-    "db",
-    "all_types",
-    (
-        Column("id", TypeCode.BIGINT, nullable=False),
-        Column("ti", TypeCode.TINYINT),
-        Column("ubig", TypeCode.BIGINT, unsigned=True),
-        Column("f", TypeCode.FLOAT),
-        Column("d", TypeCode.DOUBLE),
-        Column("dec", TypeCode.DECIMAL, length=10, decimal=2),
-        Column("dt", TypeCode.DATE),
-        Column("dtm", TypeCode.DATETIME, decimal=3),
-        Column("tm", TypeCode.TIME),
-        Column("ts", TypeCode.TIMESTAMP, decimal=6),
-        Column("y", TypeCode.YEAR),
-        Column("j", TypeCode.JSON),
-        Column("e", TypeCode.ENUM, **UTF8, elements=("a", "b", "c")),
-        Column("s", TypeCode.SET, **UTF8, elements=("a", "b", "c")),
-        Column("bit", TypeCode.BIT, length=10, default=b"\x01\x02"),
-        Column("vc", TypeCode.VARCHAR, **UTF8, length=20, default="x<y"),
-        Column("vb", TypeCode.VARCHAR, length=20),
-        Column("blob", TypeCode.BLOB),
-        Column("txt", TypeCode.BLOB, **UTF8),
-        Column("n", TypeCode.INT),
-    ),
-    (Index("PRIMARY", ("id",), primary=True), Index("uk", ("ti", "n"), unique=True)),
-    table_id=7,
-    version=99,
-)
-ALL_VALUES = (
-    -9223372036854775808,
-    -128,
-    18446744073709551615,
-    to_float32(3.14),
-    1e-7,
-    Decimal("-12.50"),
-    "2024-02-29",
-    "2024-02-29 12:34:56.789",
-    "-838:59:59",
-    "2024-02-29 12:34:56.000001",
-    2024,
-    '{"a": [1, 2.5], "k": "<v>"}',
-    2,
-    5,
-    683,
-    "日本<&>\u2028",
-    b"\x00\xff",
-    b"blob",
-    "line\nbreak",
-    None,
-)
 
 
 def test_json_value_rendering_table() -> None:

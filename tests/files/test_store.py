@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import os
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,23 +22,8 @@ from changefeed.files.store import (
     open_store,
 )
 from changefeed.testing.s3 import S3Server
-from tests.services import service_unavailable
 
 log = logging.getLogger(__name__)
-
-
-@pytest.fixture(scope="module")
-def s3() -> Iterator[S3Server]:
-    server = S3Server()
-    try:
-        server.start()
-    except Exception as exc:
-        log.exception("s3rver could not start")
-        service_unavailable(f"s3rver could not start: {type(exc).__name__}: {exc}")
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(params=["local", "arrow-local", "s3"])
@@ -48,7 +32,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.Mo
         return open_store(tmp_path / "ckpt")
     if request.param == "arrow-local":
         return ArrowStore((tmp_path / "ckpt").as_uri())  # pyarrow's code path over this disk
-    server: S3Server = request.getfixturevalue("s3")
+    server: S3Server = request.getfixturevalue("s3_server")
     server.create_bucket("ckpt")
     # s3rver predates the SDK's default checksum trailers (it would store the aws-chunked framing).
     monkeypatch.setenv("AWS_REQUEST_CHECKSUM_CALCULATION", "when_required")

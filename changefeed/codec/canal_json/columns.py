@@ -53,9 +53,10 @@ import pyarrow.compute as pc
 
 from ...model import Column, Op, TypeCode
 from ...model.rowblock import TableRows
-from ..columns import decimal_texts, value_bytes
-from ..textvalues import float32_text, float64_text
+from ..gojson import easyjson_fix
+from ..values import B64_ALPHABET, decimal_texts, float32_text, float64_text, value_bytes
 from . import encoder as _encoder  # its per-table plans; a cycle: names are looked up at call time
+from .values import INTEGER_LIKE
 
 _STRING = pa.string()
 _OPS = (Op.INSERT, Op.UPDATE, Op.DELETE)  # rowblock.OP_CODES order
@@ -168,7 +169,7 @@ def value_texts(column: Column, values: pa.Array) -> pa.Array | None:
                 return None  # the per-row renderer requantizes to the column's scale
             return decimal_texts(values)
         return None  # capture's decimal="string": the model's Decimal is a str there, which the row path refuses
-    if tc in _encoder._INTEGER_LIKE:
+    if tc in INTEGER_LIKE:
         return pc.cast(values, _STRING) if pa.types.is_integer(t) else None
     if t == _STRING:  # temporal, JSON and text: the model's str as it is
         return escape(values)
@@ -283,7 +284,6 @@ def _sql_type(plan: _encoder._Plan, main: Sequence[pa.Array], idx: np.ndarray | 
 
 # ------------------------------------------------------------------ record keys (`_tidb.rowkey`)
 
-_B64 = np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", np.uint8)
 _SIGN = np.uint64(1 << 63)
 
 
@@ -302,7 +302,7 @@ def _row_keys(table_id: int, handles: pa.Array) -> pa.Array | None:
     groups = key.reshape(n, 7, 3).astype(np.uint32)
     word = (groups[:, :, 0] << 16) | (groups[:, :, 1] << 8) | groups[:, :, 2]
     sextets = np.stack([(word >> s) & 63 for s in (18, 12, 6, 0)], axis=2).reshape(n, 28)
-    chars = _B64[sextets]
+    chars = B64_ALPHABET[sextets]
     chars[:, 26:] = ord("=")
     offsets = np.arange(0, 28 * (n + 1), 28, dtype=np.int32)
     validity = None
@@ -334,7 +334,42 @@ def _keys(plan: _encoder._Plan) -> tuple[str, ...]:
 @lru_cache(maxsize=1024)
 def _member_keys(names: tuple[str, ...]) -> tuple[str, ...]:
     """``"name":`` of each column, escaped as the row path escapes it (built once per shape)."""
-    return tuple(_encoder.easyjson_fix(_encoder._dumps_str(name)).decode() + ":" for name in names)
+    return tuple(easyjson_fix(_encoder._dumps_str(name)).decode() + ":" for name in names)
+
+
+def _texts(columns: Sequence[Column], arrays: Sequence[pa.Array]) -> list[pa.Array] | None:
+    """`value_texts` of each column, or None when one of them is not columnar."""
+    out = []
+    for column, values in zip(columns, arrays, strict=True):
+        t = value_texts(column, values)
+        if t is None:
+            return None
+        out.append(t)
+    return out
+
+
+def _old_part(
+    rows: TableRows, settings: Settings, keys: Sequence[str], main_texts: Sequence[pa.Array], updates: np.ndarray
+) -> Part | None:
+    """The ``old`` member of the UPDATE rows: all columns, or only the changed ones; None: not columnar."""
+    w = rows.width
+    uidx = None if updates.all() else np.flatnonzero(updates)
+    before = [_take(rows.before(i), uidx) for i in range(w)]
+    old_texts = _texts(rows.table_schema.columns, before)
+    if old_texts is None:
+        return None
+    if not settings.only_updated:
+        return _object_parts(keys, old_texts, "[{", "}]")
+    if settings.tiflow:  # [tiflow] compares the values: same type and ==, NULL == NULL
+        new_values = [_take(rows.column(i), uidx) for i in range(w)]
+        same = [
+            pc.or_(pc.and_(pc.is_null(a), pc.is_null(b)), pc.equal(a, b).fill_null(False))
+            for a, b in zip(new_values, before, strict=True)
+        ]
+    else:  # [ticdc] compares the rendered strings; NULL differs from ""
+        new_lits = [_literal(_take(t, uidx)) for t in main_texts]
+        same = [pc.equal(a, _literal(b)) for a, b in zip(new_lits, old_texts, strict=True)]
+    return ["[", _changed_parts(keys, old_texts, same), "]"]
 
 
 def render_table(
@@ -351,12 +386,9 @@ def render_table(
     ops = rows.ops
     full = rows.full()
     columns = ts.columns
-    main_texts = []
-    for i in range(w):
-        t = value_texts(columns[i], rows.column(i))
-        if t is None:
-            return None
-        main_texts.append(t)
+    main_texts = _texts(columns, [rows.column(i) for i in range(w)])
+    if main_texts is None:
+        return None
     keys = _keys(tp.full)
 
     deletes = ops == 2
@@ -379,27 +411,9 @@ def render_table(
     # old: null, or the update's old image (all columns, or only the changed ones)
     old: Part = "null"
     if updates.any():
-        uidx = None if updates.all() else np.flatnonzero(updates)
-        before = [_take(rows.before(i), uidx) for i in range(w)]
-        old_texts = []
-        for i in range(w):
-            t = value_texts(columns[i], before[i])
-            if t is None:
-                return None
-            old_texts.append(t)
-        if not settings.only_updated:
-            old_obj: Part = _object_parts(keys, old_texts, "[{", "}]")
-        else:
-            if settings.tiflow:  # [tiflow] compares the values: same type and ==, NULL == NULL
-                new_values = [_take(rows.column(i), uidx) for i in range(w)]
-                same = [
-                    pc.or_(pc.and_(pc.is_null(a), pc.is_null(b)), pc.equal(a, b).fill_null(False))
-                    for a, b in zip(new_values, before, strict=True)
-                ]
-            else:  # [ticdc] compares the rendered strings; NULL differs from ""
-                new_lits = [_literal(_take(t, uidx)) for t in main_texts]
-                same = [pc.equal(a, _literal(b)) for a, b in zip(new_lits, old_texts, strict=True)]
-            old_obj = ["[", _changed_parts(keys, old_texts, same), "]"]
+        old_obj = _old_part(rows, settings, keys, main_texts, updates)
+        if old_obj is None:
+            return None
         old = _scatter(n, updates, old, old_obj)
 
     parts: list[Part] = [

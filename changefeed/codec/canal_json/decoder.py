@@ -8,14 +8,11 @@ shapes are rebuilt from ``sqlType`` (column order, BLOB = binary), ``mysqlType``
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
-from decimal import Decimal
 from typing import Any
 
 import orjson
 
-from ...errors import CodecError, ascii_digits, clip
+from ...errors import CodecError, clip
 from ...model import (
     ABSENT,
     Column,
@@ -26,23 +23,16 @@ from ...model import (
     Resolved,
     RowChange,
     TableSchema,
-    TypeCode,
 )
 from ...model.events import trusted_row
-from ...model.gofloat import to_float32
 from ...model.types import STRING_TYPES, JavaSQLType
 from ..base import Decoder, Message, checked_tso
 from ..claimcheck import reading_store, unwrap_value
+from ..codegen import SlowPathError, compile_object_reader
 from ..compression import inflater
 from ..ddlkind import KIND_ACTION, ddl_action
-from ..decimaltext import RULE as DECIMAL_RULE
-from ..decimaltext import is_decimal_text
 from ..options import CodecOptions
-from ..plancache import SlowPathError, compile_object_reader
-from ..textvalues import INT_BITS, TEMPORAL_PATTERNS
-from .mysqltype import ParsedType, parse_mysql_type
-
-Parser = Callable[[str], Any] | None
+from .values import ParsedType, parse_mysql_type, value_parser
 
 _MAX_TSO = (1 << 64) - 1
 _MAX_ES = _MAX_TSO >> 18
@@ -51,185 +41,6 @@ _CACHE_LIMIT = 4096
 _VARIANTS_PER_TABLE = 16  # sqlType differs per value (unsigned promotion), so a table has a few
 _MAX_COLUMNS = 4096  # TiDB's hard limit on columns per table
 _TEXT_CHARSET = ("utf8mb4", "utf8mb4_bin")  # not carried by canal-json; TiDB's default
-
-
-class _BadValueError(ValueError):
-    """A value that does not parse for its column type (becomes a CodecError with context)."""
-
-
-# ------------------------------------------------------------------ value parsers (inverse of §2.5)
-
-# What Go's ParseFloat takes from TiCDC/Canal output; no NaN/Inf spellings, "_", spaces or "+".
-_FLOAT_RE = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII).fullmatch
-
-
-def _uint_text(text: str) -> int:
-    if ascii_digits(text) and len(text) <= 40:
-        return int(text)
-    raise _BadValueError(f"{clip(text)} is not an unsigned integer")
-
-
-def _int_parser(lo: int, hi: int) -> Callable[[str], int]:
-    def parse_int(text: str) -> int:
-        # ASCII digits with an optional "-": int() alone would also take " 1", "1_0", "+1", "١".
-        if text.isascii() and len(text) <= 40 and (text.isdigit() or (text[:1] == "-" and text[1:].isdigit())):
-            v = int(text)
-            if lo <= v <= hi:
-                return v
-            raise _BadValueError(f"{text} is out of range [{lo}, {hi}]")
-        raise _BadValueError(f"{clip(text)} is not an integer")
-
-    return parse_int
-
-
-def _bounded_uint(hi: int, what: str) -> Callable[[str], int]:
-    def parse_uint(text: str) -> int:
-        if ascii_digits(text) and len(text) <= 40:
-            v = int(text)
-            if v <= hi:
-                return v
-            raise _BadValueError(f"{what} {text} is out of range [0, {hi}]")
-        raise _BadValueError(f"{clip(text)} is not an unsigned integer")
-
-    return parse_uint
-
-
-def _parse_year(text: str) -> int:
-    v = _uint_text(text)
-    if v and not 1901 <= v <= 2155:
-        raise _BadValueError(f"year {text} is out of range (0 or 1901..2155)")
-    return v
-
-
-def _parse_float32(text: str) -> float:
-    # Go ParseFloat(text, 32): reject NaN/Inf spellings and values beyond float32.
-    if not _FLOAT_RE(text):
-        raise _BadValueError(f"{clip(text)} is not a number")
-    try:
-        return to_float32(float(text))
-    except OverflowError:
-        raise _BadValueError(f"{text} overflows a FLOAT") from None
-
-
-def _parse_float64(text: str) -> float:
-    if not _FLOAT_RE(text):
-        raise _BadValueError(f"{clip(text)} is not a number")
-    v = float(text)
-    if v in (_INF, -_INF):
-        raise _BadValueError(f"{text} overflows a DOUBLE")
-    return v
-
-
-_INF = float("inf")
-
-
-def _decimal_parser(scale: int | None) -> Callable[[str], Decimal]:
-    def parse_decimal(text: str) -> Decimal:
-        if not is_decimal_text(text):  # MyDecimal.String() text, the rule every decoder shares
-            raise _BadValueError(f"{text[:80]!r} is not a decimal ({DECIMAL_RULE})")
-        v = Decimal(text)
-        if scale is not None:
-            frac = text.partition(".")[2]
-            if len(frac) > scale:
-                raise _BadValueError(f"{text} has {len(frac)} fraction digits, the column's scale is {scale}")
-            if len(frac) < scale:
-                v = Decimal(f"{v:.{scale}f}")  # pad to the column's scale (only adds zeros)
-        return v
-
-    return parse_decimal
-
-
-def _regex_parser(regex: re.Pattern[str], what: str) -> Callable[[str], str]:
-    def parse_text(text: str) -> str:
-        if not regex.fullmatch(text):
-            raise _BadValueError(f"{clip(text)} is not a {what} value")
-        return text
-
-    return parse_text
-
-
-def _parse_json(text: str) -> str:
-    try:
-        orjson.loads(text)
-    except orjson.JSONDecodeError:
-        raise _BadValueError(f"{text[:40]!r} is not JSON text") from None
-    return text
-
-
-def _parse_binary(text: str) -> bytes:
-    # Undo the ISO-8859-1 trick: every code point must be one byte.
-    try:
-        return text.encode("latin-1")
-    except UnicodeEncodeError as exc:
-        raise _BadValueError(f"binary value has code point U+{ord(text[exc.start]):04X} above U+00FF") from None
-
-
-def _enum_parser(elements: tuple[str, ...]) -> Callable[[str], int]:
-    """TiCDC writes the 1-based index; official Canal writes the member name (accepted when the
-    full ``enum(...)`` type told us the members)."""
-    names = {e: i for i, e in enumerate(elements, 1)}
-    index = _bounded_uint(len(elements) if elements else 65535, "ENUM index")
-
-    def parse_enum(text: str) -> int:
-        if text.isascii() and text.isdigit():
-            return index(text)
-        if text in names:
-            return names[text]
-        if text == "":
-            return 0
-        raise _BadValueError(f"{clip(text)} is neither an ENUM index nor a member name")
-
-    return parse_enum
-
-
-def _set_parser(elements: tuple[str, ...]) -> Callable[[str], int]:
-    bits = {e: 1 << i for i, e in enumerate(elements)}
-    bitmask = _bounded_uint((1 << len(elements)) - 1 if elements else (1 << 64) - 1, "SET bitmask")
-
-    def parse_set(text: str) -> int:
-        if text.isascii() and text.isdigit():
-            return bitmask(text)
-        if not elements:
-            raise _BadValueError(f"{clip(text)} is not a SET bitmask")
-        mask = 0
-        for name in text.split(",") if text else ():
-            if name not in bits:
-                raise _BadValueError(f"{name!r} is not a member of the SET")
-            mask |= bits[name]
-        return mask
-
-    return parse_set
-
-
-def _parser(col: Column) -> Parser:
-    """The parser of one column's value strings; None: the string is the model value."""
-    tc = col.type_code
-    if col.is_bytes:
-        return _parse_binary
-    if tc in INT_BITS:
-        bits = INT_BITS[tc]
-        if col.unsigned:
-            return _bounded_uint((1 << bits) - 1, col.type_name + " unsigned")
-        return _int_parser(-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
-    if tc is TypeCode.YEAR:
-        return _parse_year
-    if tc is TypeCode.BIT:
-        return _bounded_uint((1 << min(col.length or 64, 64)) - 1, "BIT value")
-    if tc is TypeCode.ENUM:
-        return _enum_parser(col.elements)
-    if tc is TypeCode.SET:
-        return _set_parser(col.elements)
-    if tc is TypeCode.FLOAT:
-        return _parse_float32
-    if tc is TypeCode.DOUBLE:
-        return _parse_float64
-    if tc is TypeCode.DECIMAL:
-        return _decimal_parser(col.decimal)
-    if tc in TEMPORAL_PATTERNS:
-        return _regex_parser(TEMPORAL_PATTERNS[tc], "DATE" if tc is TypeCode.NEWDATE else col.type_name.upper())
-    if tc is TypeCode.JSON:
-        return _parse_json
-    return None  # text types, VECTOR
 
 
 # ------------------------------------------------------------------ per-table plan
@@ -242,7 +53,7 @@ class _RowPlan:
 
     def __init__(self, schema: TableSchema, mysql_types: dict[str, str]) -> None:
         self.schema = schema
-        self.columns = tuple((c.name, _parser(c)) for c in schema.columns)
+        self.columns = tuple((c.name, value_parser(c)) for c in schema.columns)
         self.index = schema.column_index
         self.mysql_types = mysql_types
         self.fast = compile_object_reader(
@@ -482,16 +293,7 @@ class CanalJSONDecoder(Decoder):
         mysql_type = obj.get("mysqlType")
         if type(mysql_type) is not dict:
             raise CodecError(f"mysqlType is {_json_type(mysql_type)}, expected an object", where=where)
-        sql_type = obj.get("sqlType")
-        if sql_type is not None:
-            if type(sql_type) is not dict:
-                raise CodecError(f"sqlType is {_json_type(sql_type)}, expected an object or null", where=where)
-            for name, code in sql_type.items():
-                if type(code) is not int:
-                    raise CodecError(f"sqlType of {name!r} is {_json_type(code)}, expected a number", where=where)
-            if sql_type.keys() != mysql_type.keys():
-                diff = sorted(sql_type.keys() ^ mysql_type.keys())
-                raise CodecError(f"sqlType and mysqlType describe different columns: {diff}", where=where)
+        sql_type = _sql_type_member(obj, mysql_type, where)
         pk = obj.get("pkNames")
         if pk is not None and (type(pk) is not list or any(type(n) is not str for n in pk)):
             raise CodecError("pkNames must be null or an array of column names", where=where)
@@ -576,6 +378,22 @@ def _column(name: str, parsed: ParsedType, binary: bool) -> Column:
         zerofill=parsed.zerofill,
         elements=parsed.elements,
     )
+
+
+def _sql_type_member(obj: dict[str, Any], mysql_type: dict[str, Any], where: str) -> dict[str, int] | None:
+    """The ``sqlType`` object (null allowed): a number per column that ``mysqlType`` describes."""
+    sql_type = obj.get("sqlType")
+    if sql_type is None:
+        return None
+    if type(sql_type) is not dict:
+        raise CodecError(f"sqlType is {_json_type(sql_type)}, expected an object or null", where=where)
+    for name, code in sql_type.items():
+        if type(code) is not int:
+            raise CodecError(f"sqlType of {name!r} is {_json_type(code)}, expected a number", where=where)
+    if sql_type.keys() != mysql_type.keys():
+        diff = sorted(sql_type.keys() ^ mysql_type.keys())
+        raise CodecError(f"sqlType and mysqlType describe different columns: {diff}", where=where)
+    return sql_type
 
 
 def _str_member(obj: dict[str, Any], member: str, where: str) -> str:

@@ -8,15 +8,14 @@ fragments, value renderers) is done once per `TableSchema` object.
 from __future__ import annotations
 
 import codecs
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any
 
 import orjson
 
 from ...errors import CodecError, ConfigError, MessageTooLargeError
-from ...model import ABSENT, Column, DDLEvent, Op, Resolved, RowChange, TableSchema, TypeCode, ddl_kind
+from ...model import ABSENT, DDLEvent, Op, Resolved, RowChange, TableSchema, TypeCode, ddl_kind
 from ...model.rowblock import TableRows
 from ...model.schemacache import PlanCache
 from ...model.tso import tso_physical_ms
@@ -24,14 +23,13 @@ from ...model.types import java_sql_type
 from ...model.values import b64encode
 from ..base import Encoder, Message
 from ..claimcheck import ClaimCheckStore, wrap_value
+from ..codegen import compile_dict_renderer
 from ..compression import compression_codec
+from ..gojson import easyjson_fix, std_fix
 from ..options import CodecOptions
 from ..rowkey import int_handle_position, row_key
-from ..textvalues import decimal_renderer, float32_text, float64_text
 from . import columns  # refers back to this module's plans; used only at call time
-from .mysqltype import default_mysql_type, full_mysql_type
-
-Renderer = Callable[[Any], str] | None
+from .values import Renderer, default_mysql_type, full_mysql_type, value_renderer
 
 _RECORD_OVERHEAD = 36  # Kafka MaxRecordOverhead (spec §0.7), as Message.size counts it
 _TYPE_NAMES = {Op.INSERT: b"INSERT", Op.UPDATE: b"UPDATE", Op.DELETE: b"DELETE"}
@@ -41,43 +39,6 @@ _UNSIGNED_PROMOTION_LIMITS = {
     TypeCode.INT: 2147483647,
     TypeCode.BIGINT: 9223372036854775807,
 }
-
-# ------------------------------------------------------------------ Go JSON string escaping
-# orjson writes the common core; these passes patch what each Go writer does differently, on
-# the finished bytes (only strings can contain these bytes, so structure is never touched).
-_HTML = {b"<": b"\\u003c", b">": b"\\u003e", b"&": b"\\u0026", b"\xe2\x80\xa8": b"\\u2028", b"\xe2\x80\xa9": b"\\u2029"}
-_EASY = {**_HTML, b"\\\\": b"\\\\", b"\\b": b"\\u0008", b"\\f": b"\\u000c"}
-_EASY_RE = re.compile(rb"\\\\|\\b|\\f|[<>&]|\xe2\x80[\xa8\xa9]")
-_STD_RE = re.compile(rb"[<>&]|\xe2\x80[\xa8\xa9]")
-
-
-def _easy_sub(m: Any) -> bytes:
-    return _EASY[m.group()]
-
-
-def _std_sub(m: Any) -> bytes:
-    return _HTML[m.group()]
-
-
-def easyjson_fix(out: bytes) -> bytes:
-    """orjson output -> mailru/easyjson: HTML-escaped, U+2028/9 escaped, ``\\u0008``/``\\u000c``."""
-    # Single-byte probes are memchr-fast; the two-byte ones run only when a backslash exists.
-    if (
-        b"<" in out
-        or b">" in out
-        or b"&" in out
-        or b"\xe2" in out
-        or (b"\\" in out and (b"\\b" in out or b"\\f" in out))
-    ):
-        return _EASY_RE.sub(_easy_sub, out)
-    return out
-
-
-def std_fix(out: bytes) -> bytes:
-    """orjson output -> Go encoding/json (Go >= 1.22): HTML-escaped, U+2028/9 escaped."""
-    if b"<" in out or b">" in out or b"&" in out or b"\xe2\x80" in out:
-        return _STD_RE.sub(_std_sub, out)
-    return out
 
 
 def _go_replace(exc: UnicodeError) -> tuple[str, int]:
@@ -100,78 +61,9 @@ def _go_utf8(text: str) -> str:
     return raw.decode("utf-8", "changefeed.goreplace")
 
 
-# ------------------------------------------------------------------ value rendering (spec §2.5)
-
-
-def _render_bytes(v: Any) -> str:
-    # ISO-8859-1 trick: byte 0xNN becomes code point U+00NN.
-    return str(v, "latin-1")
-
-
-# int.__repr__ also prints a bool as 1/0 and refuses anything that is not an int.
-_render_int: Callable[[Any], str] = int.__repr__
-
-_INTEGER_LIKE = frozenset(
-    {
-        TypeCode.TINYINT,
-        TypeCode.SMALLINT,
-        TypeCode.MEDIUMINT,
-        TypeCode.INT,
-        TypeCode.BIGINT,
-        TypeCode.YEAR,
-        TypeCode.ENUM,  # 1-based index as decimal, not the member name
-        TypeCode.SET,  # bitmask as decimal
-        TypeCode.BIT,  # uint64 as decimal
-    }
-)
-
-
-def _renderer(column: Column) -> Renderer:
-    """None means "the model value is already the string to write"."""
-    tc = column.type_code
-    if column.is_bytes:
-        return _render_bytes
-    if tc is TypeCode.FLOAT:
-        return float32_text  # strconv 'f', -1, 32; the mounter maps NaN/Inf to 0
-    if tc is TypeCode.DOUBLE:
-        return float64_text
-    if tc is TypeCode.DECIMAL:
-        return decimal_renderer(column.decimal)  # a value not at the column's scale is requantized
-    if tc in _INTEGER_LIKE:
-        return _render_int
-    return None
-
-
 # Errors that send a row from the generated fast path to the careful one (ABSENT columns,
 # values of the wrong type, strings orjson refuses); the careful path reports real problems.
 _FAST_ERRORS = (TypeError, ValueError, AttributeError, ArithmeticError, orjson.JSONEncodeError)
-
-
-def _compile_renderer(
-    names: tuple[str, ...], renderers: tuple[Renderer, ...], positions: tuple[int, ...] | None
-) -> Callable[[tuple[Any, ...]], bytes]:
-    """Generate ``image -> JSON object bytes`` for one table, with each column's rendering inlined.
-
-    Done once per TableSchema; the generated code only refers to names/renderers by index, so
-    column names never become source text.
-    """
-    env: dict[str, Any] = {"_dumps": orjson.dumps}
-    members = []
-    for i, (name, r) in enumerate(zip(names, renderers, strict=True)):
-        env[f"n{i}"] = name
-        if r is None:
-            expr = f"v{i}"
-        else:
-            env[f"r{i}"] = r
-            expr = f"(None if v{i} is None else r{i}(v{i}))"
-        members.append(f"n{i}: {expr}")
-    if positions is None:
-        unpack = f"    ({''.join(f'v{i}, ' for i in range(len(names)))}) = image\n"
-    else:
-        unpack = "".join(f"    v{i} = image[{p}]\n" for i, p in enumerate(positions))
-    src = f"def render(image):\n{unpack}    return _dumps({{{', '.join(members)}}})\n"
-    exec(compile(src, f"<canal-json renderer {len(names)} columns>", "exec"), env)
-    return cast(Callable[[tuple[Any, ...]], bytes], env["render"])  # exec-generated above
 
 
 # ------------------------------------------------------------------ per-table plans
@@ -253,13 +145,13 @@ def _build_plan(ts: TableSchema, positions: tuple[int, ...], content_compatible:
     # ticdc: sqlType null when no column is written; mysqlType is a non-nil Go map, so {}.
     sql_type = b"{" + b",".join(fragments) + b"}" if fragments else b"null"
     names = tuple(c.name for c in columns)
-    renderers = tuple(_renderer(c) for c in columns)
+    renderers = tuple(value_renderer(c) for c in columns)
     full = len(positions) == len(ts.columns)
     return _Plan(
         positions=positions,
         names=names,
         renderers=renderers,
-        fast=_compile_renderer(names, renderers, None if full else positions),
+        fast=compile_dict_renderer("canal-json", names, renderers, None if full else positions),
         sql_fragments=tuple(fragments),
         promotions=tuple(promotions),
         sql_type=sql_type,

@@ -1,23 +1,48 @@
-"""Canal-JSON ``mysqlType`` strings: writing both TiCDC forms, reading TiCDC's and Canal's.
+"""Canal-JSON's per-type rules: ``mysqlType`` strings, writing both TiCDC forms, reading TiCDC's and Canal's.
 
 TiCDC writes the bare base name by default (``int unsigned``) and TiDB's full column type text
 (``ColumnInfo.GetTypeDesc``: ``int(10) unsigned zerofill``) with ``content-compatible=true``.
 Official Canal writes MySQL's ``COLUMN_TYPE`` (``decimal(10, 4)``). The reader takes all three and
 keeps whatever parameters the text carries.
+
+Then the value text of each type (`value_renderer`, spec §2.5: everything a JSON string, numbers
+and ENUM/SET/BIT as decimal text) and its inverse (`value_parser`), which refuses text TiCDC or
+Canal would not write.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import orjson
 
 from ...errors import ascii_digits, clip
+from ...model.gofloat import to_float32
 from ...model.schema import Column
-from ...model.types import DEFAULT_FLEN, UNSIGNED_DEFAULT_FLEN, TypeCode, mysql_type_string, parse_type_name, type_name
+from ...model.types import (
+    ALWAYS_UNSIGNED_TYPES,
+    CHAR_TYPES,
+    DEFAULT_FLEN,
+    ENUM_SET_TYPES,
+    FLOAT_TYPES,
+    FSP_TYPES,
+    INTEGER_BITS,
+    INTEGER_TYPES,
+    UINT_VALUE_TYPES,
+    UNSIGNED_DEFAULT_FLEN,
+    TypeCode,
+    mysql_type_string,
+    parse_type_name,
+    type_name,
+)
+from ..values import DECIMAL_RULE, TEMPORAL_PATTERNS, decimal_renderer, float32_text, float64_text, is_decimal_text
 
-_INT_TYPES = (TypeCode.TINYINT, TypeCode.SMALLINT, TypeCode.MEDIUMINT, TypeCode.INT, TypeCode.BIGINT)
-_FSP_TYPES = (TypeCode.TIMESTAMP, TypeCode.DATETIME, TypeCode.TIME)
-_LENGTH_TYPES = (TypeCode.BIT, TypeCode.VARCHAR, TypeCode.CHAR, TypeCode.VAR_STRING)
+# GetTypeDesc prints these with their display length ``(M)`` when the column has one.
+_LENGTH_TYPES = CHAR_TYPES | {TypeCode.BIT}
 # MySQL's NOT_FIXED_DEC: a FLOAT/DOUBLE decimal of 31 or more means "not given".
 _NOT_FIXED_DEC = 31
 
@@ -36,7 +61,7 @@ def default_mysql_type(column: Column) -> str:
     return mysql_type_string(column.type_code, column.binary, column.unsigned, column.zerofill)
 
 
-def full_mysql_type(column: Column) -> str:
+def full_mysql_type(column: Column) -> str:  # noqa: C901  (per-type switch: TiDB ColumnInfo.GetTypeDesc)
     """TiDB ``ColumnInfo.GetTypeDesc()`` (``content-compatible=true``), spec §2.3.
 
     ``CompactStr`` with TiDB's default display widths filled in where the model has no length
@@ -46,12 +71,12 @@ def full_mysql_type(column: Column) -> str:
     text = type_name(tc, column.binary)
     length, decimal = column.length, column.decimal
     suffix = ""
-    if tc in (TypeCode.ENUM, TypeCode.SET):
+    if tc in ENUM_SET_TYPES:
         suffix = "('" + "','".join(_output_format(e) for e in column.elements) + "')"
-    elif tc in _FSP_TYPES:
+    elif tc in FSP_TYPES:
         if decimal:  # fsp 0 is the default and is not printed
             suffix = f"({decimal})"
-    elif tc in (TypeCode.FLOAT, TypeCode.DOUBLE):
+    elif tc in FLOAT_TYPES:
         # FLOAT/DOUBLE print (M,D) only when D was given and is not 0; float(10) stays float.
         if decimal and 0 < decimal < _NOT_FIXED_DEC:
             suffix = f"({length if length is not None else DEFAULT_FLEN[tc]},{decimal})"
@@ -62,7 +87,7 @@ def full_mysql_type(column: Column) -> str:
             suffix = f"({length})"
         elif tc in (TypeCode.BIT, TypeCode.CHAR):
             suffix = "(1)"  # TiDB's default length; VARCHAR has none (we print no parameter)
-    elif tc in _INT_TYPES:
+    elif tc in INTEGER_TYPES:
         if length is None:
             length = (UNSIGNED_DEFAULT_FLEN if column.unsigned else DEFAULT_FLEN)[tc]
         suffix = f"({length})"
@@ -74,7 +99,7 @@ def full_mysql_type(column: Column) -> str:
     elif tc is TypeCode.NULL:
         suffix = "(0)"
     text += suffix
-    if column.unsigned and tc not in (TypeCode.BIT, TypeCode.YEAR):
+    if column.unsigned and tc not in ALWAYS_UNSIGNED_TYPES:
         text += " unsigned"
     if column.zerofill and tc is not TypeCode.YEAR:
         text += " zerofill"
@@ -113,7 +138,7 @@ def parse_mysql_type(text: str) -> ParsedType:
     rest = stripped[base_end:].lstrip()
     params = ""
     if rest.startswith("("):
-        close = _closing_paren(rest, code in (TypeCode.ENUM, TypeCode.SET))
+        close = _closing_paren(rest, code in ENUM_SET_TYPES)
         params, rest = rest[1:close], rest[close + 1 :]
     words = rest.lower().split()
     if not set(words) <= _TAIL_WORDS:
@@ -123,17 +148,17 @@ def parse_mysql_type(text: str) -> ParsedType:
     length: int | None = None
     decimal: int | None = None
     elements: tuple[str, ...] = ()
-    if code in (TypeCode.ENUM, TypeCode.SET):
+    if code in ENUM_SET_TYPES:
         if params.strip():
             elements = _parse_members(params, text)
     elif params.strip():
         nums = _parse_numbers(params, text)
-        if code in _FSP_TYPES:
+        if code in FSP_TYPES:
             if len(nums) != 1 or nums[0] > 6:
                 raise ValueError(f"bad fractional-seconds precision in mysqlType {clip(text)}")
             decimal = nums[0]
         elif len(nums) == 2:
-            if code not in (TypeCode.DECIMAL, TypeCode.FLOAT, TypeCode.DOUBLE):
+            if code is not TypeCode.DECIMAL and code not in FLOAT_TYPES:
                 raise ValueError(f"mysqlType {clip(text)} has two parameters")
             length, decimal = nums
         elif len(nums) == 1:
@@ -218,3 +243,218 @@ def _parse_members(params: str, text: str) -> tuple[str, ...]:
         if params[i] != ",":
             raise ValueError(f"bad member list in mysqlType {clip(text)}")
         i += 1
+
+
+# ------------------------------------------------------------------ value text (spec §2.5)
+
+Renderer = Callable[[Any], str] | None
+
+
+def _render_bytes(v: Any) -> str:
+    # ISO-8859-1 trick: byte 0xNN becomes code point U+00NN.
+    return str(v, "latin-1")
+
+
+# int.__repr__ also prints a bool as 1/0 and refuses anything that is not an int.
+_render_int: Callable[[Any], str] = int.__repr__
+
+# Written as decimal integers: ENUM its 1-based index (not the member name), SET its bitmask, BIT its uint64.
+INTEGER_LIKE = INTEGER_TYPES | UINT_VALUE_TYPES
+
+
+def value_renderer(column: Column) -> Renderer:
+    """None means "the model value is already the string to write"."""
+    tc = column.type_code
+    if column.is_bytes:
+        return _render_bytes
+    if tc is TypeCode.FLOAT:
+        return float32_text  # strconv 'f', -1, 32; the mounter maps NaN/Inf to 0
+    if tc is TypeCode.DOUBLE:
+        return float64_text
+    if tc is TypeCode.DECIMAL:
+        return decimal_renderer(column.decimal)  # a value not at the column's scale is requantized
+    if tc in INTEGER_LIKE:
+        return _render_int
+    return None
+
+
+# ------------------------------------------------------------------ value parsers (inverse of §2.5)
+
+Parser = Callable[[str], Any] | None
+
+
+class BadValueError(ValueError):
+    """A value that does not parse for its column type (becomes a CodecError with context)."""
+
+
+# What Go's ParseFloat takes from TiCDC/Canal output; no NaN/Inf spellings, "_", spaces or "+".
+_FLOAT_RE = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII).fullmatch
+
+
+def _uint_text(text: str) -> int:
+    if ascii_digits(text) and len(text) <= 40:
+        return int(text)
+    raise BadValueError(f"{clip(text)} is not an unsigned integer")
+
+
+def _int_parser(lo: int, hi: int) -> Callable[[str], int]:
+    def parse_int(text: str) -> int:
+        # ASCII digits with an optional "-": int() alone would also take " 1", "1_0", "+1", "١".
+        if text.isascii() and len(text) <= 40 and (text.isdigit() or (text[:1] == "-" and text[1:].isdigit())):
+            v = int(text)
+            if lo <= v <= hi:
+                return v
+            raise BadValueError(f"{text} is out of range [{lo}, {hi}]")
+        raise BadValueError(f"{clip(text)} is not an integer")
+
+    return parse_int
+
+
+def _bounded_uint(hi: int, what: str) -> Callable[[str], int]:
+    def parse_uint(text: str) -> int:
+        if ascii_digits(text) and len(text) <= 40:
+            v = int(text)
+            if v <= hi:
+                return v
+            raise BadValueError(f"{what} {text} is out of range [0, {hi}]")
+        raise BadValueError(f"{clip(text)} is not an unsigned integer")
+
+    return parse_uint
+
+
+def _parse_year(text: str) -> int:
+    v = _uint_text(text)
+    if v and not 1901 <= v <= 2155:
+        raise BadValueError(f"year {text} is out of range (0 or 1901..2155)")
+    return v
+
+
+def _parse_float32(text: str) -> float:
+    # Go ParseFloat(text, 32): reject NaN/Inf spellings and values beyond float32.
+    if not _FLOAT_RE(text):
+        raise BadValueError(f"{clip(text)} is not a number")
+    try:
+        return to_float32(float(text))
+    except OverflowError:
+        raise BadValueError(f"{text} overflows a FLOAT") from None
+
+
+def _parse_float64(text: str) -> float:
+    if not _FLOAT_RE(text):
+        raise BadValueError(f"{clip(text)} is not a number")
+    v = float(text)
+    if v in (_INF, -_INF):
+        raise BadValueError(f"{text} overflows a DOUBLE")
+    return v
+
+
+_INF = float("inf")
+
+
+def _decimal_parser(scale: int | None) -> Callable[[str], Decimal]:
+    def parse_decimal(text: str) -> Decimal:
+        if not is_decimal_text(text):  # MyDecimal.String() text, the rule every decoder shares
+            raise BadValueError(f"{text[:80]!r} is not a decimal ({DECIMAL_RULE})")
+        v = Decimal(text)
+        if scale is not None:
+            frac = text.partition(".")[2]
+            if len(frac) > scale:
+                raise BadValueError(f"{text} has {len(frac)} fraction digits, the column's scale is {scale}")
+            if len(frac) < scale:
+                v = Decimal(f"{v:.{scale}f}")  # pad to the column's scale (only adds zeros)
+        return v
+
+    return parse_decimal
+
+
+def _regex_parser(regex: re.Pattern[str], what: str) -> Callable[[str], str]:
+    def parse_text(text: str) -> str:
+        if not regex.fullmatch(text):
+            raise BadValueError(f"{clip(text)} is not a {what} value")
+        return text
+
+    return parse_text
+
+
+def _parse_json(text: str) -> str:
+    try:
+        orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise BadValueError(f"{text[:40]!r} is not JSON text") from None
+    return text
+
+
+def _parse_binary(text: str) -> bytes:
+    # Undo the ISO-8859-1 trick: every code point must be one byte.
+    try:
+        return text.encode("latin-1")
+    except UnicodeEncodeError as exc:
+        raise BadValueError(f"binary value has code point U+{ord(text[exc.start]):04X} above U+00FF") from None
+
+
+def _enum_parser(elements: tuple[str, ...]) -> Callable[[str], int]:
+    """TiCDC writes the 1-based index; official Canal writes the member name (accepted when the
+    full ``enum(...)`` type told us the members)."""
+    names = {e: i for i, e in enumerate(elements, 1)}
+    index = _bounded_uint(len(elements) if elements else 65535, "ENUM index")
+
+    def parse_enum(text: str) -> int:
+        if text.isascii() and text.isdigit():
+            return index(text)
+        if text in names:
+            return names[text]
+        if text == "":
+            return 0
+        raise BadValueError(f"{clip(text)} is neither an ENUM index nor a member name")
+
+    return parse_enum
+
+
+def _set_parser(elements: tuple[str, ...]) -> Callable[[str], int]:
+    bits = {e: 1 << i for i, e in enumerate(elements)}
+    bitmask = _bounded_uint((1 << len(elements)) - 1 if elements else (1 << 64) - 1, "SET bitmask")
+
+    def parse_set(text: str) -> int:
+        if text.isascii() and text.isdigit():
+            return bitmask(text)
+        if not elements:
+            raise BadValueError(f"{clip(text)} is not a SET bitmask")
+        mask = 0
+        for name in text.split(",") if text else ():
+            if name not in bits:
+                raise BadValueError(f"{name!r} is not a member of the SET")
+            mask |= bits[name]
+        return mask
+
+    return parse_set
+
+
+def value_parser(col: Column) -> Parser:
+    """The parser of one column's value strings; None: the string is the model value."""
+    tc = col.type_code
+    if col.is_bytes:
+        return _parse_binary
+    if tc in INTEGER_TYPES:
+        bits = INTEGER_BITS[tc]
+        if col.unsigned:
+            return _bounded_uint((1 << bits) - 1, col.type_name + " unsigned")
+        return _int_parser(-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+    if tc is TypeCode.YEAR:
+        return _parse_year
+    if tc is TypeCode.BIT:
+        return _bounded_uint((1 << min(col.length or 64, 64)) - 1, "BIT value")
+    if tc is TypeCode.ENUM:
+        return _enum_parser(col.elements)
+    if tc is TypeCode.SET:
+        return _set_parser(col.elements)
+    if tc is TypeCode.FLOAT:
+        return _parse_float32
+    if tc is TypeCode.DOUBLE:
+        return _parse_float64
+    if tc is TypeCode.DECIMAL:
+        return _decimal_parser(col.decimal)
+    if tc in TEMPORAL_PATTERNS:
+        return _regex_parser(TEMPORAL_PATTERNS[tc], "DATE" if tc is TypeCode.NEWDATE else col.type_name.upper())
+    if tc is TypeCode.JSON:
+        return _parse_json
+    return None  # text types, VECTOR

@@ -31,19 +31,21 @@ from ...errors import CodecError
 from ...model import Column, Event, RowChange, TableSchema, TypeCode
 from ...model.arrow import arrow_type
 from ...model.rowblock import RowBlock, Segment, TableRows
-from ...model.types import STRING_TYPES
+from ...model.types import DATE_TYPES, FLOAT_TYPES, INTEGER_TYPES, STRING_TYPES
 from ..base import Message
-from ..textvalues import INT_BITS, int_range
-from .decoder import _EPOCH, _MAX_DT, _MAX_TSO, _MIN_DT, _SCHEMA_MEMBER, DebeziumDecoder, _Hint, _Table
+from ..codegen import value_lists
+from ..values import int_range
+from .decoder import _MAX_TSO, _SCHEMA_MEMBER, DebeziumDecoder, _Table
+from .values import EPOCH, MAX_DT, MIN_DT, Hint
 
 _I64_MIN, _I64_MAX, _U64_MAX = -(1 << 63), (1 << 63) - 1, (1 << 64) - 1
 _NULL = msgspec.Raw(b"null")
 _OP_CODES = {"c": 0, "r": 0, "u": 1, "d": 2}  # Debezium's ops; "r" (snapshot read) is an insert, as the row decoder
 _OP_NAMES = pa.array(["insert", "update", "delete"])
-_MIN_DAYS = (_MIN_DT - _EPOCH).days
-_MAX_DAYS = (_MAX_DT - _EPOCH).days
-_MIN_US = (_MIN_DT - _EPOCH) // _EPOCH.resolution
-_MAX_US = (_MAX_DT - _EPOCH) // _EPOCH.resolution
+_MIN_DAYS = (MIN_DT - EPOCH).days
+_MAX_DAYS = (MAX_DT - EPOCH).days
+_MIN_US = (MIN_DT - EPOCH) // EPOCH.resolution
+_MAX_US = (MAX_DT - EPOCH) // EPOCH.resolution
 _KEY_TAILS = 1024
 _PLANS = 256
 
@@ -221,21 +223,21 @@ class _Slice(DebeziumRows):
 # ------------------------------------------------------------------ per-table readers
 
 
-def _kind(column: Column, hint: _Hint | None) -> tuple[str, Any]:
+def _kind(column: Column, hint: Hint | None) -> tuple[str, Any]:
     """How a column's values are read: (converter, the msgspec type of its JSON value).
 
     Mirrors `decoder._parser`'s dispatch; "generic" runs the table's own parser on each value.
     """
     tc = column.type_code
-    if tc in INT_BITS:
+    if tc in INTEGER_TYPES:
         if tc is TypeCode.BIGINT and column.unsigned:
             return "generic", int | str | None  # bigint.unsigned.handling.mode=string, two's complement
         return "int", int | None
-    if tc in (TypeCode.FLOAT, TypeCode.DOUBLE):
+    if tc in FLOAT_TYPES:
         return ("float32" if tc is TypeCode.FLOAT else "float64"), float | None
     if tc is TypeCode.DECIMAL:
         return "decimal", Any
-    if tc in (TypeCode.DATE, TypeCode.NEWDATE):
+    if tc in DATE_TYPES:
         return "date", int | None
     if tc is TypeCode.DATETIME:
         return "datetime", int | None
@@ -276,7 +278,7 @@ class _Plan:
         for c, kind in zip(columns, self.kinds, strict=True):
             if kind == "decimal" and c.length is not None and c.decimal is None:
                 raise _SlowPathError  # an Arrow decimal of scale 0 would round: the row decoder's values
-        self.values = _value_lists(len(columns))
+        self.values = value_lists(len(columns))
 
     def images(self, raws: list[msgspec.Raw]) -> tuple[list[Any], set[int]]:
         """The parsed images and the positions of those that do not parse (the row decoder's)."""
@@ -327,19 +329,6 @@ def _parses(parse: Callable[[Any], Any], v: Any) -> bool:
     return not (type(v) is int and not _I64_MIN <= v <= _U64_MAX)  # orjson reads it as a float
 
 
-def _value_lists(width: int) -> Callable[[list[Any]], list[list[Any]]]:
-    """``images -> [[image.c0, ...], [image.c1, ...], ...]``, one list comprehension per column.
-
-    Why generated: a comprehension's attribute loads take half the time of ``map(attrgetter)``
-    (as in open_protocol/blocks.py). The source is built from integers only.
-    """
-    columns = ", ".join(f"[i.c{j} for i in images]" for j in range(width))
-    env: dict[str, Any] = {}
-    exec(compile(f"def values(images):\n    return [{columns}]\n", f"<values of {width} columns>", "exec"), env)
-    fn: Callable[[list[Any]], list[list[Any]]] = env["values"]
-    return fn
-
-
 def _ints(values: list[Any]) -> tuple[np.ndarray, np.ndarray | None]:
     """int64 values (nulls as 0) and the null mask (None: no nulls)."""
     arr = pa.array(values, pa.int64())  # beyond int64: ArrowInvalid/OverflowError, the slow path's
@@ -350,7 +339,7 @@ def _ints(values: list[Any]) -> tuple[np.ndarray, np.ndarray | None]:
     return arr.to_numpy(), mask
 
 
-def _convert(kind: str, values: list[Any], column: Column, hint: _Hint | None, parse: Callable[[Any], Any]) -> pa.Array:
+def _convert(kind: str, values: list[Any], column: Column, hint: Hint | None, parse: Callable[[Any], Any]) -> pa.Array:
     """A column's values (JSON types checked by the image reader) converted as ``parse`` converts
     each one (decoder.py's value parsers, debezium.md §11)."""
     typ = arrow_type(column)
@@ -395,7 +384,7 @@ def _convert(kind: str, values: list[Any], column: Column, hint: _Hint | None, p
     return pa.array(out, typ)
 
 
-def _datetimes(values: list[Any], column: Column, hint: _Hint | None) -> pa.Array:
+def _datetimes(values: list[Any], column: Column, hint: Hint | None) -> pa.Array:
     """Epoch ms/µs (io.debezium.time.Timestamp/MicroTimestamp) to TiDB's text with fsp digits."""
     fsp = max(0, min(6, column.decimal or 0))
     micro = hint.micro if hint is not None and hint.micro is not None else fsp > 3  # as decoder._parser
@@ -411,7 +400,7 @@ def _datetimes(values: list[Any], column: Column, hint: _Hint | None) -> pa.Arra
 
 
 def _decimals(
-    values: list[Any], column: Column, hint: _Hint | None, parse: Callable[[Any], Any], typ: pa.DataType
+    values: list[Any], column: Column, hint: Hint | None, parse: Callable[[Any], Any], typ: pa.DataType
 ) -> pa.Array:
     """DECIMAL as the model holds it (exact text, or an Arrow decimal when the precision is known)."""
     if column.length is not None:
@@ -491,7 +480,6 @@ class DebeziumBlockDecoder:
         envelopes = _decode_all(_HEADS, _HEAD, heads)
         names = self._key_names(keys)
         groups: dict[int, _Group] = {}
-        given = decoder._given
         op_codes, UNSET = _OP_CODES, msgspec.UNSET  # noqa: N806
         memo: tuple[Any, ...] = ()  # (schema, db, table, key names, table) of the last row
         for k, i in enumerate(index):
@@ -533,25 +521,16 @@ class DebeziumBlockDecoder:
                 continue
             else:
                 main = after
-                if op == 0:
-                    before = None
+                before = None if op == 0 else before
             if memo and memo[0] is schema and memo[1] == db and memo[2] == table and memo[3] == key_names:
                 t = memo[4]
             else:
-                t = given.get((db, table))
+                t = self._table_of(schema, db, table, key_names, wheres[i])
                 if t is None:
-                    if schema is None:
-                        slow.add(i)  # no schema section and no table given: the row decoder's error
-                        continue
-                    try:
-                        t = decoder._table({"schema": schema}, db, table, key_names, wheres[i])  # type: ignore[arg-type]
-                    except CodecError:
-                        slow.add(i)
-                        continue
+                    slow.add(i)
+                    continue
                 memo = (schema, db, table, key_names, t)
-            group = groups.get(id(t))
-            if group is None:
-                group = groups[id(t)] = _Group(t)
+            group = groups.get(id(t)) or groups.setdefault(id(t), _Group(t))  # a _Group is always true
             group.messages.append(i)
             group.ops.append(op)
             group.commits.append(commit)
@@ -560,6 +539,21 @@ class DebeziumBlockDecoder:
             group.befores.append(before)
         for group in groups.values():
             self._group(group, positions, out, slow)
+
+    def _table_of(self, schema: Any, db: str, table: str, key_names: Any, where: str) -> _Table | None:
+        """The row decoder's table of a row (the one given, else from the message's schema
+        section); None: no schema section and no table given, or a schema the row decoder refuses
+        (its error, with the message's own path)."""
+        decoder = self.decoder
+        t = decoder._given.get((db, table))
+        if t is not None:
+            return t
+        if schema is None:
+            return None
+        try:
+            return decoder._table({"schema": schema}, db, table, key_names, where)
+        except CodecError:
+            return None
 
     def _heads(
         self, messages: Sequence[Message], wheres: Sequence[str], slow: set[int]

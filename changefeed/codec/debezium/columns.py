@@ -7,7 +7,7 @@ those columns and the table's constant bytes (the ``schema`` sections and the ``
 constant members, built once per table by `DebeziumEncoder`). The bytes are exactly the per-row
 path's: tests/codec/test_debezium_columnar.py holds both paths to that.
 
-Values (debezium.md §6), rendered as `columns.value_renderer` renders one value:
+Values (debezium.md §6), rendered as `values.value_renderer` renders one value:
 
 * integers (YEAR too) are Arrow's decimal casts; BIGINT UNSIGNED >= 2^63 its int64 two's
   complement (Debezium's "long" mode, as TiCDC);
@@ -39,10 +39,10 @@ import pyarrow.compute as pc
 
 from ...model import Column, TypeCode
 from ...model.rowblock import model_values
-from ...model.types import BLOB_TYPES, CHAR_TYPES
-from ..columns import decimal_texts, value_bytes
-from .columns import INTEGER_SCHEMA, Render, bit_length, fsp_of
-from .jsontext import jfloat32, jfloat64, jstr
+from ...model.types import BLOB_TYPES, CHAR_TYPES, DATE_TYPES, JSON_VECTOR_TYPES
+from ..gojson import jfloat32, jfloat64, jstr
+from ..values import B64_ALPHABET, decimal_texts, value_bytes
+from .values import INTEGER_SCHEMA, Render, bit_length, fsp_of
 
 _BIN = pa.binary()
 _FAST_ERRORS = (TypeError, ValueError, AttributeError, ArithmeticError, IndexError)
@@ -116,9 +116,6 @@ def quoted_strings(values: pa.Array) -> pa.Array:
     return _binary_array(n, out_offsets, out, _valid(values))
 
 
-_B64 = np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", np.uint8)
-
-
 def quoted_base64(values: pa.Array) -> pa.Array:
     """Binary array -> ``"<standard base64 with padding>"`` per value (binary.handling.mode=base64)."""
     n = len(values)
@@ -131,7 +128,7 @@ def quoted_base64(values: pa.Array) -> pa.Array:
     padded[np.arange(len(data), dtype=np.int64) - offsets[row_of_byte] + padded_start[row_of_byte]] = data
     triples = padded.reshape(-1, 3).astype(np.uint32)
     word = (triples[:, 0] << 16) | (triples[:, 1] << 8) | triples[:, 2]
-    chars = _B64[np.stack([(word >> s) & 63 for s in (18, 12, 6, 0)], axis=1)].reshape(-1)
+    chars = B64_ALPHABET[np.stack([(word >> s) & 63 for s in (18, 12, 6, 0)], axis=1)].reshape(-1)
     text_len = groups * 4
     text_start = np.concatenate((np.zeros(1, np.int64), np.cumsum(text_len)))
     rem = counts % 3  # 1: two "=", 2: one "="
@@ -315,7 +312,7 @@ def _vector(col: Column, values: pa.Array) -> pa.Array | None:
     if tc is TypeCode.DECIMAL:
         return _decimals(values)
     zero = b"null" if col.nullable else b"0"
-    if tc in (TypeCode.DATE, TypeCode.NEWDATE):
+    if tc in DATE_TYPES:
         return _dates(values, zero)
     if tc is TypeCode.DATETIME:
         return _datetimes(values, fsp_of(col) > 3, zero)
@@ -333,7 +330,7 @@ def _vector(col: Column, values: pa.Array) -> pa.Array | None:
         idx[idx > len(col.elements)] = 0  # MySQL's error value 0, or out of range: ""
         out = table.take(pa.array(idx.astype(np.int64)))
         return out if not values.null_count else pc.if_else(values.is_valid(), out, pa.scalar(None, _BIN))
-    if tc in (TypeCode.JSON, TypeCode.VECTOR) or (not col.is_bytes and (tc in CHAR_TYPES or tc in BLOB_TYPES)):
+    if tc in JSON_VECTOR_TYPES or (not col.is_bytes and (tc in CHAR_TYPES or tc in BLOB_TYPES)):
         return quoted_strings(values) if pa.types.is_string(t) or pa.types.is_large_string(t) else None
     if col.is_bytes and (tc in CHAR_TYPES or tc in BLOB_TYPES):
         return quoted_base64(values) if pa.types.is_binary(t) or pa.types.is_large_binary(t) else None

@@ -10,9 +10,18 @@ from __future__ import annotations
 import re
 
 from ...model import ActionType, Column, DDLEvent, TableSchema, TypeCode
-from ...model.types import BLOB_TYPES, DEFAULT_FLEN, STRING_TYPES, UNSIGNED_DEFAULT_FLEN, type_name
-from .columns import bit_default, float_is_double
-from .jsontext import jfloat64, jstr
+from ...model.types import (
+    BLOB_TYPES,
+    DEFAULT_FLEN,
+    ENUM_SET_TYPES,
+    FLOAT_TYPES,
+    FSP_TYPES,
+    STRING_TYPES,
+    UNSIGNED_DEFAULT_FLEN,
+    type_name,
+)
+from ..gojson import jfloat64, jstr
+from .values import NO_UNSIGNED_TYPES, bit_default, float_is_double
 
 KEY_SCHEMA = (
     b'{"type":"struct","name":"io.debezium.connector.mysql.SchemaChangeKey","optional":false,"version":1,'
@@ -95,7 +104,6 @@ _JDBC: dict[TypeCode, int] = {
     TypeCode.BIT: -7,
     TypeCode.JSON: 1111,
 }
-_BARE = frozenset({TypeCode.YEAR, TypeCode.BIT, TypeCode.VARCHAR, TypeCode.CHAR, TypeCode.DECIMAL})
 _DISPLAY_WIDTH = {
     TypeCode.TINYINT: 4,
     TypeCode.SMALLINT: 6,
@@ -177,7 +185,7 @@ def _jdbc(col: Column) -> int:
 
 def _length(col: Column) -> int | None:
     tc = col.type_code
-    if tc in (TypeCode.DATETIME, TypeCode.TIMESTAMP, TypeCode.TIME):
+    if tc in FSP_TYPES:
         return col.decimal or 0  # fsp, 0 written as 0
     if tc in (TypeCode.YEAR, TypeCode.DECIMAL):
         return col.length if col.length is not None else DEFAULT_FLEN[tc]
@@ -200,7 +208,7 @@ def _scale(col: Column) -> bytes:
     d = col.decimal
     if tc is TypeCode.DECIMAL and d is not None and d >= 0:
         return jfloat64(float(d))
-    if tc in (TypeCode.FLOAT, TypeCode.DOUBLE) and float_is_double(col) and d is not None:
+    if tc in FLOAT_TYPES and float_is_double(col) and d is not None:
         return jfloat64(float(d))
     return b"null"
 
@@ -229,21 +237,15 @@ def column_object(col: Column, position: int) -> bytes:
     """One ``io.debezium.connector.schema.Column``, members in TiCDC's order."""
     tc = col.type_code
     name = type_name(tc, col.binary).upper()
-    if tc not in _BARE and col.unsigned:
+    if tc not in NO_UNSIGNED_TYPES and col.unsigned:
         name += " UNSIGNED ZEROFILL" if col.zerofill else " UNSIGNED"
     expression = name
     if tc is TypeCode.DOUBLE and float_is_double(col) and col.decimal:
         expression += f"({col.length if col.length is not None else DEFAULT_FLEN[tc]},{col.decimal})"
     elif tc is TypeCode.VECTOR and col.length is not None:
         expression += f"({col.length})"
-    enum_values = (
-        b"[" + b",".join(jstr(f"'{e}'") for e in col.elements) + b"]"
-        if tc in (TypeCode.ENUM, TypeCode.SET)
-        else b"null"
-    )
-    charset = (
-        jstr(col.charset) if (tc in STRING_TYPES or tc in (TypeCode.ENUM, TypeCode.SET)) and not col.binary else b"null"
-    )
+    enum_values = b"[" + b",".join(jstr(f"'{e}'") for e in col.elements) + b"]" if tc in ENUM_SET_TYPES else b"null"
+    charset = jstr(col.charset) if (tc in STRING_TYPES or tc in ENUM_SET_TYPES) and not col.binary else b"null"
     return (
         b'{"name":'
         + jstr(col.name)

@@ -9,10 +9,6 @@ start ts = commit ts; ``op:"r"`` (snapshot read) is an INSERT; a tombstone (null
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
-from datetime import UTC, datetime, timedelta, tzinfo
-from decimal import Context, Decimal, InvalidOperation
 from typing import Any
 
 import orjson
@@ -20,327 +16,22 @@ import orjson
 from ...errors import CodecError, clip
 from ...model import ABSENT, Column, DDLEvent, Event, Index, Op, Resolved, TableSchema, TypeCode, classify_ddl
 from ...model.events import trusted_row
-from ...model.gofloat import to_float32
-from ...model.types import STRING_TYPES, parse_type_name
-from ...model.values import b64decode, format_date, format_datetime, format_time
+from ...model.types import ENUM_SET_TYPES, FSP_TYPES, STRING_TYPES, parse_type_name
 from ...timezones import zone
 from ..base import Decoder, Message, checked_tso
+from ..codegen import SlowPathError, compile_object_reader
 from ..compression import inflater
-from ..decimaltext import MAX_DECIMAL_DIGITS, is_decimal_text
 from ..options import CodecOptions
-from ..plancache import SlowPathError, compile_object_reader
-from ..textvalues import INT_BITS, int_range
+from .values import UNESCAPED_COMMA, Hint, Parser, kind_of, value_parser
 
-Parser = Callable[[Any], Any]
-
-_U64 = 1 << 64
-_MAX_TSO = _U64 - 1
-_EPOCH = datetime(1970, 1, 1)
-_ZONED_FLOOR = datetime(1970, 1, 1, tzinfo=UTC)
-_MIN_DT, _MAX_DT = datetime(1, 1, 1), datetime(9999, 12, 31, 23, 59, 59, 999999)
-_MAX_TIME_US = ((838 * 60 + 59) * 60 + 59) * 1_000_000 + 999_999
-_ZONED = re.compile(r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2})", re.ASCII)
-_UNESCAPED_COMMA = re.compile(r"(?<!\\),")
+_MAX_TSO = (1 << 64) - 1
 _OPS = {"c": Op.INSERT, "r": Op.INSERT, "u": Op.UPDATE, "d": Op.DELETE}
 _CACHE_LIMIT = 1024
-_DEC_CONTEXT = Context(prec=100)
 _TEXT = {"charset": "utf8mb4", "collation": "utf8mb4_bin"}
 _SCHEMA_MEMBER = b',"schema":'
 
 
-class _BadValueError(ValueError):
-    """A value that does not fit its column (becomes a CodecError naming where)."""
-
-
-def _kind(v: Any) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "a boolean"
-    if isinstance(v, int | float):
-        return "a number"
-    if isinstance(v, str):
-        return "a string"
-    return "an array" if isinstance(v, list) else "an object"
-
-
-# ------------------------------------------------------------------ value parsers (inverse of §6)
-
-
-def _int_parser(lo: int, hi: int, wrap: bool) -> Parser:
-    def parse(v: Any) -> int:
-        if type(v) is str and wrap and v.isascii() and v.isdigit() and len(v) <= 20:
-            v = int(v)  # bigint.unsigned.handling.mode=string
-        if type(v) is not int:
-            raise _BadValueError(f"{_kind(v)}, expected an integer")
-        if wrap and -(1 << 63) <= v < 0:
-            v += _U64  # BIGINT UNSIGNED written as its two's-complement int64
-        if not lo <= v <= hi:
-            raise _BadValueError(f"{clip(v)} is out of range [{lo}, {hi}]")
-        out: int = v
-        return out
-
-    return parse
-
-
-def _parse_year(v: Any) -> int:
-    if type(v) is not int or not (v == 0 or 1901 <= v <= 2155):
-        raise _BadValueError(f"{clip(v)} is not a YEAR (0 or 1901..2155)")
-    return v
-
-
-def _number(v: Any) -> float:
-    if type(v) is not int and type(v) is not float:
-        raise _BadValueError(f"{_kind(v)}, expected a number")
-    try:
-        return float(v)
-    except OverflowError:
-        raise _BadValueError(f"{clip(v)} overflows a double") from None
-
-
-def _parse_float32(v: Any) -> float:
-    try:
-        return to_float32(_number(v))
-    except OverflowError:
-        raise _BadValueError(f"{clip(v)} overflows a FLOAT") from None
-
-
-def _decimal_parser(scale: int | None, connect_scale: int | None) -> Parser:
-    quantum = None if scale is None else Decimal(1).scaleb(-scale)
-
-    def parse(v: Any) -> Decimal:
-        if connect_scale is not None:  # decimal.handling.mode=precise: base64 big-endian unscaled value
-            raw = _base64(v)
-            d = Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-connect_scale, _DEC_CONTEXT)
-        elif type(v) is str:
-            if not is_decimal_text(v):
-                raise _BadValueError(f"{clip(v)} is not DECIMAL text")
-            d = Decimal(v)
-        elif type(v) is int:
-            d = Decimal(v)
-        elif type(v) is float:
-            d = Decimal(repr(v))  # JSON mode: the double TiCDC wrote (lossy above ~15 digits)
-        else:
-            raise _BadValueError(f"{_kind(v)}, expected a number")
-        if d.is_finite() and d and d.adjusted() >= MAX_DECIMAL_DIGITS:
-            # A double as large as 1e308 is no DECIMAL (65 digits at most): refused, not carried on.
-            raise _BadValueError(f"{clip(v)} has more integer digits than DECIMAL({MAX_DECIMAL_DIGITS}) holds")
-        if quantum is not None:
-            try:
-                d = d.quantize(quantum, context=_DEC_CONTEXT)
-            except InvalidOperation:
-                raise _BadValueError(f"{clip(v)} does not fit DECIMAL scale {scale}") from None
-        return d
-
-    return parse
-
-
-def _base64(v: Any) -> bytes:
-    if type(v) is not str:
-        raise _BadValueError(f"{_kind(v)}, expected base64 text")
-    try:
-        return b64decode(v)
-    except ValueError:
-        raise _BadValueError(f"{clip(v)} is not base64") from None
-
-
-def _date(v: Any) -> str:
-    if type(v) is not int:
-        raise _BadValueError(f"{_kind(v)}, expected days since 1970-01-01")
-    try:
-        d = _EPOCH + timedelta(days=v)
-    except OverflowError:
-        raise _BadValueError(f"{clip(v)} days is out of range") from None
-    return format_date(d.year, d.month, d.day)
-
-
-def _fraction_check(us: int, fsp: int, v: Any) -> None:
-    if us % 10 ** (6 - fsp):
-        raise _BadValueError(f"{clip(v)} has more fraction digits than the column's {fsp}")
-
-
-def _datetime_parser(unit_us: int, fsp: int) -> Parser:
-    def parse(v: Any) -> str:
-        if type(v) is not int:
-            raise _BadValueError(f"{_kind(v)}, expected an epoch timestamp")
-        try:
-            dt = _EPOCH + timedelta(microseconds=v * unit_us)
-        except OverflowError:
-            raise _BadValueError(f"{clip(v)} is out of range") from None
-        _fraction_check(dt.microsecond, fsp, v)
-        return format_datetime(dt.year, dt.month, dt.day, dt.hour, dt.minute, dt.second, dt.microsecond, fsp)
-
-    return parse
-
-
-def _timestamp_parser(tz: tzinfo, fsp: int) -> Parser:
-    def parse(v: Any) -> str:
-        m = _ZONED.fullmatch(v) if type(v) is str else None
-        if m is None:
-            raise _BadValueError(f"{clip(v)} is not an ISO-8601 UTC timestamp")
-        y, mo, d, h, mi, s = (int(g) for g in m.groups()[:6])
-        frac = (m.group(7) or "")[:6].ljust(6, "0")
-        offset = m.group(8)
-        try:
-            dt = datetime(y, mo, d, h, mi, s, int(frac), tzinfo=UTC)
-            if offset != "Z":
-                sign = -1 if offset[0] == "-" else 1
-                dt -= sign * timedelta(hours=int(offset[1:3]), minutes=int(offset[4:6]))
-            if dt == _ZONED_FLOOR:
-                # TiCDC (and Debezium) write the zero TIMESTAMP, and anything below MySQL's minimum
-                # 1970-01-01 00:00:01 UTC, as this instant, which no valid TIMESTAMP is: the zero value.
-                return format_datetime(0, 0, 0, 0, 0, 0, 0, fsp)
-            local = dt.astimezone(tz)
-        except (ValueError, OverflowError):
-            raise _BadValueError(f"{clip(v)} is not a valid timestamp") from None
-        _fraction_check(local.microsecond, fsp, v)
-        return format_datetime(
-            local.year, local.month, local.day, local.hour, local.minute, local.second, local.microsecond, fsp
-        )
-
-    return parse
-
-
-def _time_parser(unit_us: int, fsp: int) -> Parser:
-    def parse(v: Any) -> str:
-        if type(v) is not int:
-            raise _BadValueError(f"{_kind(v)}, expected microseconds")
-        us = v * unit_us
-        if abs(us) > _MAX_TIME_US:
-            raise _BadValueError(f"{clip(v)} is beyond TIME's ±838:59:59.999999")
-        neg, us = us < 0, abs(us)
-        _fraction_check(us % 1_000_000, fsp, v)
-        secs, micro = divmod(us, 1_000_000)
-        return format_time(neg, secs // 3600, secs // 60 % 60, secs % 60, micro, fsp)
-
-    return parse
-
-
-def _bit_parser(n: int) -> Parser:
-    def parse(v: Any) -> int:
-        if type(v) is bool:
-            return int(v)  # BIT(1) as boolean
-        raw = _base64(v)
-        if len(raw) > 8:
-            raise _BadValueError(f"{len(raw)} bytes is more than BIT(64) holds")
-        bits = int.from_bytes(raw, "little")  # little-endian, any length up to 8 (padded, as tiflow does)
-        if bits >> n:
-            raise _BadValueError(f"{bits} does not fit BIT({n})")
-        return bits
-
-    return parse
-
-
-def _enum_parser(elements: tuple[str, ...]) -> Parser:
-    index = {e: i + 1 for i, e in enumerate(elements)}
-
-    def parse(v: Any) -> int:
-        if type(v) is not str:
-            raise _BadValueError(f"{_kind(v)}, expected an ENUM member")
-        if v == "":
-            return 0
-        try:
-            return index[v]
-        except KeyError:
-            raise _BadValueError(f"{clip(v)} is not one of the allowed members") from None
-
-    return parse
-
-
-def _set_parser(elements: tuple[str, ...]) -> Parser:
-    bit = {e: 1 << i for i, e in enumerate(elements)}
-
-    def parse(v: Any) -> int:
-        if type(v) is not str:
-            raise _BadValueError(f"{_kind(v)}, expected SET members")
-        mask = 0
-        for name in v.split(",") if v else ():
-            try:
-                mask |= bit[name]
-            except KeyError:
-                raise _BadValueError(f"{clip(name)} is not one of the allowed members") from None
-        return mask
-
-    return parse
-
-
-def _string(v: Any) -> str:
-    if type(v) is not str:
-        raise _BadValueError(f"{_kind(v)}, expected a string")
-    return v
-
-
-def _json_text(v: Any) -> str:
-    text = _string(v)
-    try:
-        orjson.loads(text)
-    except orjson.JSONDecodeError:
-        raise _BadValueError(f"{clip(text)} is not JSON text") from None
-    return text
-
-
-def _geometry(v: Any) -> bytes:
-    """Debezium's Geometry struct back to MySQL's value: the 4-byte little-endian SRID, then the WKB."""
-    if not isinstance(v, dict):
-        raise _BadValueError(f"{_kind(v)}, expected a Geometry object (wkb, srid)")
-    srid = v.get("srid") or 0
-    if type(srid) is not int or not 0 <= srid < 1 << 32:
-        raise _BadValueError(f"srid {clip(srid)} is not a 32-bit unsigned integer")
-    return srid.to_bytes(4, "little") + _base64(v.get("wkb"))
-
-
-def _parser(col: Column, tz: tzinfo, hint: _Hint | None) -> Parser:
-    tc = col.type_code
-    if tc in INT_BITS:
-        return _int_parser(*int_range(col), tc is TypeCode.BIGINT and col.unsigned)
-    if tc is TypeCode.YEAR:
-        return _parse_year
-    if tc is TypeCode.FLOAT:
-        return _parse_float32
-    if tc is TypeCode.DOUBLE:
-        return _number
-    if tc is TypeCode.DECIMAL:
-        return _decimal_parser(col.decimal, hint.connect_scale if hint else None)
-    fsp = max(0, min(6, col.decimal or 0))
-    if tc in (TypeCode.DATE, TypeCode.NEWDATE):
-        return _date
-    if tc is TypeCode.DATETIME:
-        micro = hint.micro if hint and hint.micro is not None else fsp > 3
-        return _datetime_parser(1 if micro else 1000, fsp)
-    if tc is TypeCode.TIMESTAMP:
-        return _timestamp_parser(tz, fsp)
-    if tc is TypeCode.TIME:
-        micro = hint.micro if hint and hint.micro is not None else True
-        return _time_parser(1 if micro else 1000, fsp)
-    if tc is TypeCode.BIT:
-        return _bit_parser(col.length or 64)
-    if tc is TypeCode.ENUM:
-        return _enum_parser(col.elements)
-    if tc is TypeCode.SET:
-        return _set_parser(col.elements)
-    if tc is TypeCode.JSON:
-        return _json_text
-    if tc is TypeCode.GEOMETRY:
-        return _geometry
-    if col.is_bytes:
-        return _base64
-    if tc in STRING_TYPES or tc is TypeCode.VECTOR:
-        return _string
-    raise ValueError(f"column {col.name!r}: no Debezium reading for {tc.name}")
-
-
 # ------------------------------------------------------------------ schema fields -> columns (§11.4)
-
-
-class _Hint:
-    """What a schema field says beyond the column: the time unit and a precise DECIMAL's scale."""
-
-    __slots__ = ("connect_scale", "micro")
-
-    def __init__(self, micro: bool | None = None, connect_scale: int | None = None) -> None:
-        self.micro = micro
-        self.connect_scale = connect_scale
-
 
 _LOGICAL: dict[str, tuple[TypeCode, int | None, bool | None]] = {  # name -> (type, fsp, µs unit)
     "io.debezium.time.Date": (TypeCode.DATE, None, None),
@@ -373,9 +64,9 @@ _CONNECT: dict[str, tuple[TypeCode, bool]] = {  # plain connect type -> (type, b
 }
 
 
-def _column(field: Any, label: str) -> tuple[Column, _Hint]:
+def _column(field: Any, label: str) -> tuple[Column, Hint]:  # noqa: C901  (per-type switch: Debezium Connect schema field -> column type)
     if not isinstance(field, dict):
-        raise ValueError(f"{label} is {_kind(field)}, expected an object")
+        raise ValueError(f"{label} is {kind_of(field)}, expected an object")
     name, ctype = field.get("field"), field.get("type")
     if type(name) is not str or type(ctype) is not str:
         raise ValueError(f"{label} needs string members field and type")
@@ -399,7 +90,7 @@ def _column(field: Any, label: str) -> tuple[Column, _Hint]:
     if tidb is not None:
         # TiCDC's own decoder types columns by tidb_type (` unsigned`, blob/binary = binary charset).
         if type(tidb) is not str:
-            raise ValueError(f"{where}: tidb_type is {_kind(tidb)}")
+            raise ValueError(f"{where}: tidb_type is {kind_of(tidb)}")
         try:
             code, binary, unsigned = parse_type_name(tidb)
         except ValueError as exc:
@@ -407,12 +98,12 @@ def _column(field: Any, label: str) -> tuple[Column, _Hint]:
         tc = code  # the time unit and fsp still come from the logical name
     attrs: dict[str, Any] = {}
     connect_scale = None
-    if tc in (TypeCode.ENUM, TypeCode.SET):
+    if tc in ENUM_SET_TYPES:
         allowed = params.get("allowed", "")
         if type(allowed) is not str:
-            raise ValueError(f"{where}: parameters.allowed is {_kind(allowed)}")
+            raise ValueError(f"{where}: parameters.allowed is {kind_of(allowed)}")
         # Split on unescaped commas only (TiCDC's own decoder does not handle `\,`).
-        members = _UNESCAPED_COMMA.split(allowed) if allowed else []
+        members = UNESCAPED_COMMA.split(allowed) if allowed else []
         attrs["elements"] = tuple(m.replace("\\,", ",") for m in members)
     elif tc is TypeCode.BIT:
         length = params.get("length")
@@ -428,12 +119,12 @@ def _column(field: Any, label: str) -> tuple[Column, _Hint]:
             raise ValueError(f"{where}: parameters.scale {clip(scale)} is not 0..30")
         connect_scale = int(scale)
         attrs["decimal"] = connect_scale
-    elif tc in (TypeCode.DATETIME, TypeCode.TIME, TypeCode.TIMESTAMP):
+    elif tc in FSP_TYPES:
         attrs["decimal"] = fsp if fsp is not None else (6 if tc is not TypeCode.DATETIME else 0)
-    if tc in STRING_TYPES or tc in (TypeCode.ENUM, TypeCode.SET):
+    if tc in STRING_TYPES or tc in ENUM_SET_TYPES:
         attrs.update({"charset": "binary", "collation": "binary"} if binary else _TEXT)
     col = Column(name, tc, unsigned=unsigned, nullable=optional, **attrs)
-    return col, _Hint(micro, connect_scale)
+    return col, Hint(micro, connect_scale)
 
 
 # ------------------------------------------------------------------ per-table readers
@@ -445,7 +136,7 @@ class _Table:
     __slots__ = ("hints", "names", "parsers", "read", "schema")
 
     def __init__(
-        self, schema: TableSchema, parsers: tuple[Parser, ...], hints: tuple[_Hint | None, ...] | None = None
+        self, schema: TableSchema, parsers: tuple[Parser, ...], hints: tuple[Hint | None, ...] | None = None
     ) -> None:
         self.schema = schema
         self.names = tuple(c.name for c in schema.columns)
@@ -460,7 +151,7 @@ class _Table:
         except (SlowPathError, KeyError, TypeError, ValueError, ArithmeticError, OverflowError):
             pass
         if not isinstance(obj, dict):
-            raise CodecError(f"payload.{member} is {_kind(obj)}, expected an object", where=where)
+            raise CodecError(f"payload.{member} is {kind_of(obj)}, expected an object", where=where)
         unknown = [k for k in obj if k not in self.schema.column_index]
         if unknown:
             raise CodecError(
@@ -483,7 +174,7 @@ class _Table:
 def _members(obj: Any, name: str, where: str) -> dict[str, Any]:
     v = obj.get(name)
     if not isinstance(v, dict):
-        raise CodecError(f"{name} is {_kind(v)}, expected an object", where=where)
+        raise CodecError(f"{name} is {kind_of(v)}, expected an object", where=where)
     return v
 
 
@@ -509,7 +200,7 @@ class DebeziumDecoder(Decoder):
         """Type the rows of ``ts``'s table by it (schema-less messages need this; it also wins over
         a message's own schema, which carries no DECIMAL scale or TIME/TIMESTAMP fsp)."""
         try:
-            parsers = tuple(_parser(c, self._zone, None) for c in ts.columns)
+            parsers = tuple(value_parser(c, self._zone, None) for c in ts.columns)
         except ValueError as exc:
             raise CodecError(str(exc)) from None
         self._given[(ts.schema, ts.table)] = _Table(ts, parsers)
@@ -553,7 +244,7 @@ class DebeziumDecoder(Decoder):
         except orjson.JSONDecodeError as exc:
             raise CodecError(f"value is not a JSON document: {exc}", where=where) from None
         if not isinstance(obj, dict):
-            raise CodecError(f"value is {_kind(obj)}, expected an object", where=where)
+            raise CodecError(f"value is {kind_of(obj)}, expected an object", where=where)
         if cut > 0 and isinstance(obj.get("schema"), dict):
             self._remember(value, cut, obj)
         return obj
@@ -590,7 +281,7 @@ class DebeziumDecoder(Decoder):
         op = payload.get("op")
         source = payload.get("source")
         if source is not None and not isinstance(source, dict):
-            raise CodecError(f"payload.source is {_kind(source)}, expected an object", where=where)
+            raise CodecError(f"payload.source is {kind_of(source)}, expected an object", where=where)
         if op is None:
             return [self._ddl(payload, source or {}, where)]
         if op == "m":
@@ -620,7 +311,7 @@ class DebeziumDecoder(Decoder):
             if type(payload) is dict:
                 return tuple(payload)
         if not isinstance(obj, dict):
-            raise CodecError(f"key is {_kind(obj)}, expected an object", where=where)
+            raise CodecError(f"key is {kind_of(obj)}, expected an object", where=where)
         return tuple(_members(obj, "payload", f"{where} (key)" if where else "key"))
 
     def _commit_ts(self, source: dict[str, Any], where: str) -> int:
@@ -635,7 +326,7 @@ class DebeziumDecoder(Decoder):
     def _ddl(self, payload: dict[str, Any], source: dict[str, Any], where: str) -> DDLEvent:
         query = payload.get("ddl")
         if type(query) is not str:
-            raise CodecError(f"payload has no op and ddl is {_kind(query)}: neither a row nor a DDL", where=where)
+            raise CodecError(f"payload has no op and ddl is {kind_of(query)}: neither a row nor a DDL", where=where)
         db = source.get("db") or payload.get("databaseName") or ""
         table = source.get("table") or ""
         if type(db) is not str or type(table) is not str:
@@ -657,7 +348,7 @@ class DebeziumDecoder(Decoder):
                 where=where,
             )
         if not isinstance(schema, dict):
-            raise CodecError(f"schema is {_kind(schema)}, expected an object", where=where)
+            raise CodecError(f"schema is {kind_of(schema)}, expected an object", where=where)
         cache_key = (id(schema), db, table, key or ())
         hit = self._tables.get(cache_key)
         if hit is not None and hit[0] is schema:
@@ -671,7 +362,7 @@ class DebeziumDecoder(Decoder):
     def _build(self, schema: dict[str, Any], db: str, table: str, key: tuple[str, ...] | None, where: str) -> _Table:
         fields = schema.get("fields")
         if not isinstance(fields, list):
-            raise CodecError(f"schema.fields is {_kind(fields)}, expected an array", where=where)
+            raise CodecError(f"schema.fields is {kind_of(fields)}, expected an array", where=where)
         structs = {
             f.get("field"): f["fields"] for f in fields if isinstance(f, dict) and isinstance(f.get("fields"), list)
         }
@@ -679,7 +370,7 @@ class DebeziumDecoder(Decoder):
         if row_fields is None:
             raise CodecError("schema.fields has no before/after struct describing the columns", where=where)
         columns: list[Column] = []
-        hints: list[_Hint] = []
+        hints: list[Hint] = []
         seen: set[str] = set()
         for i, f in enumerate(row_fields):
             try:
@@ -701,7 +392,7 @@ class DebeziumDecoder(Decoder):
             indexes = (Index("PRIMARY", ordered, primary=True),)
         try:
             ts = TableSchema(db, table, tuple(columns), indexes)
-            parsers = tuple(_parser(c, self._zone, h) for c, h in zip(columns, hints, strict=True))
+            parsers = tuple(value_parser(c, self._zone, h) for c, h in zip(columns, hints, strict=True))
         except ValueError as exc:
             raise CodecError(f"{db}.{table}: {exc}", where=where) from None
         return _Table(ts, parsers, tuple(hints))
@@ -717,7 +408,9 @@ class DebeziumDecoder(Decoder):
     ) -> Event:
         db, table = source.get("db"), source.get("table")
         if type(db) is not str or type(table) is not str:
-            raise CodecError(f"payload.source.db/table are {_kind(db)}/{_kind(table)}, expected strings", where=where)
+            raise CodecError(
+                f"payload.source.db/table are {kind_of(db)}/{kind_of(table)}, expected strings", where=where
+            )
         commit_ts = self._commit_ts(source, where)
         start = source.get("start_ts")
         start_ts = start if type(start) is int and 0 < start <= _MAX_TSO else commit_ts

@@ -2,7 +2,7 @@
 
 Everything per table (schema sections, member names, value renderers) is built once per
 `TableSchema` and a generated function renders a row image; a row then costs one join. Row
-blocks are rendered a column at a time (`render_rows`, `columnar.py`) from the same plan.
+blocks are rendered a column at a time (`render_rows`, `columns.py`) from the same plan.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import tzinfo
 from functools import partial
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -23,18 +23,19 @@ from ...model.rowblock import TableRows
 from ...model.schemacache import PlanCache
 from ...timezones import zone
 from ..base import Encoder, Message
+from ..codegen import compile_joined_renderer
 from ..compression import compression_codec
+from ..gojson import jstr
 from ..options import CodecOptions
-from . import columnar
+from . import columns
 from . import ddl as ddl_msg
-from .columns import (
+from .values import (
     null_rendering,
     sanitize_name,
     sanitize_topic_name,
     schema_element,
     value_renderer,
 )
-from .jsontext import jstr
 
 _RECORD_OVERHEAD = 36  # Kafka MaxRecordOverhead (ticdc-protocols.md §0.7)
 _OPS = {Op.INSERT: b"c", Op.UPDATE: b"u", Op.DELETE: b"d"}
@@ -91,27 +92,6 @@ def source_schema(extension: bool, start_ts: bool, tiflow: bool) -> bytes:
 _FAST_ERRORS = (TypeError, ValueError, AttributeError, ArithmeticError, IndexError)
 
 
-def _compile(
-    names: tuple[str, ...],
-    renders: tuple[Callable[[Any], bytes], ...],
-    nulls: tuple[bytes, ...],
-    positions: tuple[int, ...],
-) -> Callable[[tuple[Any, ...]], bytes]:
-    """Generate ``image -> JSON object bytes`` with each column's renderer inlined (names by index only)."""
-    env: dict[str, Any] = {"_join": b"".join}
-    parts = []
-    for i, (name, pos) in enumerate(zip(names, positions, strict=True)):
-        env[f"h{i}"] = (b"{" if i == 0 else b",") + jstr(name) + b":"
-        env[f"r{i}"] = renders[i]
-        env[f"z{i}"] = nulls[i]
-        parts.append(f"h{i}, z{i} if (v := image[{pos}]) is None else r{i}(v)")
-    env["_close"] = b"}" if parts else b"{}"
-    body = "".join(p + ", " for p in parts)
-    src = f"def render(image):\n    return _join(({body}_close,))\n"
-    exec(compile(src, f"<debezium renderer {len(names)} columns>", "exec"), env)
-    return cast(Callable[[tuple[Any, ...]], bytes], env["render"])  # exec-generated above
-
-
 @dataclass(slots=True)
 class _Image:
     """How one image (all columns, or the handle key) is written."""
@@ -150,7 +130,7 @@ def _image(ts: TableSchema, positions: tuple[int, ...], tz: tzinfo) -> _Image:
     except ValueError as exc:
         raise CodecError(f"{ts.qualified_name}: {exc}") from None
     nulls = tuple(null_rendering(c, r, tz) for c, r in zip(cols, renders, strict=True))
-    fast = _compile(tuple(c.name for c in cols), renders, nulls, positions)
+    fast = compile_joined_renderer("debezium", tuple(jstr(c.name) + b":" for c in cols), renders, nulls, positions)
     return _Image(cols, positions, renders, nulls, fast, tuple(jstr(c.name) + b":" for c in cols))
 
 
@@ -261,7 +241,7 @@ class DebeziumEncoder(Encoder):
         return out
 
     def render_rows(self, rows: TableRows) -> tuple[list[bytes | None], list[bytes | None]] | None:
-        """Every row's key and uncompressed value rendered a column at a time (`columnar.py`);
+        """Every row's key and uncompressed value rendered a column at a time (`columns.py`);
         None entries are rows whose images leave columns out (the per-row path refuses them).
 
         The bytes are `encode_row`'s, with the clock read once for the whole table. Not rendered
@@ -277,26 +257,26 @@ class DebeziumEncoder(Encoder):
         full = plan.full
         texts: list[pa.Array] = []
         for pos, col, render, null in zip(full.positions, full.columns, full.renders, full.nulls, strict=True):
-            t = columnar.value_texts(col, rows.column(pos), render, null)
+            t = columns.value_texts(col, rows.column(pos), render, null)
             if t is None:
                 return None
             texts.append(t)
         key_texts = [texts[p] for p in plan.key.positions]
-        keys = columnar.concat([b'{"payload":', *columnar.object_parts(plan.key.members, key_texts)], n)
+        keys = columns.concat([b'{"payload":', *columns.object_parts(plan.key.members, key_texts)], n)
         ops = rows.ops
         # UPDATE with output-old-value: the old image (the block has one for every update).
         updates = ops == 1
-        before: columnar.Part = b""
+        before: columns.Part = b""
         if self._old_value and updates.any():
             idx = None if updates.all() else np.flatnonzero(updates)
             old = []
             for pos, col, render, null in zip(full.positions, full.columns, full.renders, full.nulls, strict=True):
-                t = columnar.value_texts(col, columnar.take(rows.before(pos), idx), render, null)
+                t = columns.value_texts(col, columns.take(rows.before(pos), idx), render, null)
                 if t is None:
                     return None
                 old.append(t)
-            before = columnar.scatter(
-                n, updates, columnar.concat(columnar.object_parts(full.members, old), int(updates.sum())), b""
+            before = columns.scatter(
+                n, updates, columns.concat(columns.object_parts(full.members, old), int(updates.sum())), b""
             )
         # Member order as encode_row writes it (TiCDC's): INSERT before:null then after, DELETE
         # after:null then before, UPDATE before (output-old-value only, else no member) then after.
@@ -307,23 +287,23 @@ class DebeziumEncoder(Encoder):
         )
         after_sep = (b"", b',"after":' if self._old_value else b"", b"")
         commit = rows.batch.column(rows.width + 1)
-        parts: list[columnar.Part] = [
+        parts: list[columns.Part] = [
             plan.source_head,
             pc.shift_right(commit, 18).cast(pa.string()).view(pa.binary()),
             plan.source_mid,
             commit.cast(pa.string()).view(pa.binary()),
             b',"cluster_id":' + self._cluster_json + b'},"ts_ms":' + str(self._clock()).encode(),
             b',"transaction":null,"op":"',
-            columnar.select(ops, op_parts),
+            columns.select(ops, op_parts),
             before,
-            columnar.select(ops, after_sep),
-            *columnar.object_parts(full.members, texts),
+            columns.select(ops, after_sep),
+            *columns.object_parts(full.members, texts),
         ]
         # The constant tails (the schema sections, most of a record's bytes) are appended in
         # Python: one copy instead of two through an Arrow buffer.
         key_tail, value_tail = plan.key_tail, b"}" + plan.value_tail
-        key_list: list[bytes | None] = [k + key_tail for k in columnar.as_bytes(keys)]
-        value_list: list[bytes | None] = [v + value_tail for v in columnar.as_bytes(columnar.concat(parts, n))]
+        key_list: list[bytes | None] = [k + key_tail for k in columns.as_bytes(keys)]
+        value_list: list[bytes | None] = [v + value_tail for v in columns.as_bytes(columns.concat(parts, n))]
         complete = rows.full()
         if not complete.all():
             for i in np.flatnonzero(~complete).tolist():

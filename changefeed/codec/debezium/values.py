@@ -1,5 +1,6 @@
-"""Per-column pieces of TiCDC's Debezium JSON (debezium.md §5.3, §5.4, §6): the schema element,
-the value renderer, and the rendered DEFAULT that TiCDC substitutes for a NULL.
+"""Debezium's per-type rules (debezium.md §5.3, §5.4, §6): the schema element, the value renderer,
+and the rendered DEFAULT that TiCDC substitutes for a NULL, one column at a time; then the value
+parsers, their inverse (`value_parser`, with the `Hint` a schema field gives).
 
 Model values are those of `changefeed.model.values`; each renderer turns one non-NULL value into
 the JSON bytes TiCDC writes for it.
@@ -9,15 +10,29 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from datetime import UTC, date, datetime, tzinfo
-from decimal import Decimal, InvalidOperation
+from datetime import UTC, date, datetime, timedelta, tzinfo
+from decimal import Context, Decimal, InvalidOperation
 from typing import Any
 
+import orjson
+
+from ...errors import clip
 from ...model import Column, TypeCode
 from ...model.gofloat import to_float32
-from ...model.types import BLOB_TYPES, CHAR_TYPES, type_name
-from ...model.values import b64encode
-from .jsontext import jfloat32, jfloat64, jstr
+from ...model.types import (
+    BLOB_TYPES,
+    CHAR_TYPES,
+    DATE_TYPES,
+    FLOAT_TYPES,
+    INTEGER_TYPES,
+    JSON_VECTOR_TYPES,
+    NUMBER_TYPES,
+    STRING_TYPES,
+    type_name,
+)
+from ...model.values import b64decode, b64encode, format_date, format_datetime, format_time
+from ..gojson import jfloat32, jfloat64, jstr
+from ..values import MAX_DECIMAL_DIGITS, int_range, is_decimal_text
 
 Render = Callable[[Any], bytes]
 
@@ -43,7 +58,10 @@ INTEGER_SCHEMA: dict[TypeCode, tuple[str, str]] = {  # (signed, unsigned) connec
     TypeCode.INT: ("int32", "int64"),
     TypeCode.BIGINT: ("int64", "int64"),
 }
+# TiCDC's Debezium type texts leave UNSIGNED off these types: the schema's lower-case TiDB type
+# (`tidb_type`, by name) and the DDL table changes' column type (`ddl.column_object`, by type).
 _NO_UNSIGNED_SUFFIX = frozenset({"year", "bit", "varchar", "char", "decimal"})
+NO_UNSIGNED_TYPES = frozenset({TypeCode.YEAR, TypeCode.BIT, TypeCode.VARCHAR, TypeCode.CHAR, TypeCode.DECIMAL})
 
 
 class BadDefaultError(ValueError):
@@ -249,7 +267,7 @@ def _binary(v: Any) -> bytes:
     return b'"' + b64encode(bytes(v)).encode() + b'"'
 
 
-def value_renderer(col: Column, zone: tzinfo) -> Render:
+def value_renderer(col: Column, zone: tzinfo) -> Render:  # noqa: C901  (per-type switch: TiCDC Debezium value encoding)
     """``model value -> JSON bytes`` for a non-NULL value of ``col``; NOT NULL zero dates give 0."""
     tc = col.type_code
     if tc in INTEGER_SCHEMA:
@@ -263,7 +281,7 @@ def value_renderer(col: Column, zone: tzinfo) -> Render:
     if tc is TypeCode.DECIMAL:
         return _decimal
     zero = b"null" if col.nullable else b"0"  # zero/invalid dates: null, or 0 when NOT NULL
-    if tc in (TypeCode.DATE, TypeCode.NEWDATE):
+    if tc in DATE_TYPES:
 
         def date(v: Any) -> bytes:
             days = date_days(v)
@@ -316,7 +334,7 @@ def value_renderer(col: Column, zone: tzinfo) -> Render:
             return jstr(",".join(e for i, e in enumerate(elements) if bits >> i & 1))
 
         return set_
-    if tc in (TypeCode.JSON, TypeCode.VECTOR):
+    if tc in JSON_VECTOR_TYPES:
         return _string
     if tc is TypeCode.GEOMETRY:
         return _geometry
@@ -362,26 +380,37 @@ def tidb_type(col: Column) -> str:
     return name
 
 
-def connect_type(col: Column) -> tuple[str, str | None, bool, bytes | None]:
+ConnectType = tuple[str, str | None, bool, bytes | None]
+# The types whose connect type does not depend on the column (the others: `connect_type`).
+_CONNECT_TYPES: dict[TypeCode, ConnectType] = {
+    TypeCode.DOUBLE: ("double", None, False, None),
+    TypeCode.DECIMAL: ("double", None, False, None),
+    TypeCode.DATE: ("int32", "io.debezium.time.Date", True, None),
+    TypeCode.NEWDATE: ("int32", "io.debezium.time.Date", True, None),
+    TypeCode.TIMESTAMP: ("string", "io.debezium.time.ZonedTimestamp", True, None),
+    TypeCode.TIME: ("int64", "io.debezium.time.MicroTime", True, None),
+    TypeCode.YEAR: ("int32", "io.debezium.time.Year", True, None),
+    TypeCode.JSON: ("string", "io.debezium.data.Json", True, None),
+    TypeCode.VECTOR: ("string", "io.debezium.data.TiDBVectorFloat32", False, None),
+    # binary ones too: base64 text in JSON mode
+    **dict.fromkeys(CHAR_TYPES | BLOB_TYPES, ("string", None, False, None)),
+    TypeCode.GEOMETRY: ("struct", GEOMETRY_NAME, True, None),  # Debezium's MySQL connector (TiDB has none)
+}
+
+
+def connect_type(col: Column) -> ConnectType:
     """(connect type, schema name, has version 1, parameters JSON) of ``col`` in JSON mode."""
     tc = col.type_code
     if tc in INTEGER_SCHEMA:
         return INTEGER_SCHEMA[tc][1 if col.unsigned else 0], None, False, None
+    fixed = _CONNECT_TYPES.get(tc)
+    if fixed is not None:
+        return fixed
     if tc is TypeCode.FLOAT:
         return ("double" if float_is_double(col) else "float"), None, False, None
-    if tc in (TypeCode.DOUBLE, TypeCode.DECIMAL):
-        return "double", None, False, None
-    if tc in (TypeCode.DATE, TypeCode.NEWDATE):
-        return "int32", "io.debezium.time.Date", True, None
     if tc is TypeCode.DATETIME:
         name = "io.debezium.time.MicroTimestamp" if fsp_of(col) > 3 else "io.debezium.time.Timestamp"
         return "int64", name, True, None
-    if tc is TypeCode.TIMESTAMP:
-        return "string", "io.debezium.time.ZonedTimestamp", True, None
-    if tc is TypeCode.TIME:
-        return "int64", "io.debezium.time.MicroTime", True, None
-    if tc is TypeCode.YEAR:
-        return "int32", "io.debezium.time.Year", True, None
     if tc is TypeCode.BIT:
         n = bit_length(col)
         if n == 1:
@@ -393,14 +422,6 @@ def connect_type(col: Column) -> tuple[str, str | None, bool, bytes | None]:
     if tc is TypeCode.SET:
         # SET members are joined without escaping (TiCDC's behaviour, unlike ENUM).
         return "string", "io.debezium.data.EnumSet", True, b'{"allowed":' + jstr(",".join(col.elements)) + b"}"
-    if tc is TypeCode.JSON:
-        return "string", "io.debezium.data.Json", True, None
-    if tc is TypeCode.VECTOR:
-        return "string", "io.debezium.data.TiDBVectorFloat32", False, None
-    if tc in CHAR_TYPES or tc in BLOB_TYPES:
-        return "string", None, False, None  # binary ones too: base64 text in JSON mode
-    if tc is TypeCode.GEOMETRY:
-        return "struct", GEOMETRY_NAME, True, None  # Debezium's MySQL connector (TiDB has none)
     raise ValueError(f"column {col.name!r}: Debezium has no schema for {tc.name}")
 
 
@@ -464,18 +485,18 @@ def bit_default(text: str) -> int:
     return int.from_bytes(text.encode("latin-1", "replace"), "big") if text else 0
 
 
-def schema_default(col: Column) -> bytes | None:
+def schema_default(col: Column) -> bytes | None:  # noqa: C901  (per-type switch: TiCDC Debezium schema default)
     """The ``default`` member's JSON value, or None when TiCDC writes none (§5.4)."""
     text = _default_text(col)
     if text is None:
         return None
     tc = col.type_code
     try:
-        if tc in INTEGER_SCHEMA or tc in (TypeCode.FLOAT, TypeCode.DOUBLE, TypeCode.DECIMAL):
+        if tc in NUMBER_TYPES:
             return jfloat64(_parse_number(text))
         if tc is TypeCode.YEAR:
             return str(_adjust_year(int(_parse_number(text)))).encode()
-        if tc in (TypeCode.DATE, TypeCode.NEWDATE):
+        if tc in DATE_TYPES:
             try:
                 days = date_days(text)
             except ValueError:
@@ -525,7 +546,7 @@ def default_model_value(col: Column) -> Any:
     try:
         if tc in INTEGER_SCHEMA or tc is TypeCode.YEAR:
             return int(Decimal(text))
-        if tc in (TypeCode.FLOAT, TypeCode.DOUBLE):
+        if tc in FLOAT_TYPES:
             return float(text)
         if tc is TypeCode.DECIMAL:
             return Decimal(text)
@@ -567,9 +588,313 @@ def null_rendering(col: Column, render: Render, zone: tzinfo) -> bytes:
             # Substituted values are read in the server zone (the schema default as UTC, §14);
             # one below the minimum stays null, as the row value really is NULL.
             return zoned_text(value, zone, fsp_of(col)) or b"null"
-        if tc in (TypeCode.DATE, TypeCode.NEWDATE):
+        if tc in DATE_TYPES:
             days = date_days(value)
             return b"null" if days is None else str(days).encode()
         return render(value)
     except (ValueError, TypeError, OverflowError):
         return b"null"
+
+
+# ------------------------------------------------------------------ value parsers (inverse of §6)
+
+Parser = Callable[[Any], Any]
+
+_ZONED_FLOOR = datetime(1970, 1, 1, tzinfo=UTC)
+MIN_DT, MAX_DT = datetime(1, 1, 1), datetime(9999, 12, 31, 23, 59, 59, 999999)
+_MAX_TIME_US = ((838 * 60 + 59) * 60 + 59) * 1_000_000 + 999_999
+_ZONED = re.compile(r"(\d{4})-(\d{2})-(\d{2})T(\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2})", re.ASCII)
+UNESCAPED_COMMA = re.compile(r"(?<!\\),")
+_DEC_CONTEXT = Context(prec=100)
+
+
+class _BadValueError(ValueError):
+    """A value that does not fit its column (becomes a CodecError naming where)."""
+
+
+def kind_of(v: Any) -> str:
+    """How an error names a JSON value's kind."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "a boolean"
+    if isinstance(v, int | float):
+        return "a number"
+    if isinstance(v, str):
+        return "a string"
+    return "an array" if isinstance(v, list) else "an object"
+
+
+def _int_parser(lo: int, hi: int, wrap: bool) -> Parser:
+    def parse(v: Any) -> int:
+        if type(v) is str and wrap and v.isascii() and v.isdigit() and len(v) <= 20:
+            v = int(v)  # bigint.unsigned.handling.mode=string
+        if type(v) is not int:
+            raise _BadValueError(f"{kind_of(v)}, expected an integer")
+        if wrap and -(1 << 63) <= v < 0:
+            v += _U64  # BIGINT UNSIGNED written as its two's-complement int64
+        if not lo <= v <= hi:
+            raise _BadValueError(f"{clip(v)} is out of range [{lo}, {hi}]")
+        out: int = v
+        return out
+
+    return parse
+
+
+def _parse_year(v: Any) -> int:
+    if type(v) is not int or not (v == 0 or 1901 <= v <= 2155):
+        raise _BadValueError(f"{clip(v)} is not a YEAR (0 or 1901..2155)")
+    return v
+
+
+def _number(v: Any) -> float:
+    if type(v) is not int and type(v) is not float:
+        raise _BadValueError(f"{kind_of(v)}, expected a number")
+    try:
+        return float(v)
+    except OverflowError:
+        raise _BadValueError(f"{clip(v)} overflows a double") from None
+
+
+def _parse_float32(v: Any) -> float:
+    try:
+        return to_float32(_number(v))
+    except OverflowError:
+        raise _BadValueError(f"{clip(v)} overflows a FLOAT") from None
+
+
+def _decimal_parser(scale: int | None, connect_scale: int | None) -> Parser:
+    quantum = None if scale is None else Decimal(1).scaleb(-scale)
+
+    def parse(v: Any) -> Decimal:
+        if connect_scale is not None:  # decimal.handling.mode=precise: base64 big-endian unscaled value
+            raw = _base64(v)
+            d = Decimal(int.from_bytes(raw, "big", signed=True)).scaleb(-connect_scale, _DEC_CONTEXT)
+        elif type(v) is str:
+            if not is_decimal_text(v):
+                raise _BadValueError(f"{clip(v)} is not DECIMAL text")
+            d = Decimal(v)
+        elif type(v) is int:
+            d = Decimal(v)
+        elif type(v) is float:
+            d = Decimal(repr(v))  # JSON mode: the double TiCDC wrote (lossy above ~15 digits)
+        else:
+            raise _BadValueError(f"{kind_of(v)}, expected a number")
+        if d.is_finite() and d and d.adjusted() >= MAX_DECIMAL_DIGITS:
+            # A double as large as 1e308 is no DECIMAL (65 digits at most): refused, not carried on.
+            raise _BadValueError(f"{clip(v)} has more integer digits than DECIMAL({MAX_DECIMAL_DIGITS}) holds")
+        if quantum is not None:
+            try:
+                d = d.quantize(quantum, context=_DEC_CONTEXT)
+            except InvalidOperation:
+                raise _BadValueError(f"{clip(v)} does not fit DECIMAL scale {scale}") from None
+        return d
+
+    return parse
+
+
+def _base64(v: Any) -> bytes:
+    if type(v) is not str:
+        raise _BadValueError(f"{kind_of(v)}, expected base64 text")
+    try:
+        return b64decode(v)
+    except ValueError:
+        raise _BadValueError(f"{clip(v)} is not base64") from None
+
+
+def _date(v: Any) -> str:
+    if type(v) is not int:
+        raise _BadValueError(f"{kind_of(v)}, expected days since 1970-01-01")
+    try:
+        d = EPOCH + timedelta(days=v)
+    except OverflowError:
+        raise _BadValueError(f"{clip(v)} days is out of range") from None
+    return format_date(d.year, d.month, d.day)
+
+
+def _fraction_check(us: int, fsp: int, v: Any) -> None:
+    if us % 10 ** (6 - fsp):
+        raise _BadValueError(f"{clip(v)} has more fraction digits than the column's {fsp}")
+
+
+def _datetime_parser(unit_us: int, fsp: int) -> Parser:
+    def parse(v: Any) -> str:
+        if type(v) is not int:
+            raise _BadValueError(f"{kind_of(v)}, expected an epoch timestamp")
+        try:
+            dt = EPOCH + timedelta(microseconds=v * unit_us)
+        except OverflowError:
+            raise _BadValueError(f"{clip(v)} is out of range") from None
+        _fraction_check(dt.microsecond, fsp, v)
+        return format_datetime(dt.year, dt.month, dt.day, dt.hour, dt.minute, dt.second, dt.microsecond, fsp)
+
+    return parse
+
+
+def _timestamp_parser(tz: tzinfo, fsp: int) -> Parser:
+    def parse(v: Any) -> str:
+        m = _ZONED.fullmatch(v) if type(v) is str else None
+        if m is None:
+            raise _BadValueError(f"{clip(v)} is not an ISO-8601 UTC timestamp")
+        y, mo, d, h, mi, s = (int(g) for g in m.groups()[:6])
+        frac = (m.group(7) or "")[:6].ljust(6, "0")
+        offset = m.group(8)
+        try:
+            dt = datetime(y, mo, d, h, mi, s, int(frac), tzinfo=UTC)
+            if offset != "Z":
+                sign = -1 if offset[0] == "-" else 1
+                dt -= sign * timedelta(hours=int(offset[1:3]), minutes=int(offset[4:6]))
+            if dt == _ZONED_FLOOR:
+                # TiCDC (and Debezium) write the zero TIMESTAMP, and anything below MySQL's minimum
+                # 1970-01-01 00:00:01 UTC, as this instant, which no valid TIMESTAMP is: the zero value.
+                return format_datetime(0, 0, 0, 0, 0, 0, 0, fsp)
+            local = dt.astimezone(tz)
+        except (ValueError, OverflowError):
+            raise _BadValueError(f"{clip(v)} is not a valid timestamp") from None
+        _fraction_check(local.microsecond, fsp, v)
+        return format_datetime(
+            local.year, local.month, local.day, local.hour, local.minute, local.second, local.microsecond, fsp
+        )
+
+    return parse
+
+
+def _time_parser(unit_us: int, fsp: int) -> Parser:
+    def parse(v: Any) -> str:
+        if type(v) is not int:
+            raise _BadValueError(f"{kind_of(v)}, expected microseconds")
+        us = v * unit_us
+        if abs(us) > _MAX_TIME_US:
+            raise _BadValueError(f"{clip(v)} is beyond TIME's ±838:59:59.999999")
+        neg, us = us < 0, abs(us)
+        _fraction_check(us % 1_000_000, fsp, v)
+        secs, micro = divmod(us, 1_000_000)
+        return format_time(neg, secs // 3600, secs // 60 % 60, secs % 60, micro, fsp)
+
+    return parse
+
+
+def _bit_parser(n: int) -> Parser:
+    def parse(v: Any) -> int:
+        if type(v) is bool:
+            return int(v)  # BIT(1) as boolean
+        raw = _base64(v)
+        if len(raw) > 8:
+            raise _BadValueError(f"{len(raw)} bytes is more than BIT(64) holds")
+        bits = int.from_bytes(raw, "little")  # little-endian, any length up to 8 (padded, as tiflow does)
+        if bits >> n:
+            raise _BadValueError(f"{bits} does not fit BIT({n})")
+        return bits
+
+    return parse
+
+
+def _enum_parser(elements: tuple[str, ...]) -> Parser:
+    index = {e: i + 1 for i, e in enumerate(elements)}
+
+    def parse(v: Any) -> int:
+        if type(v) is not str:
+            raise _BadValueError(f"{kind_of(v)}, expected an ENUM member")
+        if v == "":
+            return 0
+        try:
+            return index[v]
+        except KeyError:
+            raise _BadValueError(f"{clip(v)} is not one of the allowed members") from None
+
+    return parse
+
+
+def _set_parser(elements: tuple[str, ...]) -> Parser:
+    bit = {e: 1 << i for i, e in enumerate(elements)}
+
+    def parse(v: Any) -> int:
+        if type(v) is not str:
+            raise _BadValueError(f"{kind_of(v)}, expected SET members")
+        mask = 0
+        for name in v.split(",") if v else ():
+            try:
+                mask |= bit[name]
+            except KeyError:
+                raise _BadValueError(f"{clip(name)} is not one of the allowed members") from None
+        return mask
+
+    return parse
+
+
+def _parse_string(v: Any) -> str:
+    if type(v) is not str:
+        raise _BadValueError(f"{kind_of(v)}, expected a string")
+    return v
+
+
+def _json_text(v: Any) -> str:
+    text = _parse_string(v)
+    try:
+        orjson.loads(text)
+    except orjson.JSONDecodeError:
+        raise _BadValueError(f"{clip(text)} is not JSON text") from None
+    return text
+
+
+def _parse_geometry(v: Any) -> bytes:
+    """Debezium's Geometry struct back to MySQL's value: the 4-byte little-endian SRID, then the WKB."""
+    if not isinstance(v, dict):
+        raise _BadValueError(f"{kind_of(v)}, expected a Geometry object (wkb, srid)")
+    srid = v.get("srid") or 0
+    if type(srid) is not int or not 0 <= srid < 1 << 32:
+        raise _BadValueError(f"srid {clip(srid)} is not a 32-bit unsigned integer")
+    return srid.to_bytes(4, "little") + _base64(v.get("wkb"))
+
+
+# The types whose parser does not depend on the column (the others: `_parser`).
+_PARSERS: dict[TypeCode, Parser] = {
+    TypeCode.YEAR: _parse_year,
+    TypeCode.FLOAT: _parse_float32,
+    TypeCode.DOUBLE: _number,
+    TypeCode.DATE: _date,
+    TypeCode.NEWDATE: _date,
+    TypeCode.JSON: _json_text,
+    TypeCode.GEOMETRY: _parse_geometry,
+}
+
+
+def value_parser(col: Column, tz: tzinfo, hint: Hint | None) -> Parser:
+    tc = col.type_code
+    if tc in INTEGER_TYPES:
+        return _int_parser(*int_range(col), tc is TypeCode.BIGINT and col.unsigned)
+    fixed = _PARSERS.get(tc)
+    if fixed is not None:
+        return fixed
+    if tc is TypeCode.DECIMAL:
+        return _decimal_parser(col.decimal, hint.connect_scale if hint else None)
+    fsp = max(0, min(6, col.decimal or 0))
+    if tc is TypeCode.DATETIME:
+        micro = hint.micro if hint and hint.micro is not None else fsp > 3
+        return _datetime_parser(1 if micro else 1000, fsp)
+    if tc is TypeCode.TIMESTAMP:
+        return _timestamp_parser(tz, fsp)
+    if tc is TypeCode.TIME:
+        micro = hint.micro if hint and hint.micro is not None else True
+        return _time_parser(1 if micro else 1000, fsp)
+    if tc is TypeCode.BIT:
+        return _bit_parser(col.length or 64)
+    if tc is TypeCode.ENUM:
+        return _enum_parser(col.elements)
+    if tc is TypeCode.SET:
+        return _set_parser(col.elements)
+    if col.is_bytes:
+        return _base64
+    if tc in STRING_TYPES or tc is TypeCode.VECTOR:
+        return _parse_string
+    raise ValueError(f"column {col.name!r}: no Debezium reading for {tc.name}")
+
+
+class Hint:
+    """What a schema field says beyond the column: the time unit and a precise DECIMAL's scale."""
+
+    __slots__ = ("connect_scale", "micro")
+
+    def __init__(self, micro: bool | None = None, connect_scale: int | None = None) -> None:
+        self.micro = micro
+        self.connect_scale = connect_scale

@@ -3,9 +3,11 @@
 See docs/protocols/open-protocol.md for the format as implemented here.
 """
 
+from ..base import CodecSpec
 from .blocks import OpenProtocolBlockDecoder
 from .decoder import OpenProtocolDecoder
 from .encoder import OpenProtocolEncoder
-from .goquote import go_quote, go_unquote
 
-__all__ = ["OpenProtocolBlockDecoder", "OpenProtocolDecoder", "OpenProtocolEncoder", "go_quote", "go_unquote"]
+SPEC = CodecSpec("open-protocol", OpenProtocolEncoder, OpenProtocolDecoder, frozenset({"kafka"}))
+
+__all__ = ["SPEC", "OpenProtocolBlockDecoder", "OpenProtocolDecoder", "OpenProtocolEncoder"]

@@ -34,16 +34,17 @@ from ...model import Event, Resolved, TypeCode
 from ...model.arrow import arrow_type
 from ...model.rowblock import RowBlock, Segment, TableRows
 from ...model.schema import Column
-from ...model.types import BLOB_TYPES, CHAR_TYPES
+from ...model.types import BLOB_TYPES, CHAR_TYPES, FLOAT_TYPES, INTEGER_TYPES, UINT_VALUE_TYPES
 from ..base import Message
-from ..decimaltext import DECIMAL_PATTERN, MAX_DECIMAL_DIGITS
-from ..textvalues import INT_BITS, int_range
-from .decoder import _NEG_ZERO_MARKS, _TEXT_TYPES, OpenProtocolDecoder
+from ..codegen import value_lists
+from ..gojson import _BYTE_ESCAPES_ONLY, go_unquote
+from ..values import DECIMAL_PATTERN, MAX_DECIMAL_DIGITS, int_range
+from .decoder import _NEG_ZERO_MARKS, OpenProtocolDecoder
 from .framing import split_frames
-from .goquote import _BYTE_ESCAPES_ONLY, go_unquote
+from .values import TEXT_TYPES
 
 _I64_MAX = (1 << 63) - 1
-_DECIMAL = f"^{DECIMAL_PATTERN}$"  # TiDB MyDecimal.String(): the decoders' shared rule (codec/decimaltext.py)
+_DECIMAL = f"^{DECIMAL_PATTERN}$"  # TiDB MyDecimal.String(): the decoders' shared rule (codec/values.py)
 _OP_NAMES = pa.array(["insert", "update", "delete"])
 _BYTE_ESCAPES = f"^{_BYTE_ESCAPES_ONLY.pattern}$"
 _KEY_CACHE = 65536
@@ -75,11 +76,11 @@ class _Group:
 def _value_type(column: Column) -> type | None:
     """The JSON type of a column's "v" that the fast path reads; None: the row decoder's alone."""
     tc = column.type_code
-    if tc in INT_BITS or tc in (TypeCode.YEAR, TypeCode.ENUM, TypeCode.SET, TypeCode.BIT):
+    if tc in INTEGER_TYPES or tc in UINT_VALUE_TYPES:
         return int
-    if tc in (TypeCode.FLOAT, TypeCode.DOUBLE):
+    if tc in FLOAT_TYPES:
         return float  # a JSON integer too, as the row decoder's float(v)
-    if tc in (TypeCode.DECIMAL, TypeCode.GEOMETRY) or tc in BLOB_TYPES or tc in CHAR_TYPES or tc in _TEXT_TYPES:
+    if tc in (TypeCode.DECIMAL, TypeCode.GEOMETRY) or tc in BLOB_TYPES or tc in CHAR_TYPES or tc in TEXT_TYPES:
         return str
     return None
 
@@ -281,7 +282,7 @@ class _Shape:
             self._decoder = msgspec.json.Decoder(list[row])  # type: ignore[valid-type]
         except (NotImplementedError, TypeError, ValueError):  # e.g. a "t" or "f" beyond int64 (found by fuzzing)
             raise _SlowPathError from None
-        self._values = _value_lists(len(fields))
+        self._values = value_lists(len(fields), "v")
 
     def rows(self, values: list[bytes]) -> list[Any]:
         out: list[Any] = []
@@ -301,19 +302,6 @@ class _Shape:
 
     def columns(self, images: list[Any]) -> list[pa.Array]:
         return [_values(values, column) for values, column in zip(self._values(images), self.columns_of, strict=True)]
-
-
-def _value_lists(width: int) -> Any:
-    """``images -> [[image.c0.v, ...], [image.c1.v, ...], ...]``, one list comprehension per column.
-
-    Why generated: the interpreter's specialised attribute loads in a comprehension take half the
-    time of ``map(attrgetter("cJ.v"), images)`` per value (~0.8 µs a 10-column row less; the apply
-    driver's decode, bench/RESULTS.md). The source is built from integers only.
-    """
-    columns = ", ".join(f"[i.c{j}.v for i in images]" for j in range(width))
-    env: dict[str, Any] = {}
-    exec(compile(f"def values(images):\n    return [{columns}]\n", f"<values of {width} columns>", "exec"), env)
-    return env["values"]
 
 
 def _key(k: bytes) -> _Head | None:
@@ -355,7 +343,7 @@ def _values(values: list[Any], column: Column) -> pa.Array:
     """A column's values (JSON types checked by `_Shape`) converted as the row decoder does (spec §1.10)."""
     tc = column.type_code
     try:
-        if tc in INT_BITS or tc in (TypeCode.YEAR, TypeCode.ENUM, TypeCode.SET, TypeCode.BIT):
+        if tc in INTEGER_TYPES or tc in UINT_VALUE_TYPES:
             lo, hi = int_range(column)
             array = pa.array(values, pa.uint64() if hi > _I64_MAX else pa.int64())
             bounds = pc.min_max(array).as_py()

@@ -14,66 +14,31 @@ import binascii
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...model import ColumnFlag, TypeCode
+from ...model import ColumnFlag
 from ...model.rowblock import TableRows
-from ...model.schema import Column
 from ...model.schemacache import PlanCache
-from ...model.types import BLOB_TYPES, CHAR_TYPES, INTEGER_TYPES
-from ..columns import decimal_texts, value_bytes
-from .goquote import go_quote_json
+from ..gojson import go_quote_json
+from ..values import decimal_texts, value_bytes
+from .values import Kind, Render, column_kind
 
 if TYPE_CHECKING:
     from ..options import CodecOptions
     from .encoder import _Plan
 
-Render = Callable[[Any], str]
 Rendered = tuple[list[bytes | None], list[bytes | None]]
 Piece: TypeAlias = str | pa.Array  # a constant text, or one text per row
 
 _I32_MAX = (1 << 31) - 1
-_B64_ALPHABET = np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", np.uint8)
 _NULL = pa.scalar("null")
 _PADS = pa.array(["", "\0\0", "\0"])  # zero bytes completing a value's last 3-byte group, by length % 3
 # Per count k <= 8: a uint64 whose first k bytes (in memory order) are 1: row masks for _translate.
 _FIRST_BYTES = np.frombuffer(b"".join(bytes([1] * k + [0] * (8 - k)) for k in range(9)), np.uint64)
-
-
-class Kind(Enum):
-    INT = "int"
-    FLOAT32 = "float32"
-    FLOAT64 = "float64"
-    DECIMAL = "decimal"
-    BASE64 = "base64"
-    GO_QUOTE = "go-quote"
-    QUOTE = "quote"
-    NULL = "null"
-
-
-def column_kind(column: Column) -> Kind:
-    """Which text a column's values take; the same decisions as `encoder._renderer` (spec §1.7)."""
-    tc = column.type_code
-    if tc in INTEGER_TYPES or tc in (TypeCode.YEAR, TypeCode.ENUM, TypeCode.SET, TypeCode.BIT):
-        return Kind.INT
-    if tc is TypeCode.FLOAT:
-        return Kind.FLOAT32
-    if tc is TypeCode.DOUBLE:
-        return Kind.FLOAT64
-    if tc is TypeCode.DECIMAL:
-        return Kind.DECIMAL
-    if tc in BLOB_TYPES or tc is TypeCode.GEOMETRY:
-        return Kind.BASE64
-    if tc in CHAR_TYPES and column.binary:
-        return Kind.GO_QUOTE
-    if tc is TypeCode.NULL:
-        return Kind.NULL
-    return Kind.QUOTE
 
 
 class _NotColumnarError(Exception):

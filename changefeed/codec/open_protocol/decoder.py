@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from decimal import Decimal
 from typing import Any, cast
 
 import orjson
@@ -20,39 +19,20 @@ import orjson
 from ...errors import CodecError, clip
 from ...model import ABSENT, Column, ColumnFlag, DDLEvent, Event, Op, Resolved, RowChange, TableSchema, TypeCode
 from ...model.events import trusted_row
-from ...model.gofloat import to_float32
-from ...model.types import BLOB_TYPES, CHAR_TYPES
-from ...model.values import b64decode
+from ...model.types import CHAR_TYPES, INTEGER_TYPES
 from ..base import Decoder, Message
 from ..claimcheck import reading_store, unwrap_pair
+from ..codegen import build
 from ..compression import inflater
-from ..decimaltext import is_decimal_text
 from ..options import CodecOptions
-from ..textvalues import INT_BITS, U64_MAX, int_range
+from ..values import U64_MAX, int_range
 from .framing import split_frames
-from .goquote import go_unquote
+from .values import TEXT_TYPES, Convert, converter, kind_of, parse_int_keep_neg_zero
 
-_TEXT_TYPES = frozenset(
-    {TypeCode.DATE, TypeCode.NEWDATE, TypeCode.DATETIME, TypeCode.TIMESTAMP, TypeCode.TIME, TypeCode.JSON}
-    | {TypeCode.VECTOR}
-)
 _KNOWN_TYPES = frozenset(int(t) for t in TypeCode)
 # "v":-0 — orjson reads it as the integer 0 and loses the sign a float column needs. TiCDC
 # writes "v" last; another writer may not.
 _NEG_ZERO_MARKS = (b'"v":-0}', b'"v":-0,')
-
-
-class _NegZero(int):
-    """The JSON number ``-0`` as read by the slow parser: int 0 for int columns, -0.0 for floats."""
-
-    __slots__ = ()
-
-
-_NEG_ZERO = _NegZero(0)
-
-
-def _parse_int_keep_neg_zero(text: str) -> int:
-    return _NEG_ZERO if text == "-0" else int(text)
 
 
 def _reject_constant(text: str) -> Any:
@@ -63,134 +43,8 @@ def _loads_row(raw: bytes) -> Any:
     doc = orjson.loads(raw)
     if _NEG_ZERO_MARKS[0] in raw or _NEG_ZERO_MARKS[1] in raw:
         # Rare: re-read with the stdlib parser, which hands us the number text (orjson validated it).
-        doc = json.loads(raw, parse_int=_parse_int_keep_neg_zero, parse_constant=_reject_constant)
+        doc = json.loads(raw, parse_int=parse_int_keep_neg_zero, parse_constant=_reject_constant)
     return doc
-
-
-def _kind(value: Any) -> str:
-    return "null" if value is None else type(value).__name__
-
-
-# ---------------------------------------------------------------- value converters (spec §1.10)
-
-Convert = Callable[[Any], Any]
-
-
-def _int_converter(name: str, lo: int, hi: int) -> Convert:
-    def convert(v: Any) -> int:
-        if type(v) is int and lo <= v <= hi:
-            return v
-        if v is _NEG_ZERO:
-            return 0
-        if type(v) is int:
-            raise ValueError(f"column {name!r}: {clip(v)} is out of range [{lo}, {hi}]")
-        raise ValueError(f"column {name!r}: expected an integer, got {_kind(v)} {clip(v)}")
-
-    return convert
-
-
-def _float_converter(name: str, float32: bool) -> Convert:
-    def convert(v: Any) -> float:
-        if v is _NEG_ZERO:
-            return -0.0
-        if type(v) is float or type(v) is int:
-            return to_float32(float(v)) if float32 else float(v)
-        raise ValueError(f"column {name!r}: expected a number, got {_kind(v)} {clip(v)}")
-
-    return convert
-
-
-def _decimal_converter(name: str) -> Convert:
-    def convert(v: Any) -> Decimal:
-        # TiDB MyDecimal.String(): a JSON string of plain digits (accept a bare integer too).
-        if type(v) is str and is_decimal_text(v):
-            return Decimal(v)
-        if type(v) is int:
-            return Decimal(v)
-        raise ValueError(f"column {name!r}: expected DECIMAL text, got {_kind(v)} {clip(v)}")
-
-    return convert
-
-
-def _text_converter(name: str) -> Convert:
-    def convert(v: Any) -> str:
-        if type(v) is str:
-            return v
-        raise ValueError(f"column {name!r}: expected a string, got {_kind(v)} {clip(v)}")
-
-    return convert
-
-
-def _b64_converter(name: str, binary: bool) -> Convert:
-    def convert(v: Any) -> bytes | str:
-        if type(v) is not str:
-            raise ValueError(f"column {name!r}: expected a base64 string, got {_kind(v)} {clip(v)}")
-        try:
-            data = b64decode(v)
-        except ValueError:
-            raise ValueError(f"column {name!r}: invalid base64 {v[:40]!r}") from None
-        if binary:
-            return data
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError:
-            raise ValueError(f"column {name!r}: base64 value is not UTF-8 text in a non-binary column") from None
-
-    return convert
-
-
-def _binary_char_converter(name: str) -> Convert:
-    def convert(v: Any) -> bytes:
-        if type(v) is not str:
-            raise ValueError(f"column {name!r}: expected a Go-quoted string, got {_kind(v)} {clip(v)}")
-        try:
-            return go_unquote(v)
-        except ValueError as e:
-            raise ValueError(f"column {name!r}: {e}") from None
-
-    return convert
-
-
-def _legacy_char_converter(name: str) -> Convert:
-    """v4.0-era CHAR/VARCHAR (no "f" member): base64 of the bytes, as early TiCDC wrote []byte."""
-
-    def convert(v: Any) -> str:
-        if type(v) is not str:
-            raise ValueError(f"column {name!r}: expected a string, got {_kind(v)} {clip(v)}")
-        try:
-            return b64decode(v).decode("utf-8")
-        except ValueError:
-            return v  # not base64 (or not text): a plain string from a newer writer
-
-    return convert
-
-
-def _null_converter(name: str) -> Convert:
-    def convert(v: Any) -> None:
-        raise ValueError(f"column {name!r} has type NULL but value {clip(v)}")
-
-    return convert
-
-
-def _converter(column: Column, legacy: bool) -> Convert:
-    tc, name = column.type_code, column.name
-    if tc in INT_BITS or tc in (TypeCode.YEAR, TypeCode.ENUM, TypeCode.SET, TypeCode.BIT):
-        return _int_converter(name, *int_range(column))  # unsigned (flag bit 128): the uint64 side
-    if tc is TypeCode.FLOAT or tc is TypeCode.DOUBLE:
-        return _float_converter(name, tc is TypeCode.FLOAT)
-    if tc is TypeCode.DECIMAL:
-        return _decimal_converter(name)
-    if tc in BLOB_TYPES or tc is TypeCode.GEOMETRY:
-        return _b64_converter(name, column.is_bytes)
-    if tc in CHAR_TYPES:
-        if column.binary:
-            return _binary_char_converter(name)
-        return _legacy_char_converter(name) if legacy else _text_converter(name)
-    if tc is TypeCode.NULL:
-        return _null_converter(name)
-    if tc in _TEXT_TYPES:
-        return _text_converter(name)
-    raise ValueError(f"column {name!r}: no decoding for type code {int(tc)}")
 
 
 # ---------------------------------------------------------------- schema reconstruction
@@ -239,29 +93,28 @@ def _compile_reader(plan: _Plan, image_sig: Signature) -> Reader:
         lines.append(f"    if c.get('t') != T{k} or c.get('f') != F{k} or c.get('h') != H{k}: raise _MismatchError")
         lines.append(f"    v{k} = c.get('v')")
         tc = column.type_code
-        if tc in INT_BITS:
+        if tc in INTEGER_TYPES:
             ns[f"LO{k}"], ns[f"HI{k}"] = int_range(column)
             lines.append(f"    if v{k}.__class__ is not int or v{k} < LO{k} or v{k} > HI{k}:")
             lines.append(f"        if v{k} is not None: v{k} = C{k}(v{k})")
-        elif tc in _TEXT_TYPES or (tc in CHAR_TYPES and not column.binary and f is not None):
+        elif tc in TEXT_TYPES or (tc in CHAR_TYPES and not column.binary and f is not None):
             lines.append(f"    if v{k}.__class__ is not str and v{k} is not None: v{k} = C{k}(v{k})")
         else:
             lines.append(f"    if v{k} is not None: v{k} = C{k}(v{k})")
         out[pos] = f"v{k}"
     lines.append(f"    return ({', '.join(out)},)")
-    exec("\n".join(lines) + "\n", ns)  # source built from integers and fixed text only
-    return cast(Reader, ns["read"])  # exec-generated above
+    return cast(Reader, build(f"open-protocol reader of {len(image_sig)} columns", "\n".join(lines) + "\n", ns))
 
 
 def _image_signature(image: Any, label: str) -> Signature:
     if type(image) is not dict:
-        raise ValueError(f'"{label}" must be an object of columns, got {_kind(image)}')
+        raise ValueError(f'"{label}" must be an object of columns, got {kind_of(image)}')
     try:
         return tuple([(name, col["t"], col.get("f"), col.get("h")) for name, col in image.items()])
     except (KeyError, TypeError, AttributeError):
         for name, col in image.items():
             if type(col) is not dict:
-                raise ValueError(f'"{label}" column {name!r} must be an object, got {_kind(col)}') from None
+                raise ValueError(f'"{label}" column {name!r} must be an object, got {kind_of(col)}') from None
             if "t" not in col:
                 raise ValueError(f'"{label}" column {name!r} has no type code "t"') from None
         raise
@@ -323,7 +176,7 @@ class OpenProtocolDecoder(Decoder):
     def _event(self, k: bytes, v: bytes, allow_claim_check: bool) -> Event:
         key = orjson.loads(k)
         if type(key) is not dict:
-            raise ValueError(f"event key must be a JSON object, got {_kind(key)}")
+            raise ValueError(f"event key must be a JSON object, got {kind_of(key)}")
         ts, t = key.get("ts"), key.get("t")
         if type(t) is not int:
             raise ValueError(f'key "t" must be 1 (row), 2 (DDL) or 3 (resolved), got {clip(t)}')
@@ -425,7 +278,7 @@ class OpenProtocolDecoder(Decoder):
     def _row_slow(self, doc: Any, ts: int, scm: str, tbl: str, rid: int | None, ptn: int | None) -> RowChange:
         """Validate everything, build (or find) the plan and readers, and decode with good errors."""
         if type(doc) is not dict:
-            raise ValueError(f"row value must be a JSON object, got {_kind(doc)}")
+            raise ValueError(f"row value must be a JSON object, got {kind_of(doc)}")
         u, p, d = doc.get("u"), doc.get("p"), doc.get("d")
         images: list[tuple[dict[str, Any], Signature]] = []
         if d is not None:
@@ -480,7 +333,7 @@ class OpenProtocolDecoder(Decoder):
             for meta in sig:
                 column, legacy = _column(meta)
                 columns.append(column)
-                converters.append(_converter(column, legacy))
+                converters.append(converter(column, legacy))
             schema = TableSchema(schema=scm, table=tbl, columns=tuple(columns), partitioned=partitioned)
             positions = {c.name: (i, conv) for i, (c, conv) in enumerate(zip(columns, converters, strict=True))}
             plan = _Plan(schema, sig, positions)

@@ -9,26 +9,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any, TypeAlias
 
 from ...errors import CodecError, ConfigError, MessageTooLargeError
-from ...model import ABSENT, ColumnFlag, DDLEvent, Op, Resolved, RowChange, TableSchema, TypeCode
+from ...model import ABSENT, ColumnFlag, DDLEvent, Op, Resolved, RowChange, TableSchema
 from ...model.rowblock import TableRows
-from ...model.schema import Column
 from ...model.schemacache import PlanCache
-from ...model.types import BLOB_TYPES, CHAR_TYPES, INTEGER_TYPES
-from ...model.values import b64encode
 from ..base import Encoder, Message, Rendered
 from ..claimcheck import ClaimCheckStore, wrap_pair
+from ..codegen import compile_text_renderer
 from ..compression import compression_codec
-from ..jsonstr import quote_jsoniter, quote_std
+from ..gojson import go_quote_json, quote_jsoniter, quote_std
 from ..options import CodecOptions
 from ..rowkey import int_handle_position
-from ..textvalues import decimal_renderer
 from .columns import ColumnRenderer
-from .floats import json_float32, json_float64
 from .framing import MAX_RECORD_OVERHEAD, U64, VERSION_HEADER, frame_single
-from .goquote import go_quote_json
+from .values import Render, renderer
 
 # Row/DDL/resolved message types in the key's "t" (spec §1.3).
 TYPE_ROW, TYPE_DDL, TYPE_RESOLVED = 1, 2, 3
@@ -36,46 +32,7 @@ TYPE_ROW, TYPE_DDL, TYPE_RESOLVED = 1, 2, 3
 _SINGLE_EVENT_EXTRA = MAX_RECORD_OVERHEAD + 16 + 8
 _U64 = U64.pack
 
-Render = Callable[[Any], str]
-PlanColumn = tuple[int, str, Render]  # (position in the image, '"name":{"t":..,"f":..,"v":', renderer)
-
-
-def _float64_json(v: float) -> str:
-    if 1e-4 <= abs(v) < 1e16:  # json_float64's fast case inline (never NaN/±Inf): one call less
-        r = repr(v)
-        return r[:-2] if r.endswith(".0") else r
-    # The mounter turns NaN/±Inf into 0 before any encoder sees them (spec §0.4).
-    return "0" if v - v != 0 else json_float64(v)
-
-
-def _float32_json(v: float) -> str:
-    # The mounter turns NaN/±Inf into 0 before any encoder sees them (spec §0.4).
-    return "0" if v - v != 0 else json_float32(v)
-
-
-def _b64_json(v: bytes | str) -> str:
-    return '"' + b64encode(v.encode("utf-8") if isinstance(v, str) else v) + '"'
-
-
-def _renderer(column: Column, quote: Render, binary_quote: Render) -> Render:
-    """The JSON text of a non-NULL value of ``column`` (spec §1.7)."""
-    tc = column.type_code
-    if tc in INTEGER_TYPES or tc in (TypeCode.YEAR, TypeCode.ENUM, TypeCode.SET, TypeCode.BIT):
-        return str  # JSON numbers, uint64 written in full
-    if tc is TypeCode.FLOAT or tc is TypeCode.DOUBLE:
-        # float32 columns use float32 shortest digits
-        return _float32_json if tc is TypeCode.FLOAT else _float64_json
-    if tc is TypeCode.DECIMAL:
-        text = decimal_renderer(column.decimal)
-        # DECIMAL is a JSON string of MyDecimal.String(): exactly `scale` fraction digits.
-        return lambda v: '"' + text(v) + '"'
-    if tc in BLOB_TYPES or tc is TypeCode.GEOMETRY:
-        return _b64_json  # TEXT and BLOB alike: base64 of the bytes, any charset
-    if tc in CHAR_TYPES and column.binary:
-        return binary_quote  # Go strconv.Quote without the quotes, then JSON-escaped
-    if tc is TypeCode.NULL:
-        return lambda v: "null"
-    return quote  # non-binary CHAR/VARCHAR, temporal text, JSON text, VECTOR text
+PlanColumn: TypeAlias = tuple[int, str, Render]  # (position in the image, '"name":{"t":..,"f":..,"v":', renderer)
 
 
 ImageRenderer = Callable[[Sequence[Any]], str]
@@ -91,32 +48,6 @@ def _image_json(cols: Sequence[PlanColumn], image: Sequence[Any]) -> str:
         elif v is not ABSENT:  # a column the image does not carry is left out
             parts.append(prefix + render(v) + "}")
     return ",".join(parts)
-
-
-def _compile_image(cols: Sequence[PlanColumn], width: int) -> ImageRenderer:
-    """A straight-line renderer for full images of one table (generated once per table).
-
-    Column names and renderers are bound as constants of the generated function's namespace,
-    never spliced into its source. Images holding ABSENT take the generic path.
-    """
-    if not cols:
-        return lambda image: ""
-    ns: dict[str, Any] = {"ABSENT": ABSENT, "_generic": _image_json, "_cols": tuple(cols)}
-    terms = []
-    for k, (i, prefix, render) in enumerate(cols):
-        ns[f"S{k}"] = ("}," if k else "") + prefix
-        ns[f"R{k}"] = render
-        terms.append(f"{{S{k}}}{{'null' if v{i} is None else R{k}(v{i})}}")
-    absent = " or ".join(f"v{i} is ABSENT" for i, _, _ in cols)
-    source = (
-        "def render(image):\n"
-        f"    {', '.join(f'v{i}' for i in range(width))}, = image\n"
-        f"    if {absent}:\n"
-        "        return _generic(_cols, image)\n"
-        f'    return f"{"".join(terms)}}}}}"\n'  # one f-string: one allocation, not one per "+"
-    )
-    exec(source, ns)  # source built from integers and fixed text only
-    return cast(ImageRenderer, ns["render"])  # exec-generated above
 
 
 @dataclass(slots=True)
@@ -145,7 +76,7 @@ def _compile(ts: TableSchema, tiflow: bool, quote: Render, binary_quote: Render)
         # Column object {"t","h","f","v"}: "h" only when true (spec §1.5).
         h = ',"h":true' if hk else ""
         prefix = f'{quote(col.name)}:{{"t":{int(col.type_code)}{h},"f":{int(col.flags)},"v":'
-        entry = (i, prefix, _renderer(col, quote, binary_quote))
+        entry = (i, prefix, renderer(col, quote, binary_quote))
         cols.append(entry)
         if hk:
             handle.append(entry)
@@ -162,8 +93,8 @@ def _compile(ts: TableSchema, tiflow: bool, quote: Render, binary_quote: Render)
         schema=ts,
         label=ts.qualified_name,
         cols=tuple(cols),
-        render_all=_compile_image(cols, width),
-        render_handle=_compile_image(handle, width),
+        render_all=compile_text_renderer(cols, width, _image_json),
+        render_handle=compile_text_renderer(handle, width, _image_json),
         key_head=key_head,
         rid_index=rid_index,
     )

@@ -3,7 +3,11 @@
 See docs/protocols/simple.md for the format as implemented here.
 """
 
-from .codec import DEFAULT_MAX_PENDING_MESSAGES, SimpleDecoder, SimpleEncoder
+from ..base import CodecSpec
 from .common import SimpleFormatError
+from .decoder import DEFAULT_MAX_PENDING_MESSAGES, SimpleDecoder
+from .encoder import SimpleEncoder
 
-__all__ = ["DEFAULT_MAX_PENDING_MESSAGES", "SimpleDecoder", "SimpleEncoder", "SimpleFormatError"]
+SPEC = CodecSpec("simple", SimpleEncoder, SimpleDecoder, frozenset({"kafka"}))
+
+__all__ = ["DEFAULT_MAX_PENDING_MESSAGES", "SPEC", "SimpleDecoder", "SimpleEncoder", "SimpleFormatError"]

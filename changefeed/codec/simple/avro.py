@@ -23,8 +23,8 @@ from fastavro import parse_schema, schemaless_reader, schemaless_writer
 from ...errors import ascii_digits, clip
 from ...model import ABSENT, Column, DDLEvent, Op, RowChange, TableSchema, TypeCode
 from ...model.gofloat import to_float32
-from ...model.types import INTEGER_TYPES
-from ..textvalues import decimal_renderer, int_range
+from ...model.types import ALWAYS_UNSIGNED_TYPES, ENUM_SET_TYPES, FLOAT_TYPES, INTEGER_TYPES, NUMBER_TYPES
+from ..values import decimal_renderer, int_range
 from .common import (
     AVRO_NAMESPACE,
     DDL_TYPES,
@@ -37,16 +37,15 @@ from .common import (
     build_column,
     build_index,
     build_table_schema,
-    column_length,
     ddl_type_name,
     fail,
     index_docs,
-    json_default,
     to_int64,
     to_uint64,
 )
 from .message import INT_TEXT, parse_decimal
 from .schema_cache import SchemaCache
+from .values import column_length, json_default
 
 SCHEMA_PATH = Path(__file__).with_name("message.avsc")
 SCHEMA = cast(list[dict[str, Any]], parse_schema(json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))))
@@ -61,7 +60,8 @@ WATERMARK, BOOTSTRAP, DDL, DML = (_NS + n for n in ("Watermark", "Bootstrap", "D
 TIMESTAMP, UNSIGNED_BIGINT, TABLE_SCHEMA = _NS + "Timestamp", _NS + "UnsignedBigint", _NS + "TableSchema"
 _PAYLOAD = {"WATERMARK": WATERMARK, "BOOTSTRAP": BOOTSTRAP, "DDL": DDL, "DML": DML}
 _OP_TYPE = {Op.INSERT: "INSERT", Op.UPDATE: "UPDATE", Op.DELETE: "DELETE"}
-_SIGNEDNESS_TYPES = INTEGER_TYPES | {TypeCode.FLOAT, TypeCode.DOUBLE, TypeCode.BIT, TypeCode.YEAR, TypeCode.DECIMAL}
+# TiCDC's Avro DataType carries unsigned/zerofill for numbers and the always-unsigned BIT/YEAR.
+_SIGNEDNESS_TYPES = NUMBER_TYPES | ALWAYS_UNSIGNED_TYPES
 
 
 def write_message(datum: dict[str, Any]) -> bytes:
@@ -95,7 +95,7 @@ def value_renderer(col: Column, location: str) -> Callable[[Any], Any]:
             # every BIGINT UNSIGNED: UnsignedBigint{value: int64(uint64)}; 2**64-1 -> -1
             return lambda v: (UNSIGNED_BIGINT, {"value": to_int64(v)})
         return lambda v: ("long", v)
-    if tc in (TypeCode.YEAR, TypeCode.ENUM, TypeCode.SET):
+    if tc is TypeCode.YEAR or tc in ENUM_SET_TYPES:
         return lambda v: ("long", v)
     if tc is TypeCode.BIT:
         return lambda v: ("string", str(v))  # the code writes BIT as decimal text (docs say long)
@@ -122,7 +122,7 @@ def data_type_avro(col: Column) -> dict[str, Any]:
         "collate": col.collation,
         "length": column_length(col),
         "decimal": ("int", col.decimal or 0) if tc in (TypeCode.DECIMAL, TypeCode.TIMESTAMP) else None,
-        "elements": ("array", list(col.elements)) if tc in (TypeCode.ENUM, TypeCode.SET) else None,
+        "elements": ("array", list(col.elements)) if tc in ENUM_SET_TYPES else None,
         "unsigned": ("boolean", col.unsigned) if tc in _SIGNEDNESS_TYPES else None,
         "zerofill": ("boolean", col.zerofill) if tc in _SIGNEDNESS_TYPES else None,
     }
@@ -324,7 +324,7 @@ def _branch(raw: Any) -> str:
     )
 
 
-def value_parser(col: Column) -> Callable[[Any], Any]:
+def value_parser(col: Column) -> Callable[[Any], Any]:  # noqa: C901  (per-type switch: TiCDC Simple Avro value union)
     """Avro map value (not null) -> model value; a wrong union branch is a ValueError.
 
     fastavro hands back ``float`` and ``double`` both as a Python float, so those two branches
@@ -349,7 +349,7 @@ def value_parser(col: Column) -> Callable[[Any], Any]:
             raise bad(raw, "UnsignedBigint")
 
         return parse_ubigint
-    if tc in INTEGER_TYPES or tc in (TypeCode.YEAR, TypeCode.ENUM, TypeCode.SET):
+    if tc in INTEGER_TYPES or tc is TypeCode.YEAR or tc in ENUM_SET_TYPES:
 
         def parse_long(raw: Any) -> int:
             if type(raw) is int:
@@ -369,7 +369,7 @@ def value_parser(col: Column) -> Callable[[Any], Any]:
             raise bad(raw, "string (BIT as decimal text)")
 
         return parse_bit
-    if tc in (TypeCode.FLOAT, TypeCode.DOUBLE):
+    if tc in FLOAT_TYPES:
         f32 = tc is TypeCode.FLOAT
 
         def parse_float(raw: Any) -> float:

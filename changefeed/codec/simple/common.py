@@ -2,8 +2,8 @@
 
 Both encodings carry the same members (spec §3.1/§3.5); only the wire form differs. This module
 holds the format-neutral pieces: the decoded message shape both formats parse into, TableSchema
-<-> column attributes (flen defaults, BIT defaults, the ``primary`` index name) and the DDL type
-mapping.
+<-> column attributes (the ``primary`` index name) and the DDL type mapping; the per-type
+attributes (flen defaults, BIT defaults) are in `values`.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ from ...errors import CodecError, clip
 from ...model import Column, Index, Op, RowChange, TableSchema, TypeCode, ddl_kind, parse_type_name
 from ...model.ddl import unquote_ident
 from ...model.schemacache import PlanCache
-from ...model.types import DEFAULT_FLEN, STRING_TYPES, UNSIGNED_DEFAULT_FLEN
+from ...model.types import CHARSET_TYPES, FLOAT_TYPES
 from ..ddlkind import ddl_action as _ddl_action
 from ..options import CodecOptions
-from ..textvalues import U64_MAX
+from ..values import U64_MAX
 
 if TYPE_CHECKING:
     from .schema_cache import SchemaCache
@@ -30,9 +30,6 @@ AVRO_NAMESPACE = "com.pingcap.simple.avro"
 DML_TYPES = ("INSERT", "UPDATE", "DELETE")
 DDL_TYPES = ("CREATE", "RENAME", "CINDEX", "DINDEX", "ERASE", "TRUNCATE", "ALTER", "QUERY")
 
-_CHARSET_TYPES = STRING_TYPES | {TypeCode.ENUM, TypeCode.SET}
-_FSP_TYPES = (TypeCode.DATETIME, TypeCode.TIMESTAMP, TypeCode.TIME)
-_BIT_LITERAL = re.compile(r"[bB]'([01]+)'")
 U64 = U64_MAX
 
 
@@ -161,51 +158,6 @@ class FormatBase:
 # ------------------------------------------------------------------ TableSchema <-> attributes
 
 
-def column_length(col: Column) -> int:
-    """TiDB's ``flen``: the stated length, else TiDB's default for the type (TiDB always has one).
-
-    Datetime-like types with fsp > 0 widen by ``1 + fsp`` (``datetime(3)`` is 23), as TiDB does.
-    Types without a fixed default (VARCHAR without length, ENUM, SET...) give 0 (omitted).
-    """
-    if col.length is not None:
-        return col.length
-    tc = col.type_code
-    if col.unsigned and tc in UNSIGNED_DEFAULT_FLEN:
-        return UNSIGNED_DEFAULT_FLEN[tc]
-    flen = DEFAULT_FLEN.get(tc, 0)
-    if tc in _FSP_TYPES and col.decimal:
-        flen += 1 + col.decimal
-    return flen
-
-
-def bit_default(value: Any) -> Any:
-    """tiflow ``MustBinaryLiteralToInt``: a BIT default is printed as a uint64 number."""
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        literal = _BIT_LITERAL.fullmatch(value)
-        if literal:  # MySQL's b'0101' form
-            return int(literal.group(1), 2)
-        value = value.encode("latin-1", "replace")  # TiDB keeps the raw bytes as a string
-    if isinstance(value, bytes | bytearray):
-        return int.from_bytes(value, "big") if value else 0
-    return value
-
-
-def json_default(col: Column) -> Any:
-    """The ``default`` member: TiDB's stored default (usually a string), BIT as a number."""
-    value = col.default
-    if col.type_code is TypeCode.BIT:
-        return bit_default(value)
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    if isinstance(value, bytes | bytearray):
-        return bytes(value).decode("latin-1")
-    return str(value)
-
-
 def index_name(idx: Index) -> str:
     # TiDB names the PK index "PRIMARY"; TiCDC's synthetic int-handle PK index and the docs print
     # "primary" (seed 002). We print every primary index as "primary" and read it back as "PRIMARY".
@@ -253,7 +205,7 @@ def build_column(
     collate = need_str(where, f"{ctx} collate", collate or "")
     if binary or charset == "binary":
         charset, collate = "binary", "binary"
-    elif code in _CHARSET_TYPES and not charset:
+    elif code in CHARSET_TYPES and not charset:
         charset, collate = "utf8mb4", collate or "utf8mb4_bin"
     length_v = opt_int(where, f"{ctx} length", length)
     decimal_v = opt_int(where, f"{ctx} decimal", decimal)
@@ -279,7 +231,7 @@ def build_column(
         charset=charset or "binary",
         collation=collate or "binary",
         length=length_v or None,
-        decimal=(decimal_v or None) if code not in (TypeCode.FLOAT, TypeCode.DOUBLE) else None,
+        decimal=(decimal_v or None) if code not in FLOAT_TYPES else None,
         unsigned=bool(opt_bool(where, f"{ctx} unsigned", unsigned)) or unsigned_in_name,
         zerofill=bool(opt_bool(where, f"{ctx} zerofill", zerofill)),
         nullable=bool(need_bool(where, f"{ctx} nullable", nullable)),

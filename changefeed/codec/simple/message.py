@@ -21,10 +21,10 @@ import orjson
 from ...errors import clip
 from ...model import ABSENT, Column, DDLEvent, Op, RowChange, TableSchema, TypeCode
 from ...model.gofloat import to_float32
-from ...model.types import INTEGER_TYPES
+from ...model.types import FLOAT_TYPES, INTEGER_TYPES, UINT_VALUE_TYPES
 from ...model.values import b64decode
-from ..decimaltext import parse_decimal_text
-from ..textvalues import decimal_renderer, float32_text, float64_text, int_range
+from ..gojson import dumps_std
+from ..values import decimal_renderer, float32_text, float64_text, int_range, parse_decimal_text
 from .common import (
     DDL_TYPES,
     DML_TYPES,
@@ -36,38 +36,20 @@ from .common import (
     build_column,
     build_index,
     build_table_schema,
-    column_length,
     ddl_type_name,
     fail,
     index_docs,
-    json_default,
     need_bool,
     need_int,
     need_str,
 )
 from .schema_cache import SchemaCache
+from .values import column_length, json_default
 
-_STD_EXTRA = re.compile(rb"[<>&]|\xe2\x80[\xa8\xa9]")
-_STD_ESCAPES = {
-    b"<": b"\\u003c",
-    b">": b"\\u003e",
-    b"&": b"\\u0026",
-    "\u2028".encode(): b"\\u2028",
-    "\u2029".encode(): b"\\u2029",
-}
 _OP_TYPE = {Op.INSERT: "INSERT", Op.UPDATE: "UPDATE", Op.DELETE: "DELETE"}
 
 INT_TEXT = re.compile(r"-?[0-9]+").fullmatch
 NUMBER_TEXT = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?").fullmatch
-
-
-def dumps_std(obj: Any) -> bytes:
-    """Go ``encoding/json.Marshal`` bytes of a dict built in struct-member order."""
-    out = orjson.dumps(obj)
-    # int membership is a memchr; far cheaper than a regex scan when (as usual) nothing matches
-    if 0x3C in out or 0x3E in out or 0x26 in out or 0xE2 in out:
-        out = _STD_EXTRA.sub(lambda m: _STD_ESCAPES[m.group()], out)
-    return out
 
 
 # ------------------------------------------------------------------ encoding
@@ -94,7 +76,7 @@ def value_renderer(col: Column, location: str) -> Callable[[Any], Any] | None:
         return lambda v: {"location": location, "value": v}  # Go time.Location.String() + value
     if col.is_bytes:
         return _b64  # MySQL BinaryFlag strings/blobs are base64 (std alphabet, padded)
-    if tc in INTEGER_TYPES or tc in (TypeCode.YEAR, TypeCode.ENUM, TypeCode.SET, TypeCode.BIT):
+    if tc in INTEGER_TYPES or tc in UINT_VALUE_TYPES:
         return str  # integers, YEAR, ENUM index, SET bitmask, BIT uint64 -> decimal text
     return None
 
@@ -105,7 +87,7 @@ def data_type_json(col: Column) -> dict[str, Any]:
     length = column_length(col)
     if length:
         out["length"] = length
-    if col.decimal and col.type_code not in (TypeCode.FLOAT, TypeCode.DOUBLE):
+    if col.decimal and col.type_code not in FLOAT_TYPES:
         out["decimal"] = col.decimal
     if col.elements:
         out["elements"] = list(col.elements)
@@ -351,7 +333,7 @@ def _map(where: str, what: str, value: Any) -> dict[str, Any] | None:
 def value_parser(col: Column) -> Callable[[Any], Any]:
     """JSON value (not null) -> model value; raises ValueError/TypeError with the reason."""
     tc = col.type_code
-    if tc in INTEGER_TYPES or tc in (TypeCode.YEAR, TypeCode.ENUM, TypeCode.SET, TypeCode.BIT):
+    if tc in INTEGER_TYPES or tc in UINT_VALUE_TYPES:
         lo, hi = int_range(col)
 
         def parse_int(raw: Any) -> int:
@@ -363,7 +345,7 @@ def value_parser(col: Column) -> Callable[[Any], Any]:
             raise ValueError("expected a decimal integer string")
 
         return parse_int
-    if tc in (TypeCode.FLOAT, TypeCode.DOUBLE):
+    if tc in FLOAT_TYPES:
         f32 = tc is TypeCode.FLOAT
 
         def parse_float(raw: Any) -> float:

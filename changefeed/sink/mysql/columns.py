@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...codec.columns import decimal_texts, value_bytes
+from ...codec.values import decimal_texts, value_bytes
 from ...model import Column, Position, RowChange, TypeCode
 from ...model.rowblock import Segment, TableRows, model_values
 

@@ -6,7 +6,7 @@ import logging
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 import orjson
@@ -26,7 +26,7 @@ from .decoded import DECODED, DECODED_DDL, Decoded, DecodedReader, columnar, pac
 from .options import CHANGELOG, Input, SourceOptions
 
 if TYPE_CHECKING:
-    from ...codec.simple.codec import SimpleDecoder
+    from ...codec.base import BufferingDecoder
     from ...codec.simple.schema_cache import SchemaKey
 
 log = logging.getLogger(__name__)
@@ -207,15 +207,15 @@ class _PartitionDecoder:
         message = Message(key=key, value=value, partition=self.partition, topic=self.topic)
         events = self.decoder.decode(message, where)
         if self.lookback is not None:
-            events.extend(self.lookback.resolve(self.decoder, offset))  # type: ignore[arg-type]
+            events.extend(self.lookback.resolve(cast("BufferingDecoder", self.decoder), offset))
         for ev in events:
             ev.position = {"topic": self.topic, "partition": self.partition, "offset": offset}
         return events
 
     def finish(self, end: int) -> None:
         """At the end of a range or batch: DMLs still held for a schema must not vanish silently."""
-        if self.lookback is not None and self.decoder.pending():  # type: ignore[attr-defined]
-            raise self.lookback.missing(self.decoder, end)  # type: ignore[arg-type]
+        if self.lookback is not None and cast("BufferingDecoder", self.decoder).pending():
+            raise self.lookback.missing(cast("BufferingDecoder", self.decoder), end)
 
     def close(self) -> None:
         if self.lookback is not None:
@@ -335,7 +335,7 @@ class _SchemaLookback:
         self.low: int | None = None
         self._consumer: Any = None
 
-    def resolve(self, decoder: SimpleDecoder, offset: int) -> list[Event]:
+    def resolve(self, decoder: BufferingDecoder, offset: int) -> list[Event]:
         """After ``decoder`` read the message at ``offset``: look back for the schemas its held DMLs wait for."""
         if self.start is None or offset < self.start:
             self.start = offset
@@ -374,7 +374,7 @@ class _SchemaLookback:
             self.first_held = None
         return events
 
-    def missing(self, decoder: SimpleDecoder, end: int) -> UnknownSchemaError:
+    def missing(self, decoder: BufferingDecoder, end: int) -> UnknownSchemaError:
         tables = ", ".join(f"{db}.{table} schemaVersion {version}" for db, table, version in decoder.pending_tables())
         return UnknownSchemaError(
             f"simple protocol: no schema for {tables}: partition {self.partition} of topic {self.topic!r} has no "

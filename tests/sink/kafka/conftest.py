@@ -15,21 +15,6 @@ from tests.services import service_unavailable
 log = logging.getLogger(__name__)
 
 
-@pytest.fixture(scope="session")
-def s3_server() -> Iterator[S3Server]:
-    """One s3rver (npm, disk-backed) for the session; each persistent broker gets its own bucket."""
-    server = S3Server()
-    try:
-        server.start()
-    except Exception as exc:
-        log.exception("s3rver could not start")
-        service_unavailable(f"s3rver could not start: {type(exc).__name__}: {exc}")
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 @pytest.fixture
 def persistent_broker(s3_server: S3Server) -> Iterator[Broker]:
     """A private tansu broker with ``--storage-engine s3://<fresh bucket>/``: restart() keeps the data.
