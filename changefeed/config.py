@@ -38,7 +38,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from .clients.kafkauri import KAFKA_SECURITY_PARAMS, KAFKA_WRITE_PARAMS, KafkaURI
 from .clients.mysql import TLS_OPTIONS
-from .codec import CodecOptions
+from .codec import CodecOptions, require_transport
 from .codec.csv import CSVFormat
 from .dispatch.eventfilter import EventFilter, EventFilterRule
 from .dispatch.onlineddl import OnlineDDL
@@ -96,7 +96,6 @@ KAFKA_URI_PARAMS = (
     | KAFKA_WRITE_PARAMS
     | KAFKA_SECURITY_PARAMS
 )
-KAFKA_PROTOCOLS = ("canal-json", "open-protocol", "simple", "debezium")
 _CSV_KEYS = {
     "delimiter": str,
     "quote": str,
@@ -420,8 +419,8 @@ def parse_sink_uri(uri: str, base_dir: Path | None = None) -> SinkURI:
             f"unknown file sink-uri parameter(s) {', '.join(sorted(unknown))} "
             f"(expected: {', '.join(sorted(FILE_URI_PARAMS))})"
         )
-    if params.get("protocol") not in (None, "canal-json", "csv"):
-        raise ConfigError(f"a file:// sink writes csv or canal-json, not {params['protocol']!r}")
+    if params.get("protocol") is not None:
+        require_transport(params["protocol"], "storage", "a file:// sink writes")
     return SinkURI(scheme, str(path), params)
 
 
@@ -457,8 +456,8 @@ def _kafka_uri(kafka: KafkaURI, base_dir: Path | None) -> SinkURI:
             f"unknown kafka sink-uri parameter(s) {', '.join(sorted(unknown))} "
             f"(expected: {', '.join(sorted(KAFKA_URI_PARAMS))})"
         )
-    if params.get("protocol") not in (None, *KAFKA_PROTOCOLS):
-        raise ConfigError(f"a kafka:// sink writes {', '.join(KAFKA_PROTOCOLS)}, not {params['protocol']!r}")
+    if params.get("protocol") is not None:
+        require_transport(params["protocol"], "kafka", "a kafka:// sink writes")
     return SinkURI("kafka", f"{kafka.servers}/{kafka.topic}", params)
 
 
@@ -627,12 +626,10 @@ def _check_sink(config: ChangefeedConfig) -> None:
         config.lake_sink()
         return
     if uri.is_kafka:
-        if config.protocol not in KAFKA_PROTOCOLS:
-            raise ConfigError(f"a kafka:// sink writes {', '.join(KAFKA_PROTOCOLS)}, not {config.protocol!r}")
+        require_transport(config.protocol, "kafka", "a kafka:// sink writes")
         config.kafka_sink_config()
         return
-    if config.protocol not in ("canal-json", "csv"):
-        raise ConfigError(f"a file:// sink writes csv or canal-json, not {config.protocol!r}")
+    require_transport(config.protocol, "storage", "a file:// sink writes")
     options = config.codec_options()
     if options.protocol == "csv":
         CSVFormat(options)  # delimiter, quote and terminator checked now, not inside the job

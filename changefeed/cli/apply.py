@@ -160,7 +160,7 @@ def apply_plan(args: argparse.Namespace, wait_for_topic: bool | None = None) -> 
     """The apply job of ``args`` (``source``, ``target``, ``changefeed_id``, ``routes``, ``checkpoint``,
     ``trigger_interval``, ``available_now``). A streaming one from Kafka waits for its topic first
     unless ``wait_for_topic`` is False (`changefeed pipeline` starts the capture that creates it)."""
-    from ..codec import CodecOptions  # noqa: PLC0415
+    from ..codec import CodecOptions, require_transport  # noqa: PLC0415
     from ..spark.jobs import storage_source  # noqa: PLC0415
 
     codec = CodecOptions()
@@ -175,8 +175,7 @@ def apply_plan(args: argparse.Namespace, wait_for_topic: bool | None = None) -> 
         if not source.is_dir():
             raise ConfigError(f"no storage directory at {source}")
         codec = CodecOptions.from_mapping({k: v for k, v in params.items() if k not in _LAYOUT_PARAMS})
-        if codec.protocol not in ("canal-json", "csv"):
-            raise ConfigError(f"a storage directory holds csv or canal-json, not {codec.protocol!r}")
+        require_transport(codec.protocol, "storage", "a storage directory holds")
         options = storage_source(source, codec)
     scheme = urlsplit(args.target).scheme.lower()
     make_sink: Callable[[], Sink]

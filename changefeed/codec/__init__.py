@@ -44,6 +44,13 @@ def protocols_for(transport: Transport) -> tuple[str, ...]:
     return tuple(s.name for s in specs() if s.supports(transport))
 
 
+def require_transport(protocol: str, transport: Transport, what: str) -> None:
+    """The one protocol-vs-transport check: ConfigError ``"<what> <the protocols>, not <protocol>"``
+    (``what``: e.g. ``"a kafka:// sink writes"``) unless ``protocol`` declares ``transport``."""
+    if protocol not in _PACKAGES or not spec(protocol).supports(transport):
+        raise ConfigError(f"{what} {', '.join(protocols_for(transport))}, not {protocol!r}")
+
+
 def make_encoder(options: CodecOptions) -> Encoder:
     return spec(options.protocol).encoder(options)
 
@@ -61,6 +68,7 @@ __all__ = [
     "make_decoder",
     "make_encoder",
     "protocols_for",
+    "require_transport",
     "spec",
     "specs",
 ]

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self, cast
 
-from ..codec import CodecOptions, Decoder, Message, make_decoder
+from ..codec import CodecOptions, Decoder, Message, make_decoder, require_transport
 from ..codec.base import BufferingDecoder
 from ..errors import CaptureError, ConfigError
 from ..model import DDLEvent, Event, Resolved, RowChange
@@ -54,8 +54,7 @@ class KafkaSourceConfig:
     consumer_config: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.codec.protocol == "csv":
-            raise ConfigError("the Kafka source reads open-protocol, canal-json, simple or debezium, not csv")
+        require_transport(self.codec.protocol, "kafka", "the Kafka source reads")
         if self.codec.protocol == "canal-json" and not self.codec.enable_tidb_extension:
             # Without `_tidb` there is no commit ts and no TIDB_WATERMARK: nothing to order or gate by.
             raise ConfigError("reading canal-json needs enable-tidb-extension=true (commit ts and watermarks)")

@@ -92,7 +92,10 @@ def test_live_example_reads_a_server_into_mysql() -> None:
         ),
         ('sink-uri = "kafka://h:1/t?partition-num=x"\n[source]\npath="p"', "partition-num must be an integer"),
         ('sink-uri = "s3://bucket/x"\n[source]\npath="p"', "unsupported sink-uri scheme 's3'"),
-        ('sink-uri = "file:///x?protocol=open-protocol"\n[source]\npath="p"', "csv or canal-json"),
+        (
+            'sink-uri = "file:///x?protocol=open-protocol"\n[source]\npath="p"',
+            "a file:// sink writes canal-json, csv, not 'open-protocol'",
+        ),
         ('sink-uri = "file:///x?workers=4"\n[source]\npath="p"', "unknown file sink-uri parameter(s) workers"),
         ('sink-uri = "file:///x?protocol=csv"\n[source]\npath="p"\n[sink]\nprotocol="canal-json"', "give one"),
         ('[source]\npath="p"', "sink-uri is required"),
@@ -292,7 +295,7 @@ _KAFKA = {"input": "kafka", "bootstrap.servers": "127.0.0.1:1", "topic": "t"}
     ("options", "message"),
     [
         ({"input": "kafka", "topic": "t"}, "needs options bootstrap.servers"),
-        ({**_KAFKA, "protocol": "csv"}, "canal-json, open-protocol, simple or debezium, not .csv."),
+        ({**_KAFKA, "protocol": "csv"}, "input kafka reads open-protocol, canal-json, simple, debezium, not .csv."),
         ({**_KAFKA, "protocol": "canal-json"}, "enable-tidb-extension=true"),
         ({**_KAFKA, "protocol": "open-protocol", "table": "a.b"}, "no typed images"),
         ({**_KAFKA, "protocol": "open-protocol", "startingoffset": "earliest"}, "unknown codec option"),

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ...clients.kafkauri import KafkaSecurity
-from ...codec import CodecOptions, Message, make_encoder
+from ...codec import CodecOptions, Message, make_encoder, require_transport
 from ...dispatch import DispatchRule
 from ...errors import ConfigError, SinkError, typed
 from ...model import DDLEvent, Event, Resolved, TableSchema
@@ -70,8 +70,7 @@ class KafkaSinkConfig:
     client_config: Mapping[str, Any] = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
-        if self.codec.protocol == "csv":
-            raise ConfigError("the Kafka sink speaks open-protocol, canal-json, simple or debezium, not csv")
+        require_transport(self.codec.protocol, "kafka", "the Kafka sink speaks")
         if not self.topic:
             raise ConfigError("the Kafka sink needs a default topic")
 

@@ -12,7 +12,10 @@ complete to (also those the batch did not touch); `open` returns the lowest comp
 the tables.
 
 Rows are handled by column position (``c<i>``, ``b<i>`` for the before image) until the table is
-written, so column names from data never meet this code's own column names.
+written, so column names from data never meet this code's own column names. Images that lack
+columns (binlog_row_image=MINIMAL) carry presence columns (``p<i>``, ``q<i>``) through the change
+set: changelog records them (``_cf_absent``), upsert and scd2 complete the images from the stored
+rows first (`complete_changes`; docs/lakehouse.md, "MINIMAL row images").
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import re
 from abc import abstractmethod
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +41,7 @@ from ...model.arrow import LAKE_TIME_ZONE, images_to_batch, lake_array, lake_arr
 from ...model.ddl import ddl_tables
 from ...model.ddlschema import column_renames
 from ...model.rowblock import RowBlock, TableRows
-from ...model.types import TEMPORAL_TYPES
+from ...model.types import DATE_TYPES, FLOAT_TYPES, INTEGER_TYPES, STRING_TYPES, TEMPORAL_TYPES, TypeCode
 from ..base import SinkContext
 from ..replay import ResolvedGuard
 from ..storage.writer import write_atomically
@@ -54,6 +58,8 @@ ROOT_ENTRIES = frozenset({CHECKPOINT_FILE, "_spark_checkpoint", "_catalog.db"})
 OP, COMMIT_TS, VALID_FROM, VALID_TO, DELETE = "_cf_op", "_cf_commit_ts", "_cf_valid_from", "_cf_valid_to", "_cf_delete"
 BEFORE = "_cf_before_"
 WEIGHT = "_cf_weight"  # copies a batch adds or removes of a row of a table without a key (upsert)
+#: changelog: the names of a change's columns its binlog images did not carry (MINIMAL row images)
+ABSENT_COLUMNS = "_cf_absent"
 OP_NAMES = np.array(["insert", "update", "delete"], dtype=object)
 
 
@@ -121,7 +127,8 @@ def lake_schema(shape: TableSchema, mode: str) -> pa.Schema:
     columns = [pa.field(c.name, lake_arrow_type(c)) for c in shape.columns]
     if mode == "changelog":
         before = [pa.field(BEFORE + c.name, lake_arrow_type(c)) for c in shape.columns]
-        return pa.schema([pa.field(OP, pa.string()), pa.field(COMMIT_TS, pa.int64()), *columns, *before])
+        absent = pa.field(ABSENT_COLUMNS, pa.list_(pa.string()))
+        return pa.schema([pa.field(OP, pa.string()), pa.field(COMMIT_TS, pa.int64()), *columns, *before, absent])
     if mode == "scd2":
         stamp = pa.timestamp("us", LAKE_TIME_ZONE)
         extra = [pa.field(VALID_FROM, stamp), pa.field(VALID_TO, stamp), pa.field(OP, pa.string())]
@@ -132,7 +139,7 @@ def lake_schema(shape: TableSchema, mode: str) -> pa.Schema:
 def check_shape(shape: TableSchema, mode: str, where: str) -> None:
     """Refuse a shape this sink cannot write: no key where the mode needs one, a name clash."""
     names = {c.name for c in shape.columns}
-    ours = {OP, COMMIT_TS, VALID_FROM, VALID_TO, DELETE, WEIGHT} | (
+    ours = {OP, COMMIT_TS, VALID_FROM, VALID_TO, DELETE, WEIGHT, ABSENT_COLUMNS} | (
         {BEFORE + n for n in names} if mode == "changelog" else set()
     )
     clash = sorted(names & ours)
@@ -196,17 +203,23 @@ def changes_from_block(rows: TableRows, time_zone: str) -> pa.Table:
 
 
 def changes_from_rows(ts: TableSchema, rows: list[RowChange], time_zone: str) -> pa.Table:
-    """`RowChange`s of one table shape as a change set; absent columns are refused or filled.
+    """`RowChange`s of one table shape as a change set.
 
-    A new image must be whole (a MINIMAL image's missing columns would need the stored row); a
-    delete's or an update's old image only needs the key (missing key columns of an update's old
-    image are the new image's: the key did not change).
+    Absent columns (binlog_row_image=MINIMAL/NOBLOB, `ABSENT`) are NULL in the change set plus a
+    presence column per image column (``p<i>`` for the main image, ``q<i>`` for an update's before
+    image), added only when some image lacks a column; each mode then completes the images
+    (`complete_changes`) or records what was carried (`changelog_rows`). The key columns are
+    filled in between an update's two images (an image leaves out a key column the statement did
+    not change, so its value is the other image's); a delete needs its key columns (without a key:
+    its whole old image, checked when the images are completed).
     """
-    key = set(ts.handle_key) or set(range(len(ts.columns)))  # without a key, the whole row is its identity
+    handle = set(ts.handle_key)
+    key = handle or set(range(len(ts.columns)))  # without a key, the whole row is its identity
     mains: list[tuple[Any, ...]] = []
     befores: list[tuple[Any, ...] | None] = []
     ops: list[int] = []
     commit: list[int] = []
+    partial = False
     for row in rows:
         if row.op is Op.DELETE:
             image = row.old
@@ -218,33 +231,40 @@ def changes_from_rows(ts: TableSchema, rows: list[RowChange], time_zone: str) ->
         else:
             image = row.new
             assert image is not None
-            if any(v is ABSENT for v in image):
-                raise LakeError(
-                    f"{_label(ts)}: a row image without every column (binlog_row_image=MINIMAL/NOBLOB): lake "
-                    "sinks need FULL images",
-                    where=f"commit ts {row.commit_ts}",
-                )
-            mains.append(image)
             old = row.old
             if row.op is Op.UPDATE and old is not None:
-                old = tuple(image[i] if v is ABSENT and i in key else v for i, v in enumerate(old))
+                # a table without a key: its whole row is the key, and a column the after image lacks kept its value
+                image = tuple(old[i] if v is ABSENT and i in key else v for i, v in enumerate(image))
+                old = tuple(image[i] if v is ABSENT and i in handle else v for i, v in enumerate(old))
+            if ts.handle_key and any(image[i] is ABSENT for i in key):
+                raise LakeError(
+                    f"{_label(ts)}: an {row.op} without its key columns", where=f"commit ts {row.commit_ts}"
+                )
+            mains.append(image)
             befores.append(old)
+            partial = partial or (old is not None and ABSENT in old)
+        partial = partial or ABSENT in image
         ops.append(0 if row.op is Op.INSERT else 1 if row.op is Op.UPDATE else 2)
         commit.append(row.commit_ts)
     none = (None,) * len(ts.columns)
-    main_batch = images_to_batch(ts, [tuple(None if v is ABSENT else v for v in img) for img in mains])
-    before_batch = images_to_batch(
-        ts, [none if b is None else tuple(None if v is ABSENT else v for v in b) for b in befores]
-    )
+    main_batch = images_to_batch(ts, mains)  # ABSENT -> NULL
+    before_batch = images_to_batch(ts, [none if b is None else b for b in befores])
     commit_arr = pa.array(commit, pa.int64())
     where = f"commit ts {_ts_range(commit_arr)}"
-    return _positional(
+    changes = _positional(
         ts,
         _lake_columns(ts, main_batch.columns, time_zone, where),
         pa.array(ops, pa.int8()),
         commit_arr,
         _lake_columns(ts, before_batch.columns, time_zone, where),
     )
+    if not partial:
+        return changes
+    for i in range(len(ts.columns)):
+        changes = changes.append_column(f"p{i}", pa.array([img[i] is not ABSENT for img in mains]))
+    for i in range(len(ts.columns)):
+        changes = changes.append_column(f"q{i}", pa.array([b is not None and b[i] is not ABSENT for b in befores]))
+    return changes
 
 
 def _ts_range(commit: pa.Array) -> str:
@@ -252,6 +272,267 @@ def _ts_range(commit: pa.Array) -> str:
         return "-"
     lo, hi = pc.min(commit).as_py(), pc.max(commit).as_py()
     return str(lo) if lo == hi else f"{lo}..{hi}"
+
+
+# ---------------------------------------------------------------- partial images (binlog_row_image=MINIMAL)
+
+
+def has_presence(changes: pa.Table) -> bool:
+    """Whether a change set carries presence columns (some image lacks columns)."""
+    return "p0" in changes.column_names
+
+
+def with_presence(changes: pa.Table, width: int) -> pa.Table:
+    """A change set with presence columns (every column present where it had none), to concatenate."""
+    if has_presence(changes) or not width:
+        return changes
+    n = changes.num_rows
+    op = changes.column("op").to_numpy()
+    for i in range(width):
+        changes = changes.append_column(f"p{i}", pa.array(np.ones(n, bool)))
+    for i in range(width):
+        changes = changes.append_column(f"q{i}", pa.array(op == 1))
+    return changes
+
+
+def without_presence(changes: pa.Table) -> pa.Table:
+    return changes.drop_columns([n for n in changes.column_names if n[0] in "pq" and n[1:].isdigit()])
+
+
+def _mask(changes: pa.Table, name: str) -> np.ndarray:
+    return changes.column(name).to_numpy(zero_copy_only=False).astype(bool)
+
+
+def default_value(ts: TableSchema, i: int) -> Any:
+    """The model value of column ``i``'s declared constant default, which an INSERT that leaves the column out
+    stored; ValueError when the schema does not give it or gives one this sink cannot read exactly."""
+    column = ts.columns[i]
+    text, tc = column.default, column.type_code
+    if text is None:
+        raise ValueError("its default is not known here (the table schema carries none)")
+    text = str(text)
+    try:
+        if tc in INTEGER_TYPES or tc is TypeCode.YEAR:
+            return int(text, 10)
+        if tc in FLOAT_TYPES:
+            return float(text)
+        if tc is TypeCode.DECIMAL:
+            return Decimal(text)
+        if tc is TypeCode.ENUM:
+            return column.elements.index(text) + 1
+        if tc is TypeCode.SET:
+            names = [n for n in text.split(",") if n]
+            return sum(1 << column.elements.index(n) for n in names)
+    except (ValueError, ArithmeticError):
+        raise ValueError(f"its default {clip(text)} is no constant of its type") from None
+    if tc in DATE_TYPES and _DATE.fullmatch(text):
+        return text
+    if tc is TypeCode.DATETIME and _DATETIME.fullmatch(text):
+        return text
+    if tc in STRING_TYPES and not column.is_bytes:
+        return text
+    raise ValueError(
+        f"its default {clip(text)} ({tc.name}) is not one this sink reads (a constant number, "
+        "text, ENUM/SET member, DATE or DATETIME)"
+    )
+
+
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_DATETIME = re.compile(r"\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}(\.\d{1,6})?")
+
+
+def _fill_defaults(ts: TableSchema, changes: pa.Table, time_zone: str) -> pa.Table:
+    """Inserts' absent columns set to the columns' declared defaults (what MySQL stored: a column an INSERT
+    does not give takes its DEFAULT, and MINIMAL logs only the columns the statement gave plus those a
+    function default computed); an unknown default is refused, naming the table and the column."""
+    insert = changes.column("op").to_numpy() == 0
+    for i, column in enumerate(ts.columns):
+        missing = insert & ~_mask(changes, f"p{i}")
+        if not missing.any():
+            continue
+        at = _first_ts(changes, missing)
+        if column.generated:
+            raise LakeError(
+                f"{_label(ts)}: an INSERT without generated column {column.name!r} (binlog_row_image=MINIMAL does "
+                "not log a VIRTUAL column): its value is unknown here; make it STORED or use binlog_row_image=FULL",
+                where=f"commit ts {at}",
+            )
+        try:
+            value = default_value(ts, i)
+        except ValueError as exc:
+            raise LakeError(
+                f"{_label(ts)}: an INSERT leaves out column {column.name!r} (binlog_row_image=MINIMAL logs only "
+                f"the columns the statement gives) and {exc}: give every column in INSERTs or use "
+                "binlog_row_image=FULL",
+                where=f"commit ts {at}",
+            ) from None
+        image = tuple(value if j == i else None for j in range(len(ts.columns)))
+        filled = _lake_columns(ts, images_to_batch(ts, [image]).columns, time_zone, f"commit ts {at}")[i]
+        column_at = changes.schema.get_field_index(f"c{i}")
+        values = pc.if_else(pa.array(missing), filled[0], changes.column(f"c{i}"))
+        changes = changes.set_column(column_at, f"c{i}", values)
+        changes = changes.set_column(
+            changes.schema.get_field_index(f"p{i}"), f"p{i}", pc.or_(changes.column(f"p{i}"), pa.array(missing))
+        )
+    return changes
+
+
+def _first_ts(changes: pa.Table, mask: np.ndarray) -> int:
+    return int(changes.column("ts").to_numpy()[np.flatnonzero(mask)[0]])
+
+
+def partial_keys(ts: TableSchema, changes: pa.Table) -> pa.Table:
+    """The keys (real column names, distinct) of the rows whose stored values complete the batch's updates
+    that lack columns (`complete_changes`): each such update's old key. Empty without a key."""
+    key = list(ts.handle_key)
+    names = [ts.columns[i].name for i in key]
+    if not key or not has_presence(changes):
+        return pa.table({n: pa.array([], changes.column(f"c{i}").type) for n, i in zip(names, key, strict=True)})
+    w = len(ts.columns)
+    update = changes.column("op").to_numpy() == 1
+    partial = np.zeros(changes.num_rows, bool)
+    for i in range(w):
+        partial |= ~_mask(changes, f"p{i}")
+    picked = changes.filter(pa.array(update & partial))
+    keys = pa.Table.from_arrays([pc.coalesce(picked.column(f"b{i}"), picked.column(f"c{i}")) for i in key], names=names)
+    return keys.group_by(names, use_threads=False).aggregate([]).select(names)
+
+
+def rows_of_keys(rows: pa.Table, keys: pa.Table) -> pa.Table:
+    """The ``rows`` whose key columns (``keys``' names) equal one of ``keys`` (a scan's superset narrowed)."""
+    names = keys.column_names
+    if not rows.num_rows or not keys.num_rows:
+        return rows.slice(0, 0)
+    probe = pa.Table.from_arrays(
+        [pc.cast(rows.column(n), keys.column(n).type) for n in names] + [pa.array(np.arange(rows.num_rows))],
+        names=[*names, "__cf_row"],
+    )
+    hit = probe.join(keys, names, join_type="left semi", use_threads=False).column("__cf_row")
+    return rows.take(hit)
+
+
+def complete_changes(ts: TableSchema, changes: pa.Table, stored: pa.Table | None, time_zone: str) -> pa.Table:
+    """A change set whose images lack columns made whole, for upsert and scd2 (then without presence columns).
+
+    Inserts take the columns' defaults (`_fill_defaults`). An update's absent columns keep the values
+    its row had: per key, in commit order, the image before it in the batch (itself completed) or,
+    for the key's first change in the batch, the ``stored`` row (the table's current row, or scd2's
+    open version; real column names, the rows of `partial_keys`). A table without a key takes them
+    from the update's own before image (MINIMAL logs a keyless row whole there), and a delete of
+    such a table needs its whole old image. An update of a row neither the batch nor the table has is
+    refused, naming the table and the key (its other columns are unknown).
+    """
+    if not has_presence(changes):
+        return changes
+    w = len(ts.columns)
+    changes = _fill_defaults(ts, changes, time_zone)
+    op = changes.column("op").to_numpy()
+    present: np.ndarray = np.ones((changes.num_rows, w), bool)
+    for i in range(w):
+        present[:, i] = _mask(changes, f"p{i}")
+    if present[op != 0].all():
+        return without_presence(changes)
+    for i, column in enumerate(ts.columns):
+        stale = ~present[:, i] & (op == 1)
+        if column.generated and stale.any():
+            raise LakeError(
+                f"{_label(ts)}: an UPDATE without generated column {column.name!r} "
+                "(binlog_row_image=MINIMAL does not log a VIRTUAL column): its new value is unknown here; make it "
+                "STORED or use binlog_row_image=FULL",
+                where=f"commit ts {_first_ts(changes, stale)}",
+            )
+    if not ts.handle_key:
+        return _complete_keyless(ts, changes, op, present)
+    names = [c.name for c in ts.columns]
+    if stored is not None:
+        stored = pa.Table.from_arrays(
+            [pc.cast(stored.column(n), changes.column(f"c{i}").type) for i, n in enumerate(names)], names=names
+        )
+    src = _fold_sources(ts, changes, op, present, stored)
+    out = without_presence(changes)
+    base_rows = 0 if stored is None else stored.num_rows
+    for i, name in enumerate(names):
+        own = changes.column(f"c{i}")
+        pool = own if stored is None else pa.chunked_array([*stored.column(name).chunks, *own.chunks], own.type)
+        out = out.set_column(i, f"c{i}", pool.take(pa.array(src[:, i] + (base_rows if stored is not None else 0))))
+    return out
+
+
+def _fold_sources(
+    ts: TableSchema, changes: pa.Table, op: np.ndarray, present: np.ndarray, stored: pa.Table | None
+) -> np.ndarray:
+    """Per change and column, where its value comes from: ``r >= 0`` the batch's row r, ``j < 0`` the stored
+    row ``j + len(stored)``. Each key's changes are walked in commit order; an update's absent columns come
+    from where the key's previous image got them."""
+    key = list(ts.handle_key)
+    n, w = changes.num_rows, len(ts.columns)
+    new_keys = list(zip(*(changes.column(f"c{i}").to_pylist() for i in key), strict=True))
+    old_keys = list(zip(*(changes.column(f"b{i}").to_pylist() for i in key), strict=True))
+    held: dict[tuple[Any, ...], int] = {}
+    if stored is not None:
+        stored_keys = zip(*(stored.column(ts.columns[i].name).to_pylist() for i in key), strict=True)
+        held = {k: j - stored.num_rows for j, k in enumerate(stored_keys)}
+    src = np.repeat(np.arange(n, dtype=np.int64)[:, None], w, axis=1)
+    state: dict[tuple[Any, ...], int | None] = {}  # key -> its newest row in the batch (None: deleted)
+    partial = np.logical_not(np.all(present, axis=1))
+    for r in range(n):
+        if op[r] == 2:
+            state[new_keys[r]] = None
+            continue
+        if op[r] == 1:
+            old = old_keys[r] if None not in old_keys[r] else new_keys[r]
+            if partial[r]:
+                absent = ~present[r]
+                src[r, absent] = _base(ts, changes, r, old, state, held, src)[absent]
+            if old != new_keys[r]:
+                state[old] = None
+        state[new_keys[r]] = r
+    return src
+
+
+def _base(
+    ts: TableSchema,
+    changes: pa.Table,
+    r: int,
+    old: tuple[Any, ...],
+    state: dict[tuple[Any, ...], int | None],
+    held: dict[tuple[Any, ...], int],
+    src: np.ndarray,
+) -> np.ndarray:
+    """Where the values of key ``old`` before change ``r`` come from (a row of `_fold_sources`' ``src``)."""
+    where = f"commit ts {int(changes.column('ts')[r].as_py())}"
+    if old in state:
+        prev = state[old]
+        if prev is None:
+            raise LakeError(f"{_label(ts)}: an UPDATE of key {clip(old)} after its DELETE", where=where)
+        return src[prev]
+    if old in held:
+        return np.full(len(ts.columns), held[old], dtype=np.int64)
+    raise LakeError(
+        f"{_label(ts)}: an UPDATE of key {clip(old)} carries only some columns (binlog_row_image=MINIMAL) and the "
+        "table holds no such row to take the others from",
+        where=where,
+    )
+
+
+def _complete_keyless(ts: TableSchema, changes: pa.Table, op: np.ndarray, present: np.ndarray) -> pa.Table:
+    """A table without a key: an update's absent columns are its before image's, a delete's image is whole."""
+    for i in range(len(ts.columns)):
+        before = _mask(changes, f"q{i}")
+        lacking = ~present[:, i] & ((op == 2) | ((op == 1) & ~before))
+        if lacking.any():
+            raise LakeError(
+                f"{_label(ts)} has no key: its rows are matched on every column, and a change at this commit "
+                f"lacks column {ts.columns[i].name!r} in both images (binlog_row_image=MINIMAL)",
+                where=f"commit ts {_first_ts(changes, lacking)}",
+            )
+        fill = ~present[:, i] & (op == 1)
+        if fill.any():
+            at = changes.schema.get_field_index(f"c{i}")
+            changes = changes.set_column(
+                at, f"c{i}", pc.if_else(pa.array(fill), changes.column(f"b{i}"), changes.column(f"c{i}"))
+            )
+    return without_presence(changes)
 
 
 # ---------------------------------------------------------------- modes
@@ -348,7 +629,9 @@ def keyless_rewrite(ts: TableSchema, weights: pa.Table, held: pa.Table) -> pa.Ta
 
 
 def changelog_rows(ts: TableSchema, changes: pa.Table) -> pa.Table:
-    """Every change as one row: op, commit ts, the after image (NULL for a delete), the before image."""
+    """Every change as one row: op, commit ts, the after image (NULL for a delete), the before image, and
+    `ABSENT_COLUMNS`: the names of this row's columns (``x`` / ``_cf_before_x``) the binlog did not carry
+    (binlog_row_image=MINIMAL; NULL there is no value, not SQL NULL), NULL when it carried every one."""
     w = len(ts.columns)
     op = changes.column("op").to_numpy()
     is_delete = pa.array(op == 2)
@@ -361,9 +644,24 @@ def changelog_rows(ts: TableSchema, changes: pa.Table) -> pa.Table:
         # a delete's image is its before image; an insert has none
         before.append(pc.if_else(is_delete, main, pc.if_else(is_insert, nulls, changes.column(f"b{i}"))))
     return pa.Table.from_arrays(
-        [pa.array(OP_NAMES[op]), changes.column("ts"), *after, *before],
+        [pa.array(OP_NAMES[op]), changes.column("ts"), *after, *before, _absent_names(ts, changes, op)],
         schema=lake_schema(ts, "changelog"),
     )
+
+
+def _absent_names(ts: TableSchema, changes: pa.Table, op: np.ndarray) -> pa.Array:
+    """Per change, the changelog columns its images lacked, after-image columns first, in table order (None: none)."""
+    n = changes.num_rows
+    if not has_presence(changes):
+        return pa.nulls(n, pa.list_(pa.string()))
+    names: list[list[str]] = [[] for _ in range(n)]
+    for i, column in enumerate(ts.columns):  # a delete's main image is its before image
+        for r in np.flatnonzero(~_mask(changes, f"p{i}")).tolist():
+            names[r].append(BEFORE + column.name if op[r] == 2 else column.name)
+    for i, column in enumerate(ts.columns):
+        for r in np.flatnonzero(~_mask(changes, f"q{i}") & (op == 1)).tolist():
+            names[r].append(BEFORE + column.name)
+    return pa.array([x or None for x in names], pa.list_(pa.string()))
 
 
 def commit_time(commit: pa.Array | pa.ChunkedArray) -> pa.Array:
@@ -606,6 +904,11 @@ class LakeSink(SinkContext):
         """Apply one chunk's change set in the mode, in ONE commit recording ``version``."""
 
     @abstractmethod
+    def _stored(self, name: Name, shape: TableSchema, keys: pa.Table) -> pa.Table:
+        """The stored rows of ``keys`` (real key column names) as the source columns (upsert: the current rows;
+        scd2: the open versions), to complete images that lack columns (`complete_changes`)."""
+
+    @abstractmethod
     def _truncate(self, name: Name, version: int, drop: bool) -> None:
         """TRUNCATE / DROP TABLE: no current rows remain, recording ``version``."""
 
@@ -790,7 +1093,14 @@ class LakeSink(SinkContext):
         # Created or evolved recording what the table held before: a crash before `_write` must not leave
         # it claiming the chunk's rows (the replay would skip them).
         self._ensure(name, chunk.shape, self.table_version(name), None)
-        changes = pa.concat_tables(chunk.parts)
+        parts = chunk.parts
+        if any(has_presence(p) for p in parts):  # some images lack columns (binlog_row_image=MINIMAL)
+            parts = [with_presence(p, len(chunk.shape.columns)) for p in parts]
+        changes = pa.concat_tables(parts)
+        if has_presence(changes) and self.options.mode != "changelog":
+            keys = partial_keys(chunk.shape, changes)
+            stored = self._stored(name, chunk.shape, keys) if keys.num_rows else None
+            changes = complete_changes(chunk.shape, changes, stored, self.options.time_zone)
         self._write(name, chunk.shape, changes, version)
         log.info(
             "%s %s: %d changes committed at checkpoint ts %d",
@@ -916,6 +1226,7 @@ def _same_shape(a: TableSchema, b: TableSchema) -> bool:
 
 
 __all__ = [
+    "ABSENT_COLUMNS",
     "CHECKPOINT_FILE",
     "MODES",
     "ROOT_ENTRIES",
@@ -926,6 +1237,9 @@ __all__ = [
     "changelog_rows",
     "collapse_upsert",
     "commit_time",
+    "complete_changes",
     "lake_schema",
+    "partial_keys",
+    "rows_of_keys",
     "scd2_rows",
 ]

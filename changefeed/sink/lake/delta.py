@@ -59,6 +59,7 @@ from .common import (
     keyless_weights,
     lake_schema,
     reshape,
+    rows_of_keys,
     scd2_rows,
 )
 from .maintenance import Cadence, ExpiredVersionError, best_effort
@@ -242,6 +243,26 @@ class DeltaSink(LakeSink):
             .when_not_matched_insert_all(f"NOT s.{DELETE}", except_cols=[DELETE])
             .execute()
         )
+
+    def _stored(self, name: Name, shape: TableSchema, keys: pa.Table) -> pa.Table:
+        """A scan filtered on the non-text key columns (files skipped by their statistics; delta-rs types text
+        as views, which pyarrow's filter cannot compare), narrowed to ``keys`` exactly."""
+        table = self._table(name)
+        assert table is not None
+        names = [c.name for c in shape.columns]
+        dataset = table.to_pyarrow_dataset(filesystem=self._fs(name))
+        types = {f.name: f.type for f in dataset.schema}
+        terms = [
+            pc.field(k).isin(pc.cast(keys.column(k), types[k]))
+            for k in keys.column_names
+            if not (pa.types.is_string(types[k]) or pa.types.is_binary(types[k]) or types[k].id in _VIEW_TYPES)
+        ]
+        wanted = names
+        if self.options.mode == "scd2":  # the open versions
+            terms.append(pc.field(VALID_TO).is_null())
+            wanted = [*names, VALID_TO]
+        rows = dataset.to_table(columns=wanted, filter=functools.reduce(operator.and_, terms) if terms else None)
+        return rows_of_keys(rows.select(names), keys)
 
     def _truncate(self, name: Name, version: int, drop: bool) -> None:
         table = self._table(name)

@@ -22,7 +22,7 @@ import pyarrow.compute as pc
 from ...errors import ConfigError
 from ...model.tso import LOGICAL_MASK, compose_tso, tso_physical_ms
 from . import LAKE_SCHEMES
-from .common import BEFORE, COMMIT_TS, OP, VALID_FROM, VALID_TO, LakeError, LakeOptions, LakeSink, Name
+from .common import ABSENT_COLUMNS, BEFORE, COMMIT_TS, OP, VALID_FROM, VALID_TO, LakeError, LakeOptions, LakeSink, Name
 
 #: The columns each mode adds to the source's (docs/lakehouse.md, "Modes").
 _SCD2_COLUMNS = (VALID_FROM, VALID_TO, OP, COMMIT_TS)
@@ -200,6 +200,16 @@ def fold_changelog(raw: pa.Table, ts: int, where: str) -> pa.Table:
         since = pc.max(cleared.column(COMMIT_TS)).as_py()
         raw = raw.filter(pc.greater(raw.column(COMMIT_TS), pa.scalar(since, pa.int64())))
         ops = raw.column(OP)
+    if ABSENT_COLUMNS in raw.column_names:
+        partial = raw.filter(pc.is_valid(raw.column(ABSENT_COLUMNS)))
+        if partial.num_rows:
+            at = pc.min(partial.column(COMMIT_TS)).as_py()
+            raise LakeError(
+                f"{where}: the changelog holds changes whose binlog images lacked columns (binlog_row_image=MINIMAL, "
+                f"first at commit ts {at}): they cannot be folded into rows (a table in mode=upsert or scd2 can)",
+                where=where,
+            )
+        raw = raw.drop_columns([ABSENT_COLUMNS])
     names = [n for n in raw.column_names if n not in (OP, COMMIT_TS) and not n.startswith(BEFORE)]
     after = raw.filter(pc.is_in(ops, pa.array(["insert", "update"]))).select(names)
     before = raw.filter(pc.is_in(ops, pa.array(["update", "delete"]))).select([BEFORE + n for n in names])

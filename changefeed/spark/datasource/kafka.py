@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
 from ...clients.kafkauri import KAFKA_SECURITY_PARAMS, KafkaSecurity
-from ...codec import CodecOptions, Message
+from ...codec import CodecOptions, Message, require_transport
 from ...consume.kafka import KAFKA_TIMEOUT_S, RANGE_CONSUMERS, RANGE_SETTINGS, new_consumer, read_range
 from ...errors import ChangefeedError, ConfigError, UnknownSchemaError
 from ...model import Event, TableSchema
@@ -442,10 +442,7 @@ class KafkaInput(Input):
         mapping.setdefault("protocol", "canal-json")
         mapping.setdefault("time-zone", opts.time_zone)
         self.codec = CodecOptions.from_mapping(mapping)
-        if self.codec.protocol not in ("canal-json", "open-protocol", "simple", "debezium"):
-            raise ConfigError(
-                f"input kafka reads canal-json, open-protocol, simple or debezium, not {self.codec.protocol!r}"
-            )
+        require_transport(self.codec.protocol, "kafka", "input kafka reads")
         if self.codec.protocol == "debezium" and not self.codec.enable_tidb_extension:
             raise ConfigError("input kafka with debezium needs enable-tidb-extension=true (watermarks)")
         if self.codec.protocol == "canal-json" and not self.codec.enable_tidb_extension:

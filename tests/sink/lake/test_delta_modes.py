@@ -39,7 +39,7 @@ def test_changelog_appends_every_change_once(tmp_path: Path) -> None:
     run(tmp_path, "changelog", [first, second])  # a restart replaying both batches appends nothing
     table = read_delta(tmp_path / "shop/orders").sort_by("_cf_commit_ts")
     before = ["_cf_before_id", "_cf_before_note", "_cf_before_amount"]
-    assert table.schema.names == ["_cf_op", "_cf_commit_ts", "id", "note", "amount", *before]
+    assert table.schema.names == ["_cf_op", "_cf_commit_ts", "id", "note", "amount", *before, "_cf_absent"]
     got = [(r["_cf_op"], r["_cf_commit_ts"], r["note"], r["_cf_before_note"]) for r in table.to_pylist()]
     assert got == [("insert", ts(1), "a", None), ("update", ts(2), "b", "a"), ("delete", ts(3), None, "b")]
 
