@@ -156,8 +156,10 @@ class SourceConfig:
         )
         return replace(address, password=password)
 
-    def data_source_options(self) -> dict[str, str]:
+    def data_source_options(self, partial_images: bool = False) -> dict[str, str]:
         """The ``changefeed`` data source options of the ``binlog`` input (docs/spark.md).
+
+        ``partial_images``: the sink takes rows without their unchanged columns (a lake sink).
 
         A live source's password travels as the ``password`` option, not inside ``url``: Spark
         redacts options named like passwords wherever it shows them.
@@ -174,6 +176,8 @@ class SourceConfig:
             options["path"] = str(self.path)
         if self.start_position:
             options["startPosition"] = self.start_position
+        if self.is_live and partial_images:
+            options["partialImages"] = "true"
         if self.is_live and self.snapshot_mode != "never":
             options["snapshot"] = self.snapshot_mode
             if self.snapshot_chunk_size:

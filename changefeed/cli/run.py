@@ -218,7 +218,7 @@ def capture_plan(args: argparse.Namespace, config: ChangefeedConfig) -> JobPlan:
 
     sink_kind = "storage" if config.sink_uri.scheme == "file" else config.sink_uri.scheme
     source = source_options(
-        config.source.data_source_options(),
+        config.source.data_source_options(partial_images=config.sink_uri.is_lake),
         rules=config.filter.rules,
         time_zone=config.time_zone,
         max_events=args.max_events,
@@ -357,6 +357,7 @@ def preflight(
         partitions=partitions,
         sink=sink,
         broker_config=broker_config,
+        partial_images=config.sink_uri.is_lake,  # the lake sinks fill MINIMAL images (docs/lakehouse.md)
     )
     raise_for_errors(findings)
 

@@ -109,6 +109,7 @@ def check_source(
     timeout: float = 5.0,
     schema_tracker: bool = True,
     snapshot: Callable[[str, str], bool] | None = None,
+    partial_images: bool = False,
 ) -> list[Finding]:
     """Everything binlog capture needs from a MySQL/MariaDB server, checked over one connection.
 
@@ -116,19 +117,24 @@ def check_source(
     dict); its file must still exist on the server. ``schema_tracker`` says whether capture may
     fall back to the schema tracker when ``binlog_row_metadata`` is not FULL (then it is a
     warning, otherwise an error). ``snapshot``: the tables a snapshot will read (schema, table ->
-    kept), each of which must allow SELECT. Returns the findings; an empty list means ready to capture.
+    kept), each of which must allow SELECT. ``partial_images``: the sink takes rows without their
+    unchanged columns (a lake sink: binlog_row_image MINIMAL/NOBLOB is then a warning, not an error).
+    Returns the findings; an empty list means ready to capture.
     """
     position = _as_position(start)
-    return _logged(_source_findings(url, position, timeout, schema_tracker, everything=True, snapshot=snapshot))
+    findings = _source_findings(url, position, timeout, schema_tracker, True, snapshot, partial_images)
+    return _logged(findings)
 
 
-def binlog_settings(url: str | MySQLParams, *, timeout: float = 5.0, schema_tracker: bool = True) -> list[Finding]:
+def binlog_settings(
+    url: str | MySQLParams, *, timeout: float = 5.0, schema_tracker: bool = True, partial_images: bool = False
+) -> list[Finding]:
     """Only the server's binlog settings (log_bin, format, row image, row metadata), not logged.
 
     For a reader that must refuse a binlog it cannot decode, without repeating the grant and
     position checks `check_source` does before a run.
     """
-    return _source_findings(url, None, timeout, schema_tracker, everything=False)
+    return _source_findings(url, None, timeout, schema_tracker, False, partial_images=partial_images)
 
 
 def _source_findings(
@@ -138,6 +144,7 @@ def _source_findings(
     schema_tracker: bool,
     everything: bool,
     snapshot: Callable[[str, str], bool] | None = None,
+    partial_images: bool = False,
 ) -> list[Finding]:
     params = parse_mysql_url(url) if isinstance(url, str) else url
     target = params.url
@@ -149,7 +156,7 @@ def _source_findings(
     try:
         with conn.cursor() as cur:
             variables = _variables(cur)
-            findings += _settings_findings(variables, target, schema_tracker)
+            findings += _settings_findings(variables, target, schema_tracker, partial_images)
             if everything:
                 findings += _grant_findings(cur, target)
             if everything and position is not None and position.file and _on(variables.get("log_bin", "OFF")):
@@ -186,6 +193,7 @@ def check_all(
     sink: str | MySQLParams | None = None,
     timeout: float = 5.0,
     broker_config: Mapping[str, Any] | None = None,
+    partial_images: bool = False,
 ) -> list[Finding]:
     """Every check that applies to the parts given: what `changefeed check` and `changefeed run` both run.
 
@@ -193,7 +201,14 @@ def check_all(
     """
     findings: list[Finding] = []
     if source is not None:
-        findings += check_source(source, start, timeout=timeout, schema_tracker=schema_tracker, snapshot=snapshot)
+        findings += check_source(
+            source,
+            start,
+            timeout=timeout,
+            schema_tracker=schema_tracker,
+            snapshot=snapshot,
+            partial_images=partial_images,
+        )
     if broker is not None:
         findings += check_broker(broker, topic, partitions, timeout=timeout, client_config=broker_config)
     if sink is not None:
@@ -246,7 +261,9 @@ def _variables(cur: Any) -> dict[str, str]:
     return {str(name).lower(): str(value) for name, value in cur.fetchall()}
 
 
-def _settings_findings(variables: Mapping[str, str], target: str, schema_tracker: bool) -> list[Finding]:
+def _settings_findings(
+    variables: Mapping[str, str], target: str, schema_tracker: bool, partial_images: bool = False
+) -> list[Finding]:
     out: list[Finding] = []
     if not _on(variables.get("log_bin", "OFF")):
         out.append(
@@ -271,13 +288,26 @@ def _settings_findings(variables: Mapping[str, str], target: str, schema_tracker
             )
         )
     image = variables.get("binlog_row_image", "").upper()
-    if image and image != "FULL":
+    if image and image != "FULL" and partial_images:
+        # The lake sinks fill a partial row from the row they hold (docs/lakehouse.md, "MINIMAL row images").
+        out.append(
+            Finding(
+                "binlog-row-image",
+                "warning",
+                f"binlog_row_image={image}: row events lack the unchanged columns; the lake sink fills updates "
+                "from the rows it holds and refuses an INSERT whose missing column has no constant default",
+                _setting_fix("binlog_row_image", "FULL"),
+                target,
+            )
+        )
+    elif image and image != "FULL":
         out.append(
             Finding(
                 "binlog-row-image",
                 "error",
                 f"binlog_row_image={image}: row events lack the unchanged columns, so updates and deletes "
-                "cannot be encoded with their full before/after images",
+                "cannot be encoded with their full before/after images (only a delta:// or iceberg:// sink "
+                "takes such rows)",
                 _setting_fix("binlog_row_image", "FULL"),
                 target,
             )

@@ -41,7 +41,7 @@ from ...capture.snapshot.reader import SnapshotReader, replica_window
 from ...capture.snapshot.signal import Signal, parse_signal_table, read_signal
 from ...capture.snapshot.stream import handed_over
 from ...clients.mysql import MySQLError, MySQLParams, ProgrammingError
-from ...errors import CaptureError, ConfigError
+from ...errors import CaptureError, ConfigError, true_false
 from ...files.store import open_store
 from ...model import DDLEvent, Event, Resolved, RowChange, TableSchema
 from ...model.ddlschema import DDLCatalog
@@ -287,6 +287,9 @@ class BinlogServer:
     """
 
     address: ServerAddress = field(repr=False)  # holds the password: repr and str show user@host:port only
+    #: The sink fills rows without their unchanged columns (``partialImages=true``: a lake sink), so
+    #: binlog_row_image MINIMAL/NOBLOB is read; otherwise refused.
+    partial_images: bool = False
     reconnect: ClassVar[ReconnectPolicy | None] = _RECONNECT
 
     def opener(self) -> SourceFactory:
@@ -358,7 +361,8 @@ class BinlogServer:
         """Refuse a server whose binlog this input cannot decode (the preflight findings, with their fixes)."""
         from ...ops.preflight import binlog_settings  # noqa: PLC0415 - the preflight owns the checks
 
-        errors = [f for f in binlog_settings(self.params(), schema_tracker=False) if f.severity == "error"]
+        findings = binlog_settings(self.params(), schema_tracker=False, partial_images=self.partial_images)
+        errors = [f for f in findings if f.severity == "error"]
         if errors:
             raise ConfigError(f"the binlog input cannot read {self.address}: " + "; ".join(str(f) for f in errors))
 
@@ -536,7 +540,8 @@ def _source(opts: SourceOptions) -> BinlogSource:
             if address.password:
                 raise ConfigError(f"the password is given twice: in the url and the password option ({address})")
             address = replace(address, password=opts.extra["password"])
-        return BinlogServer(address)
+        partial = true_false(opts.extra.get("partialimages", "false"), "partialImages")
+        return BinlogServer(address, partial)
     if not opts.path.exists():
         raise ConfigError(f"no such binlog directory or file: {opts.path}")
     return BinlogFiles(opts.path)
@@ -572,7 +577,7 @@ class BinlogInput(Input):
     OPTIONS = frozenset(
         {"startposition", "eventsperpartition", "url", "password"}
         | {"snapshot", "snapshotchunksize", "snapshotparallelism", "snapshotdir", "snapshotdirshared"}
-        | {"signaltable", "changefeedid"}
+        | {"signaltable", "changefeedid", "partialimages"}
     )
     OUTPUTS: ClassVar[Mapping[str, str]] = {RANGES: RANGES_SCHEMA}
     # Rows per micro-batch by default (cut at the next transaction boundary): the capture job

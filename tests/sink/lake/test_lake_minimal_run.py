@@ -212,3 +212,46 @@ def test_an_insert_leaving_out_a_column_stops_the_run_naming_it(
     finally:
         with mariadb.connect() as conn, conn.cursor() as cur:
             cur.execute(f"DROP DATABASE IF EXISTS `{schema}`")
+
+
+def test_a_server_writing_minimal_images_runs_into_a_lake_and_is_refused_elsewhere(
+    spark: object,
+    mariadb_factory: Any,
+    mariadb_downstream: MariaDBServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """binlog_row_image=MINIMAL server-wide: the preflight and the binlog input let it through into a lake
+    sink (a warning), and refuse it into MySQL naming the setting and the sinks that take such rows."""
+    server = mariadb_factory(extra_config={"binlog_row_image": "MINIMAL"})
+    schema = "mi_server"
+    with server.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE `{schema}`")
+        cur.execute(f"CREATE TABLE `{schema}`.items ({ITEMS})")
+        cur.execute(f"CREATE TABLE `{schema}`.pairs ({PAIRS})")
+        conn.commit()
+    work = Workload(server, schema, seed=5)
+    work.run(work.statements(40, ("insert",)))
+
+    def config(name: str, sink: str) -> str:
+        path = tmp_path / f"{name}.toml"
+        path.write_text(
+            f'changefeed-id = "{name}"\nsink-uri = "{sink}"\n'
+            f'[source]\ntype = "mysql"\nurl = "{server.url}"\n[filter]\nrules = ["{schema}.*"]\n'
+        )
+        return str(path)
+
+    lake = tmp_path / "lake"
+    argv = ["run", config("to-lake", f"delta://{lake}"), "--available-now", "--master", "local[2]"]
+    argv += ["--checkpoint", str(tmp_path / "ck")]
+    assert main(argv) == 0, capsys.readouterr().err
+    work.run(work.statements(80))
+    assert main(argv) == 0, capsys.readouterr().err
+    for table in ("items", "pairs"):
+        assert _lake_rows("delta", lake, schema, table) == _upstream(server, schema, table), table
+
+    capsys.readouterr()
+    refused = ["run", config("to-mysql", f"{mariadb_downstream.url}/"), "--available-now", "--master", "local[2]"]
+    assert main([*refused, "--checkpoint", str(tmp_path / "ck2")]) != 0
+    err = capsys.readouterr().err
+    assert "binlog_row_image=MINIMAL" in err and "delta:// or iceberg://" in err, err
