@@ -66,6 +66,8 @@ __all__ = [
     "OperationalError",
     "ProgrammingError",
     "TLSOptions",
+    "binary_logs",
+    "binlog_status",
     "connect",
     "escape_string",
     "mask_url",
@@ -389,3 +391,22 @@ def split_mysql_url(url: str, taken: Collection[str]) -> tuple[MySQLParams, dict
         options=options,
     )
     return connection, given
+
+
+def binlog_status(cur: Any) -> tuple[Any, ...] | None:
+    """The server's binlog status row (file, position, ..., MySQL's Executed_Gtid_Set); None with log_bin off.
+
+    MySQL 8.4 removed ``SHOW MASTER STATUS`` in favour of ``SHOW BINARY LOG STATUS``; MariaDB has only the first.
+    """
+    try:
+        cur.execute("SHOW MASTER STATUS")
+    except ProgrammingError:
+        cur.execute("SHOW BINARY LOG STATUS")
+    row = cur.fetchone()
+    return tuple(row) if row else None
+
+
+def binary_logs(cur: Any) -> list[tuple[str, int]]:
+    """``SHOW BINARY LOGS``: each binlog file the server keeps and its size, oldest first."""
+    cur.execute("SHOW BINARY LOGS")
+    return [(str(row[0]), int(row[1])) for row in cur.fetchall()]

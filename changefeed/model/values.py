@@ -32,7 +32,7 @@ from typing import Any
 from ..errors import clip
 from .gofloat import format_f, to_float32
 from .schema import Column
-from .types import FLOAT_TYPES, INTEGER_TYPES, TEXT_VALUE_TYPES, UINT_VALUE_TYPES, TypeCode
+from .types import FLOAT_TYPES, INTEGER_BITS, INTEGER_TYPES, TEXT_VALUE_TYPES, UINT_VALUE_TYPES, TypeCode
 
 
 class _Absent:
@@ -56,15 +56,6 @@ class _Absent:
 
 
 ABSENT: Any = _Absent()
-
-_INT_RANGES: dict[TypeCode, int] = {
-    TypeCode.TINYINT: 8,
-    TypeCode.SMALLINT: 16,
-    TypeCode.MEDIUMINT: 24,
-    TypeCode.INT: 32,
-    TypeCode.BIGINT: 64,
-}
-
 
 def format_date(year: int, month: int, day: int) -> str:
     return f"{year:04d}-{month:02d}-{day:02d}"
@@ -150,7 +141,7 @@ def check_value(column: Column, value: Any) -> Any:  # noqa: C901  (per-type swi
     if tc in INTEGER_TYPES:
         if not isinstance(value, int) or isinstance(value, bool):
             raise TypeError(f"column {name!r} ({column.type_name}) needs an int, got {clip(value)}")
-        bits = _INT_RANGES[tc]
+        bits = INTEGER_BITS[tc]
         lo, hi = (0, (1 << bits) - 1) if column.unsigned else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
         if not lo <= value <= hi:
             raise ValueError(f"column {name!r} ({column.type_name}) value {clip(value)} out of range")

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from ..capture.binlog.position import BinlogPosition, file_key
 from ..capture.snapshot.progress import SYSTEM_SCHEMAS
-from ..clients.mysql import MySQLError, MySQLParams, OperationalError, parse_mysql_url
+from ..clients.mysql import MySQLError, MySQLParams, OperationalError, binary_logs, parse_mysql_url
 from ..errors import ChangefeedError
 from ..model.ddl import quote_table
 from ..secrets import mask_secrets
@@ -431,13 +431,12 @@ def _global_privileges(grant: str) -> set[str]:
 
 def _position_findings(cur: Any, position: BinlogPosition, target: str) -> list[Finding]:
     try:
-        cur.execute("SHOW BINARY LOGS")
+        logs = binary_logs(cur)
     except MySQLError as exc:
         code = exc.args[0] if exc.args else 0
         if code in _NO_PRIVILEGE:
             return []  # reported by the grant check
         raise
-    logs = [(str(row[0]), int(row[1])) for row in cur.fetchall()]
     sizes = dict(logs)
     if position.file in sizes:
         if position.pos > sizes[position.file]:

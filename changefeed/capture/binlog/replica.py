@@ -26,6 +26,7 @@ from ...clients.mysql import (
     OperationalError,
     PyMySQLConnection,
     TLSOptions,
+    binary_logs,
     connect,
 )
 from ...errors import CaptureError, ConfigError
@@ -239,11 +240,10 @@ class ReplicaStream:
                     cur.execute("SET @slave_gtid_strict_mode = 1")
                     cur.execute("SET @slave_gtid_ignore_duplicates = 0")
                 else:
-                    cur.execute("SHOW BINARY LOGS")
-                    rows = cur.fetchall()
-                    if not rows:
+                    logs = binary_logs(cur)
+                    if not logs:
                         raise CaptureError(f"{self.address} has no binary logs (is log_bin on?)")
-                    start = BinlogPosition(str(rows[0][0]), 4, start.gtid, start.clock)
+                    start = BinlogPosition(logs[0][0], 4, start.gtid, start.clock)
         return start
 
     def _command(self, conn: PyMySQLConnection, payload: bytes) -> None:

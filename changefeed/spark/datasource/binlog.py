@@ -16,11 +16,11 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import tzinfo
 from pathlib import Path
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 import orjson
 import pyarrow as pa
@@ -40,7 +40,7 @@ from ...capture.snapshot.progress import begin as begin_snapshot
 from ...capture.snapshot.reader import SnapshotReader, replica_window
 from ...capture.snapshot.signal import Signal, parse_signal_table, read_signal
 from ...capture.snapshot.stream import handed_over
-from ...clients.mysql import MySQLError, MySQLParams, ProgrammingError
+from ...clients.mysql import MySQLError, MySQLParams, binary_logs, binlog_status
 from ...errors import CaptureError, ConfigError, true_false
 from ...files.store import open_store
 from ...model import DDLEvent, Event, Resolved, RowChange, TableSchema
@@ -63,6 +63,7 @@ from .snapshot import (
 )
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 #: ``startPosition`` keywords: the oldest binlog, or the server's current end (live only).
 EARLIEST, LATEST = "earliest", "latest"
@@ -300,32 +301,28 @@ class BinlogServer:
 
         return open_source
 
-    def _rows(self, *queries: str) -> list[tuple[Any, ...]]:
-        """The rows of the first query the server understands (newer servers renamed some statements)."""
+    def query(self, what: str, read: Callable[[Any], T]) -> T:
+        """``read(cursor)`` on a connection of its own; errors become CaptureErrors naming ``what`` and the server."""
         try:
             conn = self.params().connect(autocommit=True)
         except MySQLError as exc:
             raise CaptureError(f"cannot connect to {self.address}: {exc}") from None
         try:
             with conn.cursor() as cur:
-                for i, sql in enumerate(queries):
-                    try:
-                        cur.execute(sql)
-                        return list(cur.fetchall())
-                    except ProgrammingError:
-                        if i == len(queries) - 1:
-                            raise
-                return []
+                return read(cur)
         except MySQLError as exc:
-            raise CaptureError(f"{queries[0]} on {self.address} failed: {exc}") from None
+            raise CaptureError(f"{what} on {self.address} failed: {exc}") from None
         finally:
             conn.close()
 
+    def binary_logs(self) -> list[tuple[str, int]]:
+        return self.query("SHOW BINARY LOGS", binary_logs)
+
     def earliest(self) -> BinlogPosition:
-        rows = self._rows("SHOW BINARY LOGS")
-        if not rows:
+        logs = self.binary_logs()
+        if not logs:
             raise CaptureError(f"{self.address} has no binary logs (is log_bin on?)")
-        return BinlogPosition(str(rows[0][0]), 4)
+        return BinlogPosition(logs[0][0], 4)
 
     def latest(self) -> BinlogPosition:
         """The server's current end, with the GTID state there when the server reports it with the position.
@@ -338,11 +335,10 @@ class BinlogServer:
         return BinlogPosition(str(row[0]), int(row[1]), gtid)
 
     def _status(self) -> tuple[Any, ...]:
-        # MySQL 8.4 removed SHOW MASTER STATUS in favour of SHOW BINARY LOG STATUS.
-        rows = self._rows("SHOW MASTER STATUS", "SHOW BINARY LOG STATUS")
-        if not rows:
+        row = self.query("SHOW MASTER STATUS", binlog_status)
+        if not row:
             raise CaptureError(f"{self.address} reports no binlog position (is log_bin on?)")
-        return rows[0]
+        return row
 
     def end(self) -> dict[str, Any]:
         row = self._status()
@@ -656,7 +652,7 @@ class BinlogInput(Input):
     def _purged(self, at: BinlogPosition) -> bool:
         if not at.file or not isinstance(self.source, BinlogServer):
             return False
-        names = {str(r[0]) for r in self.source._rows("SHOW BINARY LOGS")}
+        names = {name for name, _ in self.source.binary_logs()}
         if at.file in names:
             return False
         log.warning("binlog input: %s is no longer on %s: snapshot (snapshot = when-needed)", at, self.source)
