@@ -16,7 +16,7 @@ from pyspark.sql import SparkSession
 
 from changefeed.codec import CodecOptions
 from changefeed.errors import CodecError
-from changefeed.model import Column, TableSchema, TypeCode
+from changefeed.model import Column, RowChange, TableSchema, TypeCode
 from changefeed.model.rowblock import RowBlock, Segment, TableRows
 from changefeed.sink.kafka import KafkaSink, KafkaSinkConfig
 from changefeed.spark.changelog import ChangelogRows
@@ -40,11 +40,16 @@ from .test_kafka_messages import _ends, _lines, _old_path, _raw, _source
 CODEC = CodecOptions(protocol="open-protocol")
 
 
-def _topic(broker: Broker, partitions: int = 2) -> str:
+def _topic(broker: Broker, partitions: int = 2, codec: CodecOptions = CODEC, start_ts_lag: int = 0) -> str:
+    """A topic with the captured fixture's events; ``start_ts_lag``: each row's start ts that far before its commit."""
     topic = f"cf-dec-{uuid.uuid4().hex[:8]}"
-    sink = KafkaSink(KafkaSinkConfig(broker.bootstrap_servers, topic, CODEC, partition_num=partitions))
+    events = list(captured())
+    for ev in events:
+        if isinstance(ev, RowChange) and start_ts_lag:
+            ev.start_ts = ev.commit_ts - start_ts_lag
+    sink = KafkaSink(KafkaSinkConfig(broker.bootstrap_servers, topic, codec, partition_num=partitions))
     try:
-        sink.write(list(captured()))
+        sink.write(events)
         sink.flush()
     finally:
         sink.close()
@@ -52,10 +57,30 @@ def _topic(broker: Broker, partitions: int = 2) -> str:
 
 
 def test_only_columnar_protocols_are_decoded_in_tasks() -> None:
-    assert columnar(CODEC)
+    assert columnar(CODEC) and columnar(DEBEZIUM)
     assert not columnar(CodecOptions(protocol="open-protocol", large_message_handle_compression="lz4"))
     assert not columnar(CodecOptions(protocol="canal-json", enable_tidb_extension=True))
     assert not columnar(CodecOptions(protocol="simple"))
+
+
+#: Debezium with its watermarks and each row's start ts (carried in the hand-over as a column of its own).
+DEBEZIUM = CodecOptions(protocol="debezium", enable_tidb_extension=True, debezium_include_start_ts=True)
+
+
+def test_decoded_debezium_rows_keep_their_start_ts(broker: Broker) -> None:
+    topic = _topic(broker, codec=DEBEZIUM, start_ts_lag=5)
+    for partition, end in _ends(broker, topic).items():
+        rng = KafkaRange(broker.bootstrap_servers, topic, partition, 0, end, DEBEZIUM, ChangelogRows(), DECODED)
+        decoded = unpack(pa.Table.from_batches(list(rng.rows()), DECODED_SCHEMA), topic)
+        raw = _raw(broker, topic, partition, 0, end, DEBEZIUM)
+        driver = MessageDecoder(broker.bootstrap_servers, topic, DEBEZIUM, ChangelogRows()).decode(raw)
+        assert [(p, o, size) for p, o, _, size in decoded] == [(p, o, size) for p, o, _, size in driver]
+        assert [_lines(e) for *_, e, _ in decoded] == [_lines(e) for *_, e, _ in driver]
+        blocks = [e for _, _, events, _ in decoded for e in events if isinstance(e, RowBlock)]
+        assert blocks, "the rows came as row blocks"
+        starts = {row.start_ts for block in blocks for t in block.tables for row in map(t.row, range(t.num_rows))}
+        commits = {s.commit_ts for block in blocks for s in block.segments}
+        assert starts and starts == {ts - 5 for ts in commits}  # each row's own start ts, not its commit ts
 
 
 def test_decoded_output_gives_the_events_of_the_changelog_path(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -35,6 +35,7 @@ import pyarrow as pa
 
 from ... import errors
 from ...codec import CodecOptions
+from ...codec.debezium.blocks import DebeziumRows
 from ...errors import CaptureError, ChangefeedError
 from ...model import Event
 from ...model.jsonl import EventReader, dumps_event, table_schema_from_json, table_schema_to_json
@@ -49,6 +50,7 @@ DECODED_SCHEMA = pa.schema(
 )
 DECODED_DDL = "part int, offset long, meta binary, tables array<binary>"
 _RAW = "raw"
+_START_TS = "start_ts"
 
 Decoded = tuple[int, int, Sequence[Event | RowBlock], int]
 """(partition, offset, events of that message, its bytes)."""
@@ -56,7 +58,7 @@ Decoded = tuple[int, int, Sequence[Event | RowBlock], int]
 
 def columnar(codec: CodecOptions) -> bool:
     """Does ``codec`` decode to columns (else the driver decodes: rows as JSON would cost more than they save)?"""
-    return codec.protocol == "open-protocol" and codec.large_message_handle_compression == "none"
+    return codec.protocol in ("open-protocol", "debezium") and codec.large_message_handle_compression == "none"
 
 
 # ---------------------------------------------------------------------------------------------- executor side
@@ -74,6 +76,9 @@ def _table_ipc(rows: TableRows) -> bytes:
         # 128-bit digest tells the same apart at a 25th of the hand-over's bytes.
         digests = [None if v is None else blake2b(v, digest_size=16).digest() for v in rows.raw]
         batch = batch.append_column(_RAW, pa.array(digests, pa.binary(16)))
+    start_ts = getattr(rows, "start_ts", None)  # Debezium's rows: each row's source.start_ts (last column)
+    if start_ts is not None:
+        batch = batch.append_column(_START_TS, pa.array(start_ts, pa.uint64()))
     return ipc_bytes(batch)
 
 
@@ -104,6 +109,7 @@ def pack(
                             "main": _runs_json(root.main_runs),
                             "before": _runs_json(root.before_runs),
                             "raw": root.raw is not None,
+                            "start_ts": getattr(root, "start_ts", None) is not None,
                         }
                     )
                 slices.append([index, at, rows.num_rows])
@@ -146,12 +152,23 @@ def _runs(obj: Any) -> Runs | None:
 
 def _table(ipc: bytes, info: dict[str, Any], schema: TableSchema) -> TableRows:
     batch = pa.ipc.open_stream(ipc).read_next_batch()  # ipc_bytes writes one batch
-    raw = None
+    raw = start_ts = None
+    # The extra columns by position, last first: column names come from data and may repeat.
+    if info.get("start_ts"):
+        start_ts = batch.column(batch.num_columns - 1).to_numpy()
+        batch = _without_last(batch)
     if info["raw"]:
         raw = batch.column(batch.num_columns - 1).to_pylist()
-        last = batch.num_columns - 1  # by position: column names come from data and may repeat
-        batch = pa.RecordBatch.from_arrays(batch.columns[:last], schema=batch.schema.remove(last))
-    return TableRows(schema, batch, _runs(info["main"]), _runs(info["before"]), raw=raw)
+        batch = _without_last(batch)
+    main, before = _runs(info["main"]), _runs(info["before"])
+    if start_ts is not None:
+        return DebeziumRows(schema, batch, main, before, raw=raw, start_ts=start_ts)
+    return TableRows(schema, batch, main, before, raw=raw)
+
+
+def _without_last(batch: pa.RecordBatch) -> pa.RecordBatch:
+    last = batch.num_columns - 1
+    return pa.RecordBatch.from_arrays(batch.columns[:last], schema=batch.schema.remove(last))
 
 
 def _unpack_run(topic: str, partition: int, meta: dict[str, Any], ipcs: list[bytes], out: list[Decoded]) -> None:

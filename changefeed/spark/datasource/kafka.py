@@ -183,9 +183,7 @@ class _PartitionDecoder:
         if columnar and isinstance(decoder, OpenProtocolDecoder):
             self.blocks = OpenProtocolBlockDecoder(decoder)
         elif columnar and isinstance(decoder, DebeziumDecoder):
-            # On the driver only (`decoded.columnar` leaves Debezium out of output=decoded): the
-            # hand-over does not carry the start ts its rows hold.
-            self.blocks = DebeziumBlockDecoder(decoder)
+            self.blocks = DebeziumBlockDecoder(decoder)  # its rows' start ts travel in output=decoded too
 
     def decode_run(
         self, offsets: Sequence[int], keys: Sequence[bytes | None], values: Sequence[bytes | None]
