@@ -212,11 +212,22 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=3, help="runs per figure; the best is kept")
     parser.add_argument("--protocols", default="open-protocol,canal-json,simple,simple-avro,csv,debezium")
+    parser.add_argument(
+        "--job-gc",
+        action="store_true",
+        help="the cyclic GC's thresholds the jobs' drivers and Python workers run with (GC_THRESHOLDS), "
+        "not Python's defaults",
+    )
     args = parser.parse_args()
+    if args.job_gc:
+        from changefeed.spark.pyworker import GC_THRESHOLDS  # noqa: PLC0415
+
+        gc.set_threshold(*GC_THRESHOLDS)
     print("command:", shlex.join([".venv/bin/python", "bench/codecs.py", *sys.argv[1:]]))
     print(
         f"date: {datetime.now(UTC):%Y-%m-%d %H:%M UTC}; python {platform.python_version()}; "
-        f"{os.cpu_count()} cores (shared); load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}"
+        f"{os.cpu_count()} cores (shared); load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}; "
+        f"gc thresholds {gc.get_threshold()}"
     )
     row_sets = [make_rows(args.rows, seed) for seed in range(7, 7 + args.repeat)]
     print(
