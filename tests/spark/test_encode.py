@@ -21,7 +21,7 @@ from changefeed.dispatch import DispatchRule
 from changefeed.model import DDLEvent, RowChange
 from changefeed.sink.kafka import KafkaSink, KafkaSinkConfig
 from changefeed.sink.storage.writer import StorageOptions, StorageWriter
-from changefeed.spark.jobs import _BatchRunner, _codec_options, _run_query, changelog_plan, source_options
+from changefeed.spark.jobs import _BatchRunner, _run_query, changelog_plan, source_options
 from changefeed.testing import Broker
 from tests.sink.kafka.workload import read_raw, row_key
 
@@ -98,7 +98,7 @@ def test_a_storage_directory_copied_to_another_is_byte_identical(spark: SparkSes
     upstream = StorageWriter(tmp_path / "upstream", CANAL, LAYOUT)
     upstream.write(captured())
     upstream.flush()
-    source = {"input": "storage", **_codec_options(CANAL), "path": str(tmp_path / "upstream")}
+    source = {"input": "storage", **CANAL.to_mapping(), "path": str(tmp_path / "upstream")}
     reference = StorageWriter(tmp_path / "reference", CANAL, LAYOUT)
     _driver_path(spark, reference, tmp_path / "ck-reference", source)
     stats = capture(
