@@ -15,7 +15,18 @@ Each copy is checked equal to the upstream (row count and a checksum over every 
 CPU per row comes from /proc for the job's process tree and both servers; the clients' (dump,
 mariadb) from their rusage. The issue's target is changefeed >= 70% of dump + load.
 
+``--mode lag`` measures the issue's other target, the live stream's lag while a snapshot runs. One
+``changefeed run`` (a ``mysql://`` sink-uri, the binlog from ``earliest``, no initial snapshot)
+streams a small heartbeat table: a row inserted upstream every 100 ms carrying its commit wall time,
+the downstream polled every 20 ms (``bench.e2e.Heartbeats``, as ``bench/e2e.py --modes steady``).
+The orders table's ``--rows`` rows are upstream only (binlog reset after they were written). After
+a warm-up, the heartbeats' commit -> visible-downstream lag is taken for ``--baseline`` seconds with
+no snapshot, then ``changefeed snapshot CONFIG --tables bench_e2e.orders`` is issued and the lag is
+taken again until the table's last row is downstream (the snapshot's rows/s: rows over that time),
+then for ``--after`` seconds more. The copy is checked equal to the upstream.
+
     .venv/bin/python bench/snapshot.py [--rows 1000000] [--columns 10] [--chunk-size N] [--json out.json]
+    .venv/bin/python bench/snapshot.py --mode lag [--rows 500000] [--baseline 45] [--trigger-interval 1s]
 """
 
 from __future__ import annotations
@@ -37,9 +48,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.e2e import (
     BACKLOG,
+    CHANGEFEED,
     COLUMNS,
+    HEARTBEAT_DDL,
     BenchError,
     CpuMeter,
+    Heartbeats,
     Job,
     backlog_statements,
     check_equal,
@@ -48,12 +62,15 @@ from bench.e2e import (
     cpu_report,
     create_tables,
     execute_all,
+    has_table,
+    pct,
     print_cpu,
     print_trouble,
     report_header,
     say,
     server,
     service_pid,
+    visible_at,
     wait_for,
 )
 from changefeed.testing import MariaDBServer
@@ -166,6 +183,143 @@ def outfile_and_load(args: argparse.Namespace, work: Path, up: MariaDBServer, do
     return {"seconds": seconds, "rows_per_s": args.rows / seconds, **cpu_report(cpu, args.rows)}
 
 
+# --- the live stream's lag while a snapshot on demand runs (--mode lag) ------------------------------
+
+HEARTBEAT = "bench_heartbeat"  # its own schema, created after the binlog reset: the run streams it from its CREATE
+
+
+def _lags(hb: Heartbeats, start: float, end: float) -> dict[str, Any]:
+    """Lag figures of the heartbeats sent in [start, end) (an unseen one counts with its age)."""
+    window = hb.window(start, end)
+    lags = [lag for _, lag, _ in window]
+    if not lags:
+        raise BenchError(f"no heartbeat sent in a {end - start:.1f} s window")
+    return {
+        "seconds": end - start,
+        "heartbeats": len(lags),
+        "unseen": sum(1 for *_, seen in window if not seen),
+        "lag_p50": pct(lags, 50),
+        "lag_p99": pct(lags, 99),
+        "lag_max": max(lags),
+        "load_average": os.getloadavg(),
+    }
+
+
+def _hold(seconds: float, hb: Heartbeats, job: Job) -> tuple[float, float]:
+    """Let ``seconds`` pass with the job running; the window (start, end)."""
+    start = time.time()
+    while time.time() < start + seconds:
+        job.check()
+        hb.behind()  # raises if a heartbeat thread failed
+        time.sleep(0.2)
+    return start, time.time()
+
+
+def _settle(hb: Heartbeats, end: float, job: Job, timeout: float) -> None:
+    """Wait until every heartbeat sent before ``end`` was seen downstream."""
+    wait_for("the window's heartbeats downstream", lambda: hb.seen_through(end), [job], timeout, 0.1)
+
+
+def snapshot_lag(args: argparse.Namespace, work: Path, up: MariaDBServer, down: MariaDBServer) -> dict[str, Any]:
+    """Heartbeat lag with no snapshot, then while a snapshot on demand of the orders table runs in the same job."""
+    config = work / "lag.toml"
+    extra = f"snapshot-chunk-size = {args.chunk_size}\n" if args.chunk_size else ""
+    # when-needed with a position the server has: no initial snapshot. Not snapshot = "never" (the default with
+    # a start-position): the job is then given no snapshot-chunk-size, and a snapshot on demand reads 8192 rows.
+    config.write_text(
+        f'changefeed-id = "bench-snapshot-lag"\nsink-uri = "{down.url}/"\n\n'
+        f'[source]\ntype = "mysql"\nurl = "{up.url}"\nstart-position = "earliest"\nsnapshot = "when-needed"\n'
+        f"{extra}\n"
+        f'[filter]\nrules = ["{BACKLOG}.*", "{HEARTBEAT}.*"]\n'
+    )
+    interval = ["--trigger-interval", args.trigger_interval] if args.trigger_interval else []
+    argv = ["run", str(config), *interval, *[a for kv in args.spark_conf for a in ("--spark-conf", kv)]]
+    out: dict[str, Any] = {"trigger_interval": args.trigger_interval or "300ms (the job's default)"}
+    with Job("lag-run", argv, work, work / ".changefeed" / "run-bench-snapshot-lag") as job:
+        with up.connect() as conn, conn.cursor() as cur:
+            cur.execute(f"CREATE DATABASE `{HEARTBEAT}`")
+            cur.execute(HEARTBEAT_DDL.format(db=HEARTBEAT))
+        wait_for("the heartbeat table downstream", lambda: has_table(down, HEARTBEAT, "heartbeat"), [job], args.timeout)
+        say(f"job up after {time.time() - job.launched:.1f} s; heartbeats every 100 ms")
+        with Heartbeats(up, down, HEARTBEAT) as hb:
+            _hold(args.warmup, hb, job)
+            say(f"no snapshot: {args.baseline:.0f} s")
+            start, end = _hold(args.baseline, hb, job)
+            _settle(hb, end, job, args.timeout)
+            out["baseline"] = _lags(hb, start, end)
+            batches0 = len(job.batches)
+            say(f"changefeed snapshot --tables {BACKLOG}.orders")
+            signalled = time.time()
+            subprocess.run(
+                [str(CHANGEFEED), "snapshot", str(config), "--tables", f"{BACKLOG}.orders"],
+                check=True,
+                cwd=work,
+                stdout=subprocess.DEVNULL,
+            )
+            wait_for("the first chunk downstream", lambda: has_table(down, BACKLOG, "orders"), [job], args.timeout)
+            first = time.time()
+            done = visible_at(down, BACKLOG, args.rows, [job], args.timeout)
+            _settle(hb, done, job, args.timeout)
+            out["snapshot"] = _lags(hb, signalled, done)
+            seconds = done - signalled
+            out["snapshot"].update(
+                rows=args.rows,
+                rows_per_s=args.rows / seconds,
+                first_chunk_after_s=first - signalled,
+                batches=len(job.batches) - batches0,
+                # the batches that emitted a chunk (their progress line's position is the chunk's)
+                chunks=job.log.read_text(errors="replace").count('position={"snapshot"'),
+            )
+            say(f"snapshot done in {seconds:.1f} s; lag after it for {args.after:.0f} s")
+            start, end = _hold(args.after, hb, job)
+            _settle(hb, end, job, args.timeout)
+            out["after"] = _lags(hb, start, end)
+        out["log_trouble"] = job.trouble()
+    return out
+
+
+def _print_lag(name: str, w: dict[str, Any]) -> None:
+    unseen = f", {w['unseen']} not seen" if w["unseen"] else ""
+    load = "/".join(f"{x:.2f}" for x in w["load_average"])
+    print(
+        f"  {name}: {w['heartbeats']} heartbeats over {w['seconds']:.1f} s{unseen}: lag p50 {w['lag_p50']:.2f} s,"
+        f" p99 {w['lag_p99']:.2f} s, max {w['lag_max']:.2f} s (load average at its end {load})"
+    )
+
+
+def lag_main(args: argparse.Namespace, report: dict[str, Any], work: Path) -> int:
+    try:
+        with server(1, "bench-up") as up, server(2, "bench-down") as down:
+            create_tables(up, BACKLOG, args.columns)
+            seconds = execute_all(up, backlog_statements(args.rows, args.columns, args.statement_rows))
+            with up.connect() as conn, conn.cursor() as cur:
+                cur.execute("RESET MASTER")  # the rows are not in the binlog: only the snapshot brings them
+            upstream = content(up, BACKLOG, args.columns)
+            say(f"upstream: {args.rows:,} rows written in {seconds:.1f} s, binlog reset")
+            report["lag"] = snapshot_lag(args, work, up, down)
+            check_equal(down, BACKLOG, args.columns, upstream)
+    except BenchError as exc:
+        print(f"FAILED: {exc}\nwork directory kept: {work}", file=sys.stderr)
+        return 1
+    lag = report["lag"]
+    snap = lag["snapshot"]
+    print(
+        f"\n== heartbeat commit -> visible downstream lag, one changefeed run (mysql sink,"
+        f" trigger {lag['trigger_interval']}), heartbeat every 100 ms"
+    )
+    _print_lag("no snapshot", lag["baseline"])
+    _print_lag(f"snapshot on demand of {args.rows:,} rows running", snap)
+    _print_lag("after it", lag["after"])
+    print(
+        f"  snapshot: {snap['rows_per_s']:,.0f} rows/s ({snap['seconds']:.1f} s from the signal to the last row"
+        f" downstream, first chunk after {snap['first_chunk_after_s']:.1f} s, {snap['chunks']} chunks in"
+        f" {snap['batches']} micro-batches);"
+        " copy equal to the upstream"
+    )
+    print_trouble({"lag-run": lag["log_trouble"]})
+    return 0
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rows", type=int, default=1_000_000, help="rows in the upstream table (default 1,000,000)")
@@ -174,13 +328,30 @@ def main() -> int:
     p.add_argument("--chunk-size", type=int, default=0, help="snapshot-chunk-size (default: the job's)")
     p.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="passed to the job")
     p.add_argument("--timeout", type=float, default=1800, help="give up any wait after this many seconds")
+    p.add_argument("--mode", choices=("initial", "lag"), default="initial", help="what to measure (docstring)")
+    p.add_argument("--warmup", type=float, default=15, help="lag: seconds before the baseline window")
+    p.add_argument("--baseline", type=float, default=45, help="lag: seconds of heartbeats with no snapshot")
+    p.add_argument("--after", type=float, default=15, help="lag: seconds of heartbeats after the snapshot")
+    p.add_argument(
+        "--trigger-interval", help="lag: the job's micro-batch interval (default: the job's, 300ms into MySQL)"
+    )
     p.add_argument("--json", type=Path, help="also write the figures here as JSON")
     args = p.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: the servers and the job are stopped
-    report = report_header("bench/snapshot.py", rows=args.rows, columns=args.columns)
+    report = report_header("bench/snapshot.py", mode=args.mode, rows=args.rows, columns=args.columns)
     print(f"command: {report['command']}")
     print(f"{report['date_utc']} UTC, {report['cores']} cores, load average {os.getloadavg()[0]:.2f}")
     work = Path(tempfile.mkdtemp(prefix="changefeed-bench-snapshot-"))
+    if args.mode == "lag":
+        code = lag_main(args, report, work)
+        report["load_average_end"] = os.getloadavg()
+        print(f"load average at the end {'/'.join(f'{x:.2f}' for x in report['load_average_end'])}")
+        if code == 0 and args.json:
+            args.json.write_text(json.dumps(report, indent=2, default=str) + "\n")
+            print(f"figures: {args.json}")
+        if code == 0:
+            shutil.rmtree(work, ignore_errors=True)
+        return code
     try:
         with server(1, "bench-up") as up, server(2, "bench-down") as down:
             create_tables(up, BACKLOG, args.columns)

@@ -180,6 +180,7 @@ class SourceConfig:
             options["partialImages"] = "true"
         if self.is_live and self.snapshot_mode != "never":
             options["snapshot"] = self.snapshot_mode
+        if self.is_live:  # a snapshot on demand reads chunks whatever the initial mode (`changefeed snapshot`)
             if self.snapshot_chunk_size:
                 options["snapshotChunkSize"] = str(self.snapshot_chunk_size)
             if self.snapshot_parallelism:

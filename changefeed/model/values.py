@@ -57,6 +57,7 @@ class _Absent:
 
 ABSENT: Any = _Absent()
 
+
 def format_date(year: int, month: int, day: int) -> str:
     return f"{year:04d}-{month:02d}-{day:02d}"
 

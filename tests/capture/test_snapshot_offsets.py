@@ -216,6 +216,10 @@ def test_config_snapshot_keys_and_defaults() -> None:
         "snapshotParallelism": "2",
     }
     assert parse_config(base + 'snapshot = "never"\n').source.data_source_options().get("snapshot") is None
+    # A snapshot on demand (`changefeed snapshot`) in a changefeed that took none at start reads the
+    # configured chunks too (they used to be dropped with the initial mode "never": 8192-row chunks).
+    later = parse_config(base + 'start-position = "binlog.000002:4"\nsnapshot-chunk-size = 50\n').source
+    assert later.snapshot_mode == "never" and later.data_source_options()["snapshotChunkSize"] == "50"
     with pytest.raises(ConfigError, match="drop start-position"):
         parse_config(base + 'snapshot = "initial"\nstart-position = "latest"\n')
     with pytest.raises(ConfigError, match="snapshot must be one of"):

@@ -4,12 +4,15 @@ The upstream holds rows its binlog no longer describes (``RESET MASTER``), in a 
 integer key, one with a composite text key (case-insensitive collation) and one without a key;
 a writer inserts, updates (keys too) and deletes in all of them while the run reads its chunks.
 ``snapshot`` is left at its default (``initial``). The downstream must equal the upstream by
-`changefeed diff`, also after the run is SIGKILLed mid-snapshot and restarted.
+`changefeed diff`, also after the run is SIGKILLed mid-snapshot and restarted. Snapshots on demand
+(`changefeed snapshot`) re-sync a damaged downstream while the run goes on, also when the run is
+SIGKILLed while their chunks are read.
 """
 
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
 import uuid
@@ -62,15 +65,18 @@ def _setup(server: MariaDBServer, schema: str, scale: float = 1.0) -> None:
         conn.commit()
 
 
-def _writer(server: MariaDBServer, schema: str, stop: threading.Event, seed: int) -> Iterator[None]:
-    """Random transactions across every table (key updates too) until ``stop``; yields after each."""
+def _writer(server: MariaDBServer, schema: str, stop: threading.Event, seed: int, scale: float = 1.0) -> Iterator[None]:
+    """Random transactions across every table (key updates too) until ``stop``; yields after each.
+
+    ``scale`` as given to `_setup`: the keys touched span the whole table, so every chunk sees changes."""
     rng = random.Random(seed)
+    accounts, tags = int(ACCOUNTS * scale), int(TAGS * scale)
     next_id = 100_000
     with server.connect(database=schema) as conn, conn.cursor() as cur:
         while not stop.is_set():
             for _ in range(rng.randint(1, 3)):
                 op = rng.random()
-                i = rng.randrange(ACCOUNTS)
+                i = rng.randrange(accounts)
                 if op < 0.25:
                     next_id += 1
                     cur.execute("INSERT INTO accounts VALUES (%s, %s, %s, NOW(3))", (next_id, "w", rng.randint(0, 99)))
@@ -85,12 +91,12 @@ def _writer(server: MariaDBServer, schema: str, stop: threading.Event, seed: int
                     word = rng.choice(TAG_WORDS)
                     cur.execute(
                         "INSERT INTO tags VALUES (%s, %s, 1) ON DUPLICATE KEY UPDATE v = v + 1",
-                        (word.upper() if rng.random() < 0.5 else word.lower(), rng.randrange(TAGS + 50)),
+                        (word.upper() if rng.random() < 0.5 else word.lower(), rng.randrange(tags + 50)),
                     )
                 elif op < 0.8:
-                    cur.execute("UPDATE IGNORE tags SET n = n + 1000 WHERE n = %s", (rng.randrange(TAGS),))
+                    cur.execute("UPDATE IGNORE tags SET n = n + 1000 WHERE n = %s", (rng.randrange(tags),))
                 elif op < 0.85:
-                    cur.execute("DELETE FROM tags WHERE n = %s", (rng.randrange(TAGS),))
+                    cur.execute("DELETE FROM tags WHERE n = %s", (rng.randrange(tags),))
                 elif op < 0.93:
                     cur.execute("INSERT INTO log VALUES (%s, %s)", (rng.randrange(17), "w"))
                 else:
@@ -100,14 +106,16 @@ def _writer(server: MariaDBServer, schema: str, stop: threading.Event, seed: int
             time.sleep(rng.uniform(0.005, 0.03))
 
 
-def _background(server: MariaDBServer, schema: str, seed: int) -> tuple[threading.Event, Callable[[], int]]:
+def _background(
+    server: MariaDBServer, schema: str, seed: int, scale: float = 1.0
+) -> tuple[threading.Event, Callable[[], int]]:
     stop = threading.Event()
     count = [0]
     failures: list[BaseException] = []
 
     def run() -> None:
         try:
-            for _ in _writer(server, schema, stop, seed):
+            for _ in _writer(server, schema, stop, seed, scale):
                 count[0] += 1
         except BaseException as exc:
             failures.append(exc)
@@ -380,6 +388,161 @@ def test_snapshot_on_demand_resyncs_damaged_tables_while_the_run_goes_on(
         arrived(-2)
         job.interrupt()
         job.finish()
+        _diff(upstream, mariadb_downstream, schema, capsys)
+    finally:
+        job.stop()
+        _cleanup(mariadb_downstream, schema, cid)
+
+
+#: A progress line of a batch whose last event is a snapshot chunk's `Resolved`: the table and chunk it emitted.
+_CHUNK_LINE = re.compile(r' batch=\d+ .* position=\{"snapshot":\{"table":\["([^"]+)","([^"]+)"\],"chunk":(\d+)\}\}')
+
+
+def _chunks_logged(log: Path, since: int = 0) -> list[tuple[str, str, int]]:
+    """The snapshot chunks a run's log says it emitted, in order, from byte ``since`` on."""
+    text = log.read_bytes()[since:].decode(errors="replace")
+    return [(m[1], m[2], int(m[3])) for m in _CHUNK_LINE.finditer(text)]
+
+
+def _last_incremental(checkpoint: Path) -> dict[str, Any]:
+    """The snapshot on demand of the newest offset Spark logged that holds one."""
+    import orjson  # noqa: PLC0415
+
+    offsets = checkpoint / "offsets"
+    for n in sorted((int(p.name) for p in offsets.iterdir() if p.name.isdigit()), reverse=True):
+        offset = orjson.loads((offsets / str(n)).read_text().splitlines()[-1])
+        if "incremental" in offset:
+            progress: dict[str, Any] = offset["incremental"]
+            return progress
+    raise AssertionError("no offset holds a snapshot on demand")
+
+
+def _in_flight(checkpoint: Path) -> bool:
+    """Whether Spark logged an offset whose batch it has not committed (a restart runs that batch again)."""
+
+    def last(name: str) -> int:
+        folder = checkpoint / name
+        return max((int(p.name) for p in folder.iterdir() if p.name.isdigit()), default=-1) if folder.is_dir() else -1
+
+    return last("offsets") > last("commits")
+
+
+def test_snapshot_on_demand_killed_mid_way_resyncs_without_gap(
+    mariadb_factory: Callable[..., MariaDBServer],
+    mariadb_downstream: MariaDBServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`changefeed snapshot` on a running changefeed over a damaged downstream, and `changefeed run` SIGKILLed
+    four times while the snapshot's chunks are read (one a micro-batch), each restart from the same checkpoint.
+
+    A writer inserts, updates (keys too) and deletes across the whole tables throughout. Each kill comes after
+    the run logged its 1st-3rd chunk batch: the 1st and 3rd once the next batch's offset is logged and before
+    Spark commits it (the chunk read and spilled, the batch running), the 2nd and 4th 0-0.4 s after the line
+    (committing, planning, reading a chunk or running). The offset Spark logged last must then still hold
+    chunks to read; the next run must begin with the killed batch's chunk (re-emitted from the spill) or with
+    the next one, not from the first; every chunk must have been emitted by some run; the downstream ends equal.
+    """
+    upstream = mariadb_factory()
+    schema, cid = f"snapdk_{uuid.uuid4().hex[:8]}", f"snapdk-{uuid.uuid4().hex[:6]}"
+    scale = 3.0  # 2,100 accounts and 900 tags: 42 + 18 chunks of 50 rows, one a micro-batch (~0.3 s each)
+    _setup(upstream, schema, scale=scale)
+    config = tmp_path / "cf.toml"
+    config.write_text(
+        f'changefeed-id = "{cid}"\n'
+        f'sink-uri = "{mariadb_downstream.url}/?safe-mode=true"\n'  # chunk rows over rows the downstream holds
+        f'[source]\ntype = "mysql"\nurl = "{upstream.url}"\nsnapshot-chunk-size = 50\n'
+        f'[filter]\nrules = ["{schema}.*"]\n'
+    )
+    ck = tmp_path / "ck"
+    spark_args = ["--master", "local[2]", "--trigger-interval", "200ms"]
+    job = Job("run", ["run", str(config), "--checkpoint", str(ck), *spark_args], tmp_path)
+    rng = random.Random(41)
+
+    def marker(value: int) -> None:
+        with upstream.connect(database=schema) as conn, conn.cursor() as cur:
+            cur.execute("INSERT INTO accounts VALUES (%s, 'marker', 0, NULL)", (value,))
+            conn.commit()
+
+    def arrived(value: int, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while not _has_marker(mariadb_downstream, schema, value):
+            job.check_alive()
+            assert time.monotonic() < deadline, job.tail()
+            time.sleep(0.3)
+
+    kills: list[tuple[int, list[int], bool]] = []  # (run, the logged offset's next chunk, batch in flight) per kill
+    try:
+        job.start()
+        marker(-1)
+        arrived(-1)  # the initial snapshot and its hand-over are done
+        _, finish = _background(upstream, schema, seed=43, scale=scale)
+        try:
+            with mariadb_downstream.connect(database=schema) as conn, conn.cursor() as cur:
+                cur.execute("DELETE FROM accounts WHERE id % 4 = 0")  # the accident
+                cur.execute("UPDATE accounts SET name = 'damaged', bal = NULL WHERE id % 4 = 1")
+                cur.execute("DELETE FROM tags WHERE n % 3 = 0")
+                cur.execute("UPDATE tags SET v = -1 WHERE n % 3 = 1")
+                conn.commit()
+            since = since_signal = job.log.stat().st_size  # run 1's initial snapshot logged chunk lines too
+            assert main(["snapshot", str(config), "--tables", f"{schema}.accounts,{schema}.tags"]) == 0
+            assert "signal " in capsys.readouterr().out
+            for k in range(4):
+                if k:
+                    job.start()
+                    since = 0
+                wanted = rng.randint(1, 3)
+                deadline = time.monotonic() + 90
+                while len(_chunks_logged(job.log, since)) < wanted:
+                    job.check_alive()
+                    assert time.monotonic() < deadline, job.tail()
+                    time.sleep(0.02)
+                if k % 2 == 0:  # mid-batch: its offset logged (the chunk read and spilled), not committed yet
+                    while not _in_flight(ck):
+                        job.check_alive()
+                        assert time.monotonic() < deadline, job.tail()
+                        time.sleep(0.01)
+                else:  # anywhere: committing, planning the next batch, reading its chunk, running it
+                    time.sleep(rng.uniform(0.0, 0.4))
+                job.kill()
+                assert _incremental_pending(ck), f"kill {k + 1} came after the snapshot's last chunk"
+                assert k % 2 or _in_flight(ck), f"kill {k + 1} did not land mid-batch"
+                kills.append((job.runs, list(_last_incremental(ck)["next"]), _in_flight(ck)))
+            job.start()
+            deadline = time.monotonic() + 120
+            while _incremental_pending(ck):
+                job.check_alive()
+                assert time.monotonic() < deadline, job.tail()
+                time.sleep(0.3)
+        finally:
+            writes = finish()
+        assert writes > 50, "the writer must have run throughout"
+        marker(-2)
+        arrived(-2)
+        job.interrupt()
+        job.finish()
+
+        done = _last_incremental(ck)
+        tables = [(t["name"][0], t["name"][1], len(t["bounds"]) + 1) for t in done["tables"]]
+        assert [t[1] for t in tables] == ["accounts", "tags"]
+        assert done["next"] == [len(tables), 0]
+        first = {(s, t): sum(n for *_, n in tables[:i]) for i, (s, t, _) in enumerate(tables)}
+        index = {(s, t, c): first[s, t] + c for s, t, n in tables for c in range(n)}  # snapshot order
+
+        logged = [[index[c] for c in _chunks_logged(tmp_path / "run-1.log", since_signal)]]
+        logged += [[index[c] for c in _chunks_logged(tmp_path / f"run-{r}.log")] for r in range(2, job.runs + 1)]
+        detail = f"chunks emitted per run {logged}; (run, next chunk, batch in flight) at each kill {kills}"
+        assert len(index) >= 50, detail
+        assert set().union(*logged) == set(index.values()), f"a chunk was never emitted: {detail}"
+        for (run, (ti, ci), in_flight), resumed in zip(kills, logged[1:], strict=True):
+            at_kill = first[schema, tables[ti][1]] + ci  # the next chunk of the offset logged last
+            assert logged[run - 1], f"run {run} was killed before it emitted a chunk: {detail}"
+            assert max(logged[run - 1]) < len(index) - 1, f"run {run} emitted the last chunk: {detail}"
+            # A batch logged but not committed is run again (its chunk re-emitted from the spill, at the same
+            # commit ts, which the sink drops); else the restart reads the next chunk. Never from the start.
+            expected = at_kill - 1 if in_flight else at_kill
+            assert resumed and resumed[0] == expected, f"run {run + 1} did not begin at chunk {expected}: {detail}"
+        assert logged[-1] and max(logged[-1]) == len(index) - 1, f"the last run did not finish it: {detail}"
         _diff(upstream, mariadb_downstream, schema, capsys)
     finally:
         job.stop()
