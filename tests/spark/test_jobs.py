@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -177,3 +178,43 @@ def test_batches_leave_no_jvm_objects_pinned_by_reference_cycles(spark: SparkSes
     batches, many = pinned_after(3, "many")
     assert one_batch == 1 and batches >= 8
     assert many == few <= 4  # before: ~9 more proxies in cycles per batch
+
+
+def test_two_jobs_register_the_data_source_at_once() -> None:
+    """Spark's registration checks the name against every source it finds, a name being registered that
+    moment included (`changefeed pipeline` starts two queries together): `register` takes turns."""
+    import threading  # noqa: PLC0415
+
+    from changefeed.spark.datasource import register  # noqa: PLC0415
+
+    class Registry:  # Spark's rule: a name known to the manager may be registered again; one found elsewhere not
+        def __init__(self) -> None:
+            self.known: set[str] = set()
+            self.pending: set[str] = set()
+
+        def register(self, source: type) -> None:
+            name = source.name()
+            if name not in self.known and name in self.pending:
+                raise RuntimeError("DATA_SOURCE_ALREADY_EXISTS")
+            self.pending.add(name)
+            time.sleep(0.05)  # the lookup of the other data sources
+            self.known.add(name)
+
+    session = type("Session", (), {})()
+    session.dataSource = Registry()
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def job() -> None:
+        start.wait()
+        try:
+            register(session)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=job) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and session.dataSource.known == {"changefeed"}

@@ -22,6 +22,7 @@ Why offsets look the way they do (docs/spark.md has the user's view):
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
@@ -143,6 +144,13 @@ class ChangefeedDataSource(DataSource):
         return _StreamReader(self.source, self.opts.changelog(self._table()), limit)
 
 
+#: Spark checks a new name against every data source it can find, and a name another thread is
+#: registering that moment counts as one: two queries starting together (`changefeed pipeline`)
+#: failed with DATA_SOURCE_ALREADY_EXISTS. Registering again after a registration is allowed.
+_REGISTERING = threading.Lock()
+
+
 def register(spark: Any) -> None:
-    """Make ``format("changefeed")`` available in this session (idempotent)."""
-    spark.dataSource.register(ChangefeedDataSource)
+    """Make ``format("changefeed")`` available in this session (idempotent, thread-safe)."""
+    with _REGISTERING:
+        spark.dataSource.register(ChangefeedDataSource)
