@@ -17,6 +17,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -292,6 +293,22 @@ def _has_marker(server: MariaDBServer, schema: str, value: int = -1) -> bool:
         return bool(cur.fetchone()[0])
 
 
+def _insert_marker(upstream: MariaDBServer, schema: str, value: int) -> None:
+    """A marker row upstream: everything written before it is downstream once it is."""
+    with upstream.connect(database=schema) as conn, conn.cursor() as cur:
+        cur.execute("INSERT INTO accounts VALUES (%s, 'marker', 0, NULL)", (value,))
+        conn.commit()
+
+
+def _await_marker(job: Job, downstream: MariaDBServer, schema: str, value: int, timeout: float = 90) -> None:
+    """Wait for the marker downstream while the streaming job stays up."""
+    deadline = time.monotonic() + timeout
+    while not _has_marker(downstream, schema, value):
+        job.check_alive()
+        assert time.monotonic() < deadline, job.tail()
+        time.sleep(0.3)
+
+
 def test_initial_only_copies_the_tables_and_exits(
     spark: object,
     mariadb_factory: Callable[..., MariaDBServer],
@@ -349,17 +366,8 @@ def test_snapshot_on_demand_resyncs_damaged_tables_while_the_run_goes_on(
     spark_args = ["--master", "local[2]", "--trigger-interval", "300ms"]
     job = Job("run", ["run", str(config), "--checkpoint", str(ck), *spark_args], tmp_path)
 
-    def marker(value: int) -> None:
-        with upstream.connect(database=schema) as conn, conn.cursor() as cur:
-            cur.execute("INSERT INTO accounts VALUES (%s, 'marker', 0, NULL)", (value,))
-            conn.commit()
-
-    def arrived(value: int, timeout: float = 90) -> None:
-        deadline = time.monotonic() + timeout
-        while not _has_marker(mariadb_downstream, schema, value):
-            job.check_alive()
-            assert time.monotonic() < deadline, job.tail()
-            time.sleep(0.3)
+    marker = partial(_insert_marker, upstream, schema)
+    arrived = partial(_await_marker, job, mariadb_downstream, schema)
 
     try:
         job.start()
@@ -459,17 +467,8 @@ def test_snapshot_on_demand_killed_mid_way_resyncs_without_gap(
     job = Job("run", ["run", str(config), "--checkpoint", str(ck), *spark_args], tmp_path)
     rng = random.Random(41)
 
-    def marker(value: int) -> None:
-        with upstream.connect(database=schema) as conn, conn.cursor() as cur:
-            cur.execute("INSERT INTO accounts VALUES (%s, 'marker', 0, NULL)", (value,))
-            conn.commit()
-
-    def arrived(value: int, timeout: float = 90) -> None:
-        deadline = time.monotonic() + timeout
-        while not _has_marker(mariadb_downstream, schema, value):
-            job.check_alive()
-            assert time.monotonic() < deadline, job.tail()
-            time.sleep(0.3)
+    marker = partial(_insert_marker, upstream, schema)
+    arrived = partial(_await_marker, job, mariadb_downstream, schema)
 
     kills: list[tuple[int, list[int], bool]] = []  # (run, the logged offset's next chunk, batch in flight) per kill
     try:
