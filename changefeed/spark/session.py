@@ -60,7 +60,9 @@ def checkpoint_conf(spark: SparkSession, location: str | os.PathLike[str]) -> No
     """Choose the checkpoint file manager for a query checkpointing at ``location``, unless the user chose one."""
     text = os.fspath(location)
     scheme = text.partition("://")[0] if "://" in text else "file"
-    if scheme == "file" and spark.conf.get(CHECKPOINT_MANAGER, None) in (None, LOCAL_CHECKPOINT_MANAGER):
+    # Set once: a second query of the session (`changefeed pipeline`) must not write the session's
+    # conf while the first one's tasks are serialized (a java.io.OptionalDataException in a task, seen in CI).
+    if scheme == "file" and spark.conf.get(CHECKPOINT_MANAGER, None) is None:
         spark.conf.set(CHECKPOINT_MANAGER, LOCAL_CHECKPOINT_MANAGER)
 
 
