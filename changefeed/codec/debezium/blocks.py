@@ -39,6 +39,7 @@ from .decoder import _MAX_TSO, _SCHEMA_MEMBER, DebeziumDecoder, _Table
 from .values import EPOCH, MAX_DT, MIN_DT, Hint
 
 _I64_MIN, _I64_MAX, _U64_MAX = -(1 << 63), (1 << 63) - 1, (1 << 64) - 1
+_EXACT_INT = 1 << 53  # the largest magnitude below which every integer is a float64
 _NULL = msgspec.Raw(b"null")
 _OP_CODES = {"c": 0, "r": 0, "u": 1, "d": 2}  # Debezium's ops; "r" (snapshot read) is an insert, as the row decoder
 _OP_NAMES = pa.array(["insert", "update", "delete"])
@@ -399,11 +400,42 @@ def _datetimes(values: list[Any], column: Column, hint: Hint | None) -> pa.Array
     return pc.utf8_slice_codeunits(text, 0, 19 + (fsp + 1 if fsp else 0))
 
 
+def _doubles_as_decimals(values: list[Any], typ: pa.DataType) -> pa.Array | None:
+    """DECIMAL as a double (Debezium's decimal.handling.mode=double, TiCDC's JSON mode) into the
+    column's Arrow decimal a column at a time, where every value's shortest digits fit its scale;
+    else None (the per-value parse).
+
+    Why it is the per-value parse's result: that parse is ``Decimal(repr(v))`` quantized to the
+    column's scale. Arrow's float64 -> string cast writes the same shortest round-trip digits as
+    ``repr`` (positional from 1e-7 to below 1e10, the only form taken here), and its string ->
+    decimal cast of positional digits is exact or fails: digits beyond the scale, or beyond the
+    precision, fail the whole column into the per-value path, whose quantize rounds or refuses.
+    Integers (JSON numbers without a fraction, as Go writes a whole double) pass through float64
+    exactly up to 2**53; a larger one takes the per-value path.
+    """
+    if not pa.types.is_decimal(typ):
+        return None
+    for v in values:
+        if type(v) is not float and v is not None and not (type(v) is int and -_EXACT_INT <= v <= _EXACT_INT):
+            return None
+    texts = pa.array(values, pa.float64()).cast(pa.string())
+    if pc.any(pc.match_substring(texts, "e")).as_py():
+        return None  # exponent forms: Arrow 26's string -> decimal cast misreads tiny ones (1e-58 -> digits)
+    try:
+        return texts.cast(typ)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+
+
 def _decimals(
     values: list[Any], column: Column, hint: Hint | None, parse: Callable[[Any], Any], typ: pa.DataType
 ) -> pa.Array:
     """DECIMAL as the model holds it (exact text, or an Arrow decimal when the precision is known)."""
     if column.length is not None:
+        if hint is None or hint.connect_scale is None:
+            exact = _doubles_as_decimals(values, typ)
+            if exact is not None:
+                return exact
         if any(type(v) is int and not _I64_MIN <= v <= _U64_MAX for v in values):
             raise _SlowPathError  # orjson reads it as a float: Decimal(repr(float)) differs
         return pa.array([None if v is None else parse(v) for v in values], typ)
