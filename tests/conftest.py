@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import pytest
 
 from changefeed.testing import Broker, MariaDBServer
+from changefeed.testing.iceberg_rest import IcebergRestServer, RestEnvironment
 from changefeed.testing.s3 import S3Server
 from tests.services import service_unavailable
 
@@ -117,6 +118,26 @@ def s3_server() -> Iterator[S3Server]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def iceberg_rest_server() -> Iterator[IcebergRestServer]:
+    """One Iceberg REST catalog server (lakana-server on SQLite) for the session; tests take `iceberg_rest`."""
+    server = _start("Iceberg REST catalog (lakana-server)", IcebergRestServer().start)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def iceberg_rest(iceberg_rest_server: IcebergRestServer, monkeypatch: pytest.MonkeyPatch) -> RestEnvironment:
+    """A fresh REST catalog (an environment of the server, its own warehouse directory); pyiceberg's
+    configuration of the ``changefeed`` catalog (prefix, token) is set in this process's environment."""
+    env = _start("Iceberg REST catalog environment", iceberg_rest_server.environment)
+    for key, value in env.client_env().items():
+        monkeypatch.setenv(key, value)
+    return env
 
 
 @pytest.fixture(scope="session")

@@ -87,7 +87,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         required=True,
         help="parquet://DIR, delta://DIR?mode=upsert|changelog|scd2&optimize-every=N&retain-versions=N (compact "
         "every N table versions, default 100, 0 off; keep the newest N versions, default 0: all), "
-        "iceberg://DIR?mode=...&catalog-uri=URI&optimize-every=N&retain-versions=N (docs/lakehouse.md), "
+        "iceberg://DIR?mode=...&catalog-uri=URI&catalog-namespace=NS&optimize-every=N&retain-versions=N "
+        "(docs/lakehouse.md), "
         "or mysql://USER@HOST:PORT/?worker-count=N&safe-mode=true&password-file=PATH (MySQLSink; "
         "password also ?password-env=NAME or MYSQL_PWD)",
     )

@@ -77,6 +77,8 @@ class LakeOptions:
 
     mode: str = "upsert"
     catalog_uri: str | None = None  # iceberg only: another SQL or REST catalog
+    #: iceberg only: the namespace the schemas' namespaces are created under (``catalog-namespace=a.b``)
+    catalog_namespace: tuple[str, ...] = ()
     time_zone: str = LAKE_TIME_ZONE  # the zone TIMESTAMP text is in (the changefeed's)
     app_id: str = "changefeed"  # Delta application transaction id / Iceberg summary key prefix
     optimize_every: int = OPTIMIZE_EVERY  # compact small files every N table versions (0: never)
@@ -97,17 +99,30 @@ class LakeOptions:
     @classmethod
     def from_params(cls, scheme: str, params: Mapping[str, str], time_zone: str = LAKE_TIME_ZONE) -> LakeOptions:
         """Checked URI parameters; unknown ones (and ``catalog-uri`` outside iceberg) are refused."""
-        known = {"mode", "optimize-every", "retain-versions"} | ({"catalog-uri"} if scheme == "iceberg" else set())
+        known = {"mode", "optimize-every", "retain-versions"}
+        known |= {"catalog-uri", "catalog-namespace"} if scheme == "iceberg" else set()
         unknown = sorted(set(params) - known)
         if unknown:
             raise ConfigError(f"{scheme}:// takes {', '.join(sorted(known))}; unknown: {', '.join(unknown)}")
         return cls(
             mode=params.get("mode", "upsert"),
             catalog_uri=params.get("catalog-uri") or None,
+            catalog_namespace=_namespace(params.get("catalog-namespace", "")),
             time_zone=time_zone,
             optimize_every=_count(scheme, params, "optimize-every", OPTIMIZE_EVERY),
             retain_versions=_count(scheme, params, "retain-versions", 0),
         )
+
+
+def _namespace(text: str) -> tuple[str, ...]:
+    """``catalog-namespace=a.b`` -> ("a", "b"): a catalog's parent namespace, for catalogs that hold tables only
+    under names of their own (Lakana's REST catalog: under ``bronze``, ``silver`` or ``gold``)."""
+    if not text.strip():
+        return ()
+    parts = tuple(text.split("."))
+    if any(not p or p != p.strip() or not p.isprintable() for p in parts):
+        raise ConfigError(f"iceberg://...?catalog-namespace= takes dot-separated names, got {clip(text)}")
+    return parts
 
 
 def _count(scheme: str, params: Mapping[str, str], key: str, default: int) -> int:

@@ -1,15 +1,17 @@
 """``iceberg://DIR``: one Iceberg table per source table, namespace = schema (pyiceberg).
 
-How Iceberg differs from the shared lake sink (common.py): tables live in a catalog, by default a
-SQL catalog in ``DIR/_catalog.db`` (SQLite) with the data under ``DIR/<schema>/<table>`` (names
-encoded as paths as everywhere); ``catalog-uri`` names another SQL catalog (an SQLAlchemy URL) or a
-REST catalog (``http(s)://``). A table's checkpoint ts is a snapshot summary property of every
-commit (``changefeed.checkpoint-ts``); upsert is a delete of the batch's keys and an append of
-their last images in ONE transaction; scd2 (Iceberg has no row update) deletes the open versions
-the batch closes and appends them closed, with the batch's new versions, in one transaction too.
-Iceberg evolves columns natively (add, drop, int -> long, float -> double, decimal precision);
-other widenings are refused naming the table. The source
-names are table properties, so identifiers (``.``-free encoded names) never need decoding.
+How Iceberg differs from the shared lake sink (common.py): tables live in a catalog, by default a SQL
+catalog in ``DIR/_catalog.db`` (SQLite) with the data under ``DIR/<schema>/<table>`` (names encoded as
+paths as everywhere); ``catalog-uri`` names another SQL catalog (an SQLAlchemy URL) or a REST catalog
+(``http(s)://``: its other properties, a token among them, come from pyiceberg's own configuration of
+the catalog named ``changefeed``, never from the target URI; the catalog assigns the table locations).
+``catalog-namespace=a.b`` puts the schemas' namespaces under ``a.b``. A table's checkpoint ts is a
+snapshot summary property of every commit (``changefeed.checkpoint-ts``); upsert is a delete of the
+batch's keys and an append of their last images in ONE transaction; scd2 (Iceberg has no row update)
+deletes the open versions the batch closes and appends them closed, with the batch's new versions, in
+one transaction too. Iceberg evolves columns natively (add, drop, int -> long, float -> double, decimal
+precision); other widenings are refused naming the table. The source names are table properties, so
+identifiers (``.``-free encoded names) never need decoding.
 
 Maintenance (maintenance.py): pyiceberg has no compaction action, so compaction is done here: the
 data files below 3/4 of ``write.target-file-size-bytes`` are read through pyiceberg's scan (schema
@@ -23,6 +25,7 @@ records it, so `snapshot_at` reports a ts older than the kept history as an erro
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import warnings
@@ -32,9 +35,18 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyiceberg.catalog import Catalog, load_catalog
+from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.exceptions import CommitFailedException, ValidationError, ValidationException
+from pyiceberg.exceptions import (
+    CommitFailedException,
+    NamespaceAlreadyExistsError,
+    NoSuchTableError,
+    RESTError,
+    TableAlreadyExistsError,
+    ValidationError,
+    ValidationException,
+)
 from pyiceberg.expressions import AlwaysTrue, And, BooleanExpression, EqualTo, IsNull, Or, Reference
 from pyiceberg.io import FileIO
 from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files, schema_to_pyarrow
@@ -42,6 +54,8 @@ from pyiceberg.table import Table, TableProperties, Transaction
 from pyiceberg.table.snapshots import Snapshot, ancestors_of
 from pyiceberg.table.update.snapshot import ExpireSnapshots
 from pyiceberg.table.upsert_util import create_match_filter
+from pyiceberg.typedef import Identifier
+from pyiceberg.utils.config import Config
 from pyiceberg.utils.properties import property_as_int
 
 from ...files.paths import encode_name
@@ -70,6 +84,9 @@ from .common import (
 from .maintenance import Cadence, ExpiredVersionError, best_effort
 
 log = logging.getLogger(__name__)
+#: The catalog's name: pyiceberg's configuration of it (``PYICEBERG_CATALOG__CHANGEFEED__TOKEN``, .pyiceberg.yaml)
+#: gives a REST catalog's properties beside ``catalog-uri``.
+CATALOG_NAME = "changefeed"
 CHECKPOINT_KEY = "changefeed.checkpoint-ts"
 SCHEMA_KEY, TABLE_KEY = "changefeed.source-schema", "changefeed.source-table"
 #: Summary property of a compaction snapshot. Table properties: the newest checkpoint ts retention
@@ -78,8 +95,9 @@ MAINTENANCE_KEY, EXPIRED_KEY = "changefeed.maintenance", "changefeed.expired-thr
 MAINTAINED_KEY = "changefeed.maintained-at"
 #: Up to this many composite keys, the stored rows of a batch's partial updates are read through a filter.
 _MATCH_KEYS = 200
-#: Errors a maintenance run logs instead of failing the batch (a concurrent commit, a file gone).
-_MAINTENANCE_ERRORS = (CommitFailedException, ValidationError, ValidationException, ValueError, OSError)
+#: Errors a maintenance run logs instead of failing the batch (a concurrent commit, a file gone, a REST
+#: catalog refusing it: Lakana's answers 403 to a commit that removes snapshots, keeping expiry its own).
+_MAINTENANCE_ERRORS = (CommitFailedException, ValidationError, ValidationException, ValueError, OSError, RESTError)
 
 
 def _ident(name: str) -> str:
@@ -110,24 +128,56 @@ class IcebergSink(LakeSink):
         self.catalog = self._load_catalog()
         self._cadence = Cadence(self.options.maintenance_every)
 
+    @property
+    def rest(self) -> bool:
+        """Is the catalog a REST catalog (it, not this sink, then decides where tables live)?"""
+        return (self.options.catalog_uri or "").startswith(("http://", "https://"))
+
     def _load_catalog(self) -> Catalog:
         warehouse = self.root.resolve().as_uri()
         uri = self.options.catalog_uri
         if uri is None:
-            return SqlCatalog("changefeed", uri=f"sqlite:///{self.root.resolve() / '_catalog.db'}", warehouse=warehouse)
-        if uri.startswith(("http://", "https://")):
-            return load_catalog("changefeed", type="rest", uri=uri, warehouse=warehouse)
-        return SqlCatalog("changefeed", uri=uri, warehouse=warehouse)
+            return SqlCatalog(CATALOG_NAME, uri=f"sqlite:///{self.root.resolve() / '_catalog.db'}", warehouse=warehouse)
+        if self.rest:
+            return self._rest_catalog(uri)
+        return SqlCatalog(CATALOG_NAME, uri=uri, warehouse=warehouse)
+
+    def _rest_catalog(self, uri: str) -> Catalog:
+        """A REST catalog at ``uri``, its other properties (``token`` or ``credential``, ``prefix``, ``warehouse``,
+        ``header.*``) from pyiceberg's configuration of `CATALOG_NAME`, read now (pyiceberg's own copy is read at
+        its import), so a secret stays out of the target URI, which process listings show.
+
+        No ``warehouse`` of ours: in the Iceberg REST protocol it is a name the client asks the server for
+        (``GET /v1/config?warehouse=``), not a local directory; DIR keeps only the root checkpoint file.
+        """
+        properties: dict[str, Any] = dict(Config().get_catalog_config(CATALOG_NAME) or {})
+        properties |= {"type": "rest", "uri": uri}
+        try:
+            return RestCatalog(CATALOG_NAME, **properties)
+        except (RESTError, OSError, ValueError) as exc:
+            raise LakeError(f"iceberg REST catalog {_without_userinfo(uri)}: {type(exc).__name__}: {exc}") from None
 
     def _props(self, version: int, maintenance: str | None = None) -> dict[str, str]:
         return {CHECKPOINT_KEY: str(version)} | ({} if maintenance is None else {MAINTENANCE_KEY: maintenance})
 
-    def _identifier(self, name: Name) -> tuple[str, str]:
-        return (_ident(name[0]), _ident(name[1]))
+    def _identifier(self, name: Name) -> Identifier:
+        return (*self.options.catalog_namespace, _ident(name[0]), _ident(name[1]))
+
+    def _ensure_namespace(self, namespace: Identifier) -> None:
+        """Create ``namespace`` and each missing level above it (the REST protocol creates no parents; a level
+        that exists is left alone, so no permission to create ``catalog-namespace`` itself is needed)."""
+        for depth in range(1, len(namespace) + 1):
+            level = namespace[:depth]
+            if depth <= len(self.options.catalog_namespace) and self.catalog.namespace_exists(level):
+                continue
+            with contextlib.suppress(NamespaceAlreadyExistsError):
+                self.catalog.create_namespace(level)
 
     def _load(self, name: Name) -> Table | None:
-        identifier = self._identifier(name)
-        return self.catalog.load_table(identifier) if self.catalog.table_exists(identifier) else None
+        try:  # one request to a REST catalog, where table_exists is a load of its own
+            return self.catalog.load_table(self._identifier(name))
+        except NoSuchTableError:
+            return None
 
     @staticmethod
     def _version(table: Table) -> int:
@@ -139,12 +189,19 @@ class IcebergSink(LakeSink):
 
     def _scan(self) -> dict[Name, int]:
         out: dict[Name, int] = {}
-        for namespace in self.catalog.list_namespaces():
-            for identifier in self.catalog.list_tables(namespace):
-                table = self.catalog.load_table(identifier)
-                props = table.properties
-                if SCHEMA_KEY in props and TABLE_KEY in props:  # one of ours
-                    out[(props[SCHEMA_KEY], props[TABLE_KEY])] = self._version(table)
+        parent = self.options.catalog_namespace
+        try:
+            if parent and not self.catalog.namespace_exists(parent):
+                return out
+            for namespace in self.catalog.list_namespaces(parent):
+                for identifier in self.catalog.list_tables(namespace):
+                    table = self.catalog.load_table(identifier)
+                    props = table.properties
+                    if SCHEMA_KEY in props and TABLE_KEY in props:  # one of ours
+                        out[(props[SCHEMA_KEY], props[TABLE_KEY])] = self._version(table)
+        except RESTError as exc:  # a token refused, a server error: the first request of a run
+            uri = _without_userinfo(self.options.catalog_uri or "")
+            raise LakeError(f"iceberg REST catalog {uri}: listing its tables: {type(exc).__name__}: {exc}") from None
         return out
 
     def format_schema(self, schema: pa.Schema) -> pa.Schema:
@@ -157,14 +214,23 @@ class IcebergSink(LakeSink):
         return self.format_schema(schema_to_pyarrow(table.schema(), include_field_ids=False))
 
     def _create(self, name: Name, schema: pa.Schema, version: int) -> None:
-        namespace = self._identifier(name)[0]
-        self.catalog.create_namespace_if_not_exists(namespace)
-        self.catalog.create_table(
-            self._identifier(name),
-            schema,
-            location=self.table_path(name).resolve().as_uri(),
-            properties={SCHEMA_KEY: name[0], TABLE_KEY: name[1], CHECKPOINT_KEY: str(version)},
-        )
+        identifier = self._identifier(name)
+        # A REST catalog assigns the location (the spec's CreateTableRequest leaves it out; some servers, Lakana's
+        # among them, refuse one): its warehouse, its layout. Ours is the encoded DIR/<schema>/<table>.
+        location = None if self.rest else self.table_path(name).resolve().as_uri()
+        try:
+            self._ensure_namespace(identifier[:-1])
+            self.catalog.create_table(
+                identifier,
+                schema,
+                location=location,
+                properties={SCHEMA_KEY: name[0], TABLE_KEY: name[1], CHECKPOINT_KEY: str(version)},
+            )
+        except (RESTError, TableAlreadyExistsError) as exc:
+            raise LakeError(
+                f"iceberg {self.label(name)}: the catalog refused to create {'.'.join(identifier)!r}: {exc}",
+                where=f"checkpoint ts {version}",
+            ) from None
 
     def _evolve(self, name: Name, evolution: Evolution, version: int) -> None:
         table = self._load(name)
@@ -228,7 +294,7 @@ class IcebergSink(LakeSink):
         if self.catalog.table_exists(src):
             if self.catalog.table_exists(dst):
                 raise LakeError(f"iceberg {self.label(old)}: cannot rename to {self.label(new)}: it exists")
-            self.catalog.create_namespace_if_not_exists(dst[0])
+            self._ensure_namespace(dst[:-1])
             self.catalog.rename_table(src, dst)
         table = self.catalog.load_table(dst)
         if (table.properties.get(SCHEMA_KEY), table.properties.get(TABLE_KEY)) != new:
@@ -426,6 +492,13 @@ class IcebergSink(LakeSink):
                 "files_removed": len(gone),
             },
         )
+
+
+def _without_userinfo(uri: str) -> str:
+    """``uri`` for messages: a ``user:password@`` in it left out."""
+    scheme, sep, rest = uri.partition("://")
+    host, slash, path = rest.partition("/")
+    return f"{scheme}{sep}{host.rpartition('@')[2]}{slash}{path}"
 
 
 def _maintained_at(table: Table) -> int:
