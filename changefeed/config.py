@@ -45,7 +45,7 @@ from .dispatch.onlineddl import OnlineDDL
 from .dispatch.pipeline import EventPipeline
 from .dispatch.route import Router, RouteRule
 from .dispatch.router import DispatchRule
-from .errors import ConfigError, typed
+from .errors import CaptureError, ConfigError, typed
 from .files.store import is_uri
 from .model.tablefilter import TableFilter
 from .secrets import mask_secrets, resolve_password
@@ -278,7 +278,8 @@ class ChangefeedConfig:
     source: SourceConfig = field(default_factory=SourceConfig)
     filter: FilterConfig = field(default_factory=FilterConfig)
     sink: SinkConfig = field(default_factory=SinkConfig)
-    # DM's [[routes]] and TiCDC's routing dispatchers (docs/routing.md); shard-mode: DM's (optimistic only)
+    # DM's [[routes]] and TiCDC's routing dispatchers (docs/routing.md); shard-mode: DM's (optimistic or
+    # pessimistic, the latter for a MySQL sink fed by a live source)
     routes: list[RouteRule] = field(default_factory=list)
     shard_mode: str = "optimistic"
     #: DM's ``online-ddl``: follow gh-ost / pt-osc migrations upstream (docs/routing.md, "Online DDL").
@@ -302,9 +303,12 @@ class ChangefeedConfig:
     def router(self) -> EventPipeline | Router | None:
         """What every event goes through before the sink (docs/routing.md): online DDL, event filters,
         the table router of ``[[routes]]`` (extract-source reads the changefeed id); None: nothing."""
+        # A storage directory or lake table cannot take a merged table's shard DDL (Router.shard_ddl).
+        router = Router.of(self.routes, self.changefeed_id, self.sink_uri.is_mysql or self.sink_uri.is_kafka)
+        if router is not None and self.shard_mode == "pessimistic":
+            router.shard_drops = True  # a dropped shard leaves the shard list the lock waits for
         return EventPipeline.of(
-            # A storage directory or lake table cannot take a merged table's shard DDL (Router.shard_ddl).
-            Router.of(self.routes, self.changefeed_id, self.sink_uri.is_mysql or self.sink_uri.is_kafka),
+            router,
             EventFilter.of(self.filter.event_filters),
             OnlineDDL() if self.online_ddl else None,
         )
@@ -329,7 +333,39 @@ class ChangefeedConfig:
         """
         from .sink.mysql import MySQLSinkConfig  # noqa: PLC0415
 
-        return MySQLSinkConfig.from_uri(self.sink_uri.uri, self.changefeed_id, self.time_zone)
+        params, config = MySQLSinkConfig.from_uri(self.sink_uri.uri, self.changefeed_id, self.time_zone)
+        return params, replace(config, shard_mode=self.shard_mode)
+
+    def shard_members(self) -> tuple[tuple[str, str, str, str], ...]:
+        """Pessimistic shard mode's shard list: (target schema, target table, shard schema, shard table) of
+        every upstream table the filter keeps and a route merges, read from the live source's
+        information_schema now (DM reads its sources' tables the same way when a task starts)."""
+        from .clients.mysql import MySQLError  # noqa: PLC0415
+
+        router = Router(self.routes, self.changefeed_id)
+        keep = TableFilter(self.filter.rules)
+        params = self.source.server().sql_params()
+        try:
+            conn = params.connect()
+            try:
+                with conn.cursor() as cur:
+                    cur.execute(
+                        "SELECT TABLE_SCHEMA, TABLE_NAME FROM information_schema.TABLES WHERE TABLE_TYPE = 'BASE TABLE'"
+                    )
+                    tables = [(str(a), str(b)) for a, b in cur.fetchall()]
+            finally:
+                conn.close()
+        except (MySQLError, OSError) as exc:
+            raise CaptureError(
+                f'shard-mode = "pessimistic": reading the shard list from the source {params.url} failed: '
+                f"{mask_secrets(str(exc))}"
+            ) from exc
+        out = []
+        for schema, table in tables:
+            target = router.target(schema, table) if keep.match(schema, table) else None
+            if target is not None and target.merge:
+                out.append((*target.name, schema, table))
+        return tuple(sorted(out))
 
     def lake_sink(self) -> Callable[[], Sink]:
         """The ``delta://DIR?mode=...`` / ``iceberg://DIR?...`` sink (docs/lakehouse.md): a factory, parameters checked.
@@ -524,9 +560,7 @@ def _build(doc: dict[str, Any], base: Path) -> ChangefeedConfig:
     event_rules, online_ddl = _event_rules(doc)
 
     sink, routes = _sink(_table(doc, "sink"), doc.get("routes", []))
-    shard_mode = typed(doc.get("shard-mode", "optimistic"), str, "shard-mode")
-    if shard_mode != "optimistic":
-        raise ConfigError(f"shard-mode must be optimistic (DM's pessimistic mode is not here yet), got {shard_mode!r}")
+    shard_mode = _shard_mode(doc, source, uri)
 
     if uri.params.get("protocol") and sink.protocol and uri.params["protocol"] != sink.protocol:
         raise ConfigError(
@@ -551,6 +585,26 @@ def _build(doc: dict[str, Any], base: Path) -> ChangefeedConfig:
         _apply(config, _table(doc, "apply"), base)
     _check_sink(config)
     return config
+
+
+def _shard_mode(doc: dict[str, Any], source: SourceConfig, uri: SinkURI) -> str:
+    """DM's ``shard-mode``: ``optimistic`` (default) or ``pessimistic``, which needs a MySQL sink (it holds
+    rows downstream, with the checkpoint) and a live source (its shard list is read from the server)."""
+    mode = typed(doc.get("shard-mode", "optimistic"), str, "shard-mode")
+    if mode not in ("optimistic", "pessimistic"):
+        raise ConfigError(f"shard-mode must be optimistic or pessimistic (DM's modes), got {mode!r}")
+    if mode == "pessimistic" and not uri.is_mysql:
+        raise ConfigError(
+            'shard-mode = "pessimistic" holds rows in the downstream database until every shard ran a DDL: '
+            f"it needs a mysql:// sink, not {uri.scheme}:// (Kafka carries each shard's DDL to its consumer)"
+        )
+    if mode == "pessimistic" and not source.is_live:
+        raise ConfigError(
+            'shard-mode = "pessimistic" waits for every shard of a merged table, listed from the source '
+            f'server\'s information_schema: it needs a live source ([source] type = "mysql"), not {source.type!r} '
+            "(binlog files have no server to list the shards); use the optimistic mode with them"
+        )
+    return mode
 
 
 def _sink(sink_doc: dict[str, Any], routes_doc: Any) -> tuple[SinkConfig, list[RouteRule]]:

@@ -13,7 +13,7 @@ import re
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -253,6 +253,8 @@ def capture_plan(args: argparse.Namespace, config: ChangefeedConfig) -> JobPlan:
         from ..sink.mysql import MySQLSink  # noqa: PLC0415
 
         connection, sink_config = config.mysql_sink()
+        if config.shard_mode == "pessimistic":
+            sink_config = replace(sink_config, shard_members=config.shard_members())
         if not args.skip_preflight:
             preflight(config, checkpoint, sink=connection)
         make_sink = partial(MySQLSink, connection, sink_config)

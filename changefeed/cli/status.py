@@ -210,8 +210,22 @@ def _render_job(j: dict[str, Any]) -> list[str]:
         for d in j["shard_ddl"]:
             lines.append(f"    {d['time']}  {d['table']} <- {d['shard']}: {d['outcome']}")
             lines.append(f"      {d['ddl']}")
+        pending = pending_locks(j["shard_ddl"])
+        if pending:
+            lines.append("  pending shard DDL locks (pessimistic mode; rows of the shards done are held):")
+            for d in pending:
+                lines.append(f"    {d['table']}: {d['outcome'].split(':', 1)[1].strip()}")
+                lines.append(f"      {d['ddl']}")
     lines.append("")
     return lines
+
+
+def pending_locks(decisions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Merged tables whose newest shard DDL decision is "held" (DM's pessimistic lock, not released yet)."""
+    newest: dict[str, dict[str, Any]] = {}
+    for d in decisions:
+        newest[d["table"]] = d
+    return [d for d in newest.values() if str(d["outcome"]).startswith("held:")]
 
 
 def _render_spark(s: dict[str, Any]) -> list[str]:

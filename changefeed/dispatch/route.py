@@ -255,8 +255,9 @@ def _shard_column(name: str) -> Column:
 
 def routed_schema(ts: TableSchema, target: Target) -> TableSchema:
     """``ts`` under the target's name, with the shard columns appended and added to every unique key."""
+    origin = (ts.schema, ts.table) if target.merge else None
     if not target.extras:
-        return ts.renamed(*target.name)
+        return replace(ts, schema=target.name[0], table=target.name[1], origin=origin)
     names = [c for c, _ in target.extras]
     taken = {c.name.lower() for c in ts.columns} & {n.lower() for n in names}
     if taken:
@@ -265,7 +266,9 @@ def routed_schema(ts: TableSchema, target: Target) -> TableSchema:
     indexes = tuple(
         Index(i.name, (*i.columns, *names), primary=i.primary, unique=i.unique) if i.unique else i for i in ts.indexes
     )
-    return TableSchema(target.name[0], target.name[1], columns, indexes, ts.table_id, ts.version, ts.partitioned)
+    return TableSchema(
+        target.name[0], target.name[1], columns, indexes, ts.table_id, ts.version, ts.partitioned, origin
+    )
 
 
 def _extended(rows: TableRows, schema: TableSchema, values: Sequence[str]) -> TableRows:
@@ -323,6 +326,9 @@ class Router:
         #: lake table has one schema timeline per table while shards change shape one by one: False
         #: there, and a merged table's DDL stops the job with the reason instead of interleaving shapes.
         self.shard_ddl = shard_ddl
+        #: DM's pessimistic mode (the MySQL sink's shard lock): a shard's DROP TABLE reaches the sink as a
+        #: `ShardDDL`, never run downstream but taking the shard out of its merged table's shard list.
+        self.shard_drops = False
         self._tables = [r for r in self.rules if r.is_table_rule and not r.matcher]
         self._schemas = [r for r in self.rules if not r.is_table_rule]
         self._ticdc = [r for r in self.rules if r.matcher]
@@ -337,10 +343,11 @@ class Router:
         return cls(rules, source, shard_ddl) if rules else None
 
     def __getstate__(self) -> dict[str, Any]:  # shipped to Spark executors without its caches
-        return {"rules": self.rules, "source": self.source, "shard_ddl": self.shard_ddl}
+        return {"rules": self.rules, "source": self.source, "shard_ddl": self.shard_ddl, "drops": self.shard_drops}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["rules"], state["source"], state.get("shard_ddl", True))  # type: ignore[misc]
+        self.shard_drops = state.get("drops", False)
 
     # ------------------------------------------------------------------ names
 
@@ -502,24 +509,14 @@ class Router:
             return ddl
         action = ddl.action
         merged = [s.name for s, t in zip(spans, targets, strict=True) if t is not None and t.merge]
-        if merged:
-            if action in _DROPS:
-                if len(merged) != len(spans):
-                    raise RouteError(f"{clip(ddl.query)} drops shards of a merged table with other tables", where=where)
-                # DM in shard mode: a shard's DROP/TRUNCATE TABLE is not run on the merged table.
-                log.info(
-                    "routing: a shard's %s is not applied to its merged table shard=%s query=%s",
-                    "DROP TABLE" if action == ActionType.DROP_TABLE else "TRUNCATE TABLE",
-                    ".".join(merged[0]),
-                    clip(ddl.query),
-                )
-                return None
-            if action in _RENAMES:
-                raise RouteError(
-                    f"{clip(ddl.query)} renames the shard "
-                    f"{'.'.join(merged[0])} of a merged table: DM does not support RENAME TABLE in shard merge",
-                    where=where,
-                )
+        if merged and action in _DROPS:
+            return self._shard_drop(ddl, query, merged, len(spans), main, where)
+        if merged and action in _RENAMES:
+            raise RouteError(
+                f"{clip(ddl.query)} renames the shard "
+                f"{'.'.join(merged[0])} of a merged table: DM does not support RENAME TABLE in shard merge",
+                where=where,
+            )
         if main is not None and main.extras and action == ActionType.CREATE_TABLE:
             target_name = main.name
             try:
@@ -553,6 +550,40 @@ class Router:
             shards.add((ddl.schema, ddl.table))
             return ShardDDL(**fields, shard=(ddl.schema, ddl.table), shards=tuple(sorted(shards)))
         return DDLEvent(**fields)
+
+    def _shard_drop(
+        self, ddl: DDLEvent, query: str, merged: Sequence[TableName], spans: int, main: Target | None, where: str
+    ) -> ShardDDL | None:
+        """A shard's DROP/TRUNCATE TABLE: None (not run on the merged table), or for the pessimistic shard
+        lock a DROP as a `ShardDDL` that only updates the shard list."""
+        action = ddl.action
+        if len(merged) != spans:
+            raise RouteError(f"{clip(ddl.query)} drops shards of a merged table with other tables", where=where)
+        if self.shard_drops and action == ActionType.DROP_TABLE and len(merged) == 1 and main is not None:
+            return _dropped_shard(ddl, query, main.name, merged[0])
+        # DM in shard mode: a shard's DROP/TRUNCATE TABLE is not run on the merged table.
+        log.info(
+            "routing: a shard's %s is not applied to its merged table shard=%s query=%s",
+            "DROP TABLE" if action == ActionType.DROP_TABLE else "TRUNCATE TABLE",
+            ".".join(merged[0]),
+            clip(ddl.query),
+        )
+        return None
+
+
+def _dropped_shard(ddl: DDLEvent, query: str, target: TableName, shard: TableName) -> ShardDDL:
+    """A shard's DROP TABLE for the pessimistic shard lock: the sink never runs it, it updates the shard list."""
+    return ShardDDL(
+        schema=target[0],
+        table=target[1],
+        query=query,
+        ddl_type=ddl.ddl_type,
+        commit_ts=ddl.commit_ts,
+        start_ts=ddl.start_ts,
+        position=ddl.position,
+        shard=shard,
+        shards=(shard,),
+    )
 
 
 class EventTransform(Protocol):

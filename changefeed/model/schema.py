@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -131,6 +131,9 @@ class TableSchema:
     table_id: int = 0
     version: int = 0
     partitioned: bool = False
+    #: The upstream shard a routed shape of a merged table comes from (`dispatch.route`): the MySQL
+    #: sink's pessimistic shard DDL mode holds rows by shard. Not part of the table's identity.
+    origin: tuple[str, str] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         columns = tuple(self.columns)

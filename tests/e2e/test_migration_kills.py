@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from changefeed.cli import main
 from changefeed.clients.mysql import parse_mysql_url
 from changefeed.config import parse_config
 from changefeed.diff.compare import Differ
@@ -220,3 +221,158 @@ def test_shard_merge_shard_ddl_online_ddl_and_filters_through_kills(
     assert int(n_column[0][0]) >= 1  # the ALTER run on the ghost is on the real table
     logs = client_rows(mariadb_downstream, f"SELECT id FROM {OSC}.logs WHERE id < 999999 ORDER BY id")
     assert [int(r[0]) for r in logs] == sorted(writer.logs_inserted)  # every DELETE dropped by the filter
+
+
+# ---------------------------------------------------------------------------------------------- pessimistic
+
+PM_SHARDS = [("pk_01", "orders_00"), ("pk_01", "orders_01"), ("pk_02", "orders_00")]
+PM_CONFIG = """changefeed-id = "{cid}"
+sink-uri = "{sink}/"
+shard-mode = "pessimistic"
+
+[source]
+type = "mysql"
+url = "{url}"
+start-position = "earliest"  # the binlog from its start: the shards' CREATE TABLE and first DDLs in run 1
+
+[filter]
+rules = ["pk_0*.*"]
+
+[[routes]]
+schema-pattern = "pk_0*"
+table-pattern = "orders_*"
+target-schema = "{target}"
+target-table = "orders"
+extract-table = {{ table-regexp = "orders_(.*)", target-column = "c_table" }}
+extract-schema = {{ schema-regexp = "pk_(.*)", target-column = "c_schema" }}
+
+[[routes]]
+schema-pattern = "pk_0*"
+target-schema = "{target}"
+"""
+
+
+class _ShardWriter:
+    """Rows into three shards; on demand (``phases``) a shard's type change, after which its rows carry text."""
+
+    def __init__(self, server: MariaDBServer, seed: int) -> None:
+        self.server, self.rng = server, random.Random(seed)
+        self.stop = threading.Event()
+        self.failure: BaseException | None = None
+        self.step = 0
+        self.phases: list[int] = []  # shards whose DDL runs next
+        self.changed: list[int] = []
+
+    def setup(self) -> None:
+        with self.server.connect() as conn, conn.cursor() as cur:
+            for schema in ("pk_01", "pk_02"):
+                cur.execute(f"CREATE DATABASE {schema}")
+            for schema, table in PM_SHARDS:
+                cur.execute(
+                    f"CREATE TABLE {schema}.{table} (id INT PRIMARY KEY, amount INT, note VARCHAR(20)) ENGINE=InnoDB"
+                )
+                cur.executemany(f"INSERT INTO {schema}.{table} VALUES (%s, %s, NULL)", [(k, k) for k in range(1, 11)])
+
+    def run(self) -> None:
+        try:
+            with self.server.connect() as conn, conn.cursor() as cur:
+                while not self.stop.is_set() or self.phases:
+                    self._one(cur)
+                    time.sleep(self.rng.uniform(0.05, 0.2))
+        except BaseException as exc:
+            self.failure = exc
+
+    def _one(self, cur: object) -> None:
+        rng, step = self.rng, self.step
+        self.step += 1
+        c = cur.execute  # type: ignore[attr-defined]
+        if self.phases and step % 4 == 0:  # DM's case: the shards run the DDL one by one, writes between
+            n = self.phases.pop(0)
+            c(f"ALTER TABLE {'.'.join(PM_SHARDS[n])} MODIFY amount VARCHAR(20)")
+            self.changed.append(n)
+            return
+        n = rng.randrange(len(PM_SHARDS))
+        table, key = ".".join(PM_SHARDS[n]), rng.randint(1, 20)
+        amount: object = f"t{step}" if n in self.changed else rng.randint(0, 999)  # text only in the new shape
+        choice = rng.random()
+        if choice < 0.55:
+            c(f"REPLACE INTO {table} (id, amount, note) VALUES (%s, %s, %s)", (key, amount, f"s{step}"))
+        elif choice < 0.8:
+            c(f"UPDATE {table} SET note = %s WHERE id = %s", (f"u{step}", key))
+        else:
+            c(f"DELETE FROM {table} WHERE id = %s", (key,))
+
+
+def test_pessimistic_shard_ddl_through_kills(
+    mariadb_factory: Callable[..., MariaDBServer],
+    mariadb_downstream: MariaDBServer,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """DM's pessimistic mode through kill -9 (a live source): kills land while the changed shards' rows are
+    held downstream and around the release; each restart resumes from the checkpoint with the lock and
+    the held rows as committed. At the end the merged table equals the routed shards, the type change
+    is on it, no row is held and the lock is gone."""
+    monkeypatch.setattr("tests.e2e.exactly_once.EARLY_KILLS", 0.0)
+    upstream = mariadb_factory()
+    target = f"pk_target_{uuid.uuid4().hex[:6]}"
+    cid = f"pk-{uuid.uuid4().hex[:8]}"
+    writer = _ShardWriter(upstream, seed=20)
+    writer.setup()
+    config = tmp_path / "pk.toml"
+    config.write_text(PM_CONFIG.format(cid=cid, sink=mariadb_downstream.url, url=upstream.url, target=target))
+    spark = ["--master", "local[2]", "--trigger-interval", "500ms", "--spark-conf", JVM, "--skip-preflight"]
+    job = Job("capture", ["run", str(config), "--checkpoint", str(tmp_path / "ck"), *spark], tmp_path)
+    writer.phases = [0, 1]  # two shards change at once: run 1 meets them and is killed while their rows are held
+    thread = threading.Thread(target=writer.run, name="writer", daemon=True)
+    thread.start()
+    chaos = _Chaos([job], random.Random(11), print)
+    plan = [[2]]  # the last shard after the kill: run 2 (a restart from the held state) releases
+
+    def on_kill(kill: object) -> str:
+        writer.phases.extend(plan.pop(0) if plan else [])
+        return f"writer at step {writer.step}, shards changed {writer.changed}"
+
+    try:
+        chaos.run(1, on_kill)
+        writer.stop.set()
+        thread.join(60)
+        if writer.failure is not None:
+            raise ScenarioError(f"the writer failed: {writer.failure!r}") from writer.failure
+        with upstream.connect() as conn, conn.cursor() as cur:  # the last transaction upstream
+            cur.execute("INSERT INTO pk_02.orders_00 VALUES (999999, 'end', 'marker')")
+        marker = f"SELECT COUNT(*) FROM `{target}`.orders WHERE id = 999999"
+        deadline = time.monotonic() + 90
+        while client_rows(mariadb_downstream, marker) != [["1"]]:
+            job.check_alive()
+            if time.monotonic() > deadline:
+                raise ScenarioError(f"not caught up:\n{job.tail()}")
+            time.sleep(0.5)
+        job.interrupt()
+        job.finish()
+    finally:
+        job.stop()
+        writer.stop.set()
+    assert writer.changed == [0, 1, 2] and len(chaos.kills) == 1, (writer.changed, chaos.kills)
+    up, down = parse_mysql_url(upstream.url), parse_mysql_url(mariadb_downstream.url)
+    routes = parse_config(config.read_text()).routes
+    merged = RoutedDiffer([RoutedSource(up, Router(routes, cid))], down).run([f"{target}.*"])
+    assert merged.equal and [t.table for t in merged.tables] == ["orders"], merged.tables
+    kind = client_rows(
+        mariadb_downstream,
+        f"SELECT COLUMN_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = '{target}' "
+        "AND TABLE_NAME = 'orders' AND COLUMN_NAME = 'amount'",
+    )
+    assert kind == [["varchar(20)"]]
+    for table in ("changefeed_shard_held", "changefeed_shard_done"):
+        assert client_rows(mariadb_downstream, f"SELECT COUNT(*) FROM changefeed.{table} WHERE source = '{cid}'") == [
+            ["0"]
+        ]
+    lock = f"SELECT COUNT(*) FROM changefeed.changefeed_shard_lock WHERE target_schema = '{target}'"
+    assert client_rows(mariadb_downstream, lock) == [["0"]]
+    assert main(["status", "--checkpoint", str(tmp_path / "ck")]) == 0
+    shown = capsys.readouterr().out
+    decisions = [line.split(": ", 1)[1] for line in shown.splitlines() if f"{target}.orders <- " in line]
+    outcomes = [d.split(":")[0] for d in decisions]  # after the shards' CREATE TABLE (one applied)
+    assert outcomes[-3:] == ["held", "held", "released"] and outcomes.count("released") == 1, shown

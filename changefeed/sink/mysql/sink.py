@@ -14,6 +14,9 @@ Flow (docs/mysql-sink.md has the whole story):
   routed by causality (causality.py), each worker commits its share, and the checkpoint is
   written only after every worker committed (at least once; safe mode makes the replay converge);
 * DDL is a barrier: flush, run the DDL alone, save the checkpoint at its commit ts;
+* DM's pessimistic shard DDL mode (shardlock.py): the rows of shards that ran a merged table's
+  pending DDL are stored in a held table with the checkpoint, and applied after the DDL once the
+  last shard ran it;
 * transient errors (lost connection, deadlock, lock wait timeout) roll back, reconnect and re-run
   the whole downstream transaction in safe mode, with exponential backoff.
 """
@@ -33,9 +36,10 @@ from typing import Any
 from ...clients.mysql import CLIENT, Connection, MySQLError, MySQLParams, mask_url, parse_mysql_url, split_mysql_url
 from ...dispatch.route import ShardDDL
 from ...dispatch.shardddl import ShardDDLConflictError
+from ...dispatch.shardlock import APPLYING, RELEASED, ShardKey, ShardLock, describe, pessimistic
 from ...errors import ConfigError, SinkError, positive_int, true_false
 from ...model import ActionType, DDLEvent, Event, Index, Resolved, RowChange, TableSchema
-from ...model.rowblock import RowBlock, TableRows
+from ...model.rowblock import RowBlock, Segment, TableRows
 from ..base import SinkContext
 from ..observe import observer
 from ..replay import ResolvedGuard
@@ -46,7 +50,8 @@ from .ddlguard import UnsafeDDLError, check_ddl
 from .errors import ddl_already_done, error_code, is_transient
 from .keys import DownstreamKeys, read_unique_indexes
 from .plan import plan_rows, render_ops
-from .shard import shard_verdict
+from .shard import read_columns, shard_verdict
+from .shardlock import Member, ShardLockStore
 from .sql import make_literal, quote_ident
 
 __all__ = ["DEFAULT_SQL_MODE", "FaultHook", "MySQLSink", "MySQLSinkConfig"]
@@ -85,10 +90,19 @@ class MySQLSinkConfig:
     retry_backoff_max: float = 5.0
     lock_wait_timeout: int | None = None  # innodb_lock_wait_timeout for the sink's sessions
     fault_hook: FaultHook | None = field(default=None, repr=False)
+    #: DM's shard-mode of merged tables: "optimistic" (shard.py) or "pessimistic" (shardlock.py).
+    shard_mode: str = "optimistic"
+    #: Pessimistic mode: this source's shards of each merged table, read from the source at start.
+    shard_members: tuple[Member, ...] = ()
 
     def __post_init__(self) -> None:
         if self.workers < 1:
             raise ConfigError(f"workers must be >= 1, got {self.workers}")
+        if self.shard_mode not in ("optimistic", "pessimistic"):
+            raise ConfigError(f"shard-mode must be optimistic or pessimistic, got {self.shard_mode!r}")
+        if self.shard_mode == "pessimistic" and self.workers > 1:
+            # Held rows are written with the checkpoint, in the one transaction a single worker commits.
+            raise ConfigError("shard-mode = pessimistic needs worker-count=1 (held rows commit with the checkpoint)")
         if self.batch_rows < 1 or self.statement_rows < 1:
             raise ConfigError("batch_rows and statement_rows must be >= 1")
 
@@ -349,6 +363,11 @@ class MySQLSink(SinkContext):
         self._pending_pos: Mapping[str, Any] | None = None
         self._failed: BaseException | None = None
         self._keys = DownstreamKeys()
+        # DM's pessimistic shard DDL mode: the locks of merged tables and the rows held this batch.
+        pessimistic_mode = config.shard_mode == "pessimistic"
+        self._shard_store = ShardLockStore(config.checkpoint_schema) if pessimistic_mode else None
+        self._locks: dict[tuple[str, str], ShardLock] = {}
+        self._held: list[tuple[ShardKey, RowChange]] = []
         # columnar_rows: rows whose statements were rendered from Arrow columns (`insert_columns`).
         self.stats = {
             "rows": 0,
@@ -385,6 +404,8 @@ class MySQLSink(SinkContext):
         )
         self._checkpoint_ts = self._checkpoint.commit_ts if self._checkpoint else 0
         self._guard = ResolvedGuard("mysql sink", self._checkpoint_ts)  # a new run: replays end here
+        if self._shard_store is not None:
+            self._open_shard_locks(self._shard_store)
         if self.config.workers > 1:
             self._pool = ThreadPoolExecutor(self.config.workers, thread_name_prefix="mysql-sink")
         else:
@@ -461,6 +482,8 @@ class MySQLSink(SinkContext):
             ts = event.commit_ts
             if not self._admit(ts, 1, event.table_schema, event.position):
                 return
+            if self._locks and self._hold(event):
+                return
             shape = self._keys.shape(event.table_schema, self._read_unique_indexes)
             if shape is not event.table_schema:
                 event = replace(event, table_schema=shape)
@@ -516,6 +539,8 @@ class MySQLSink(SinkContext):
             ts = seg.commit_ts
             if not seg.rows or not self._admit(ts, seg.rows, block.tables[seg.table].table_schema, seg.row_position(0)):
                 continue
+            if self._locks and self._hold_segment(block.tables[seg.table], start, seg):
+                continue
             rows = shaped.get(seg.table)
             if rows is None:
                 rows = block.tables[seg.table]
@@ -549,19 +574,22 @@ class MySQLSink(SinkContext):
         nothing); `_drain` makes it durable or raises the transaction's error.
         """
         self.open()
+        if self._locks:
+            self._take_released()
         rows, self._buffer = self._buffer, []
         count, self._buffer_rows = self._buffer_rows, 0
+        held, self._held = self._held, []
         if self._pending_ts <= self._checkpoint_ts:
             return  # nothing new (rows always advance the pending ts)
         last = self._claimed or self._checkpoint
         pending = Checkpoint(self._pending_ts, self._pending_pos if self._pending_pos is not None else _last_pos(last))
         self._pending_ts, self._pending_pos = 0, None
         if self._applier is not None:
-            self._applier.submit(lambda: self._apply(rows, count, pending))
+            self._applier.submit(lambda: self._apply(rows, count, pending, held))
             self._claimed = pending
         else:
             try:
-                self._apply(rows, count, pending)
+                self._apply(rows, count, pending, held)
             except BaseException as exc:
                 self._fail(exc)
                 raise
@@ -583,11 +611,22 @@ class MySQLSink(SinkContext):
         self._failed = exc
         observer().sink_error("mysql", retried=False)
 
-    def _apply(self, rows: list[Entry], count: int, pending: Checkpoint) -> None:
-        """One downstream transaction of ``rows`` reaching ``pending`` (the applier thread's work)."""
+    def _apply(
+        self, rows: list[Entry], count: int, pending: Checkpoint, held: Sequence[tuple[ShardKey, RowChange]] = ()
+    ) -> None:
+        """One downstream transaction of ``rows`` reaching ``pending`` (the applier thread's work); ``held``:
+        rows a shard DDL lock holds, stored in the same transaction (DM's pessimistic mode)."""
         started = time.monotonic()
         if self.config.workers == 1:
-            self._apply_transaction(self._workers[0], rows, pending)
+            store = self._shard_store
+            after = None
+            if held and store is not None:
+                source = self.config.changefeed_id
+
+                def after(conn: Connection) -> None:
+                    store.hold(conn, source, held)
+
+            self._apply_transaction(self._workers[0], rows, pending, after)
         else:
             self._apply_parallel(expand(rows))
             self._fault("checkpoint", {"commit_ts": pending.commit_ts})
@@ -649,8 +688,15 @@ class MySQLSink(SinkContext):
         )
         time.sleep(delay)
 
-    def _apply_transaction(self, session: _Session, rows: Sequence[Entry], checkpoint: Checkpoint | None) -> None:
-        """One downstream transaction: rows (+ the checkpoint upsert), re-run whole on transient errors."""
+    def _apply_transaction(
+        self,
+        session: _Session,
+        rows: Sequence[Entry],
+        checkpoint: Checkpoint | None,
+        after: Callable[[Connection], object] | None = None,
+    ) -> None:
+        """One downstream transaction: rows (+ ``after``'s statements, + the checkpoint upsert), re-run whole
+        on transient errors."""
         safe = self.safe_mode
         attempt = 0
         where = _where_rows(rows, checkpoint)
@@ -673,6 +719,8 @@ class MySQLSink(SinkContext):
                     ),
                     self._fault,
                 )
+                if after is not None:
+                    after(conn)
                 if checkpoint is not None:
                     self.checkpoint_table.save(conn, self.config.changefeed_id, checkpoint)
                 self._fault("commit", {"session": session.name, "rows": count})
@@ -755,8 +803,6 @@ class MySQLSink(SinkContext):
         if ddl.commit_ts <= self._checkpoint_ts:
             self.stats["ddl_skipped"] += 1
             return
-        action = ddl.action
-        use_schema = bool(ddl.schema) and action not in _SCHEMA_ACTIONS
         try:
             check_ddl(ddl.query, self.config.sql_mode)
         except UnsafeDDLError as exc:
@@ -765,6 +811,35 @@ class MySQLSink(SinkContext):
                 f"{_clip(ddl.query)!r}",
                 where=where,
             ) from None
+        if isinstance(ddl, ShardDDL) and self._shard_store is not None and self._pessimistic_ddl(ddl):
+            return
+        if isinstance(ddl, ShardDDL) and ddl.action == ActionType.DROP_TABLE:
+            skipped: str | None = "a shard's DROP TABLE is not run on its merged table"  # DM (router.route_ddl)
+        else:
+            skipped = self._shard_skip(ddl) if isinstance(ddl, ShardDDL) else None
+        if not skipped:
+            skipped = self._execute_ddl(ddl)
+        if isinstance(ddl, ShardDDL):
+            _report_shard_ddl(ddl, f"skipped: {skipped}" if skipped else "applied")
+        self._log_ddl(ddl, skipped)
+        self._fault("ddl", {"commit_ts": ddl.commit_ts, "skipped": bool(skipped)})
+        checkpoint = self._ddl_checkpoint(ddl)
+        self._with_retry(self._coordinator, "save checkpoint", lambda c: self._save_checkpoint(c, checkpoint))
+        self._checkpoint_saved(checkpoint, "the DDL applied")
+
+    def _ddl_checkpoint(self, ddl: DDLEvent) -> Checkpoint:
+        return Checkpoint(ddl.commit_ts, ddl.position if ddl.position is not None else _last_pos(self._checkpoint))
+
+    def _checkpoint_saved(self, checkpoint: Checkpoint, what: str) -> None:
+        self._checkpoint = checkpoint
+        self._checkpoint_ts = checkpoint.commit_ts
+        self._guard.saw(checkpoint.commit_ts, what)
+
+    def _execute_ddl(self, ddl: DDLEvent) -> str | None:
+        """Run the DDL text on the coordinator; returns why it was already done (an error saying so), or None."""
+        where = _where(ddl.commit_ts, ddl.position)
+        action = ddl.action
+        use_schema = bool(ddl.schema) and action not in _SCHEMA_ACTIONS
 
         def run(conn: Connection) -> str | None:
             with conn.cursor() as cur:
@@ -785,11 +860,10 @@ class MySQLSink(SinkContext):
             self._coordinator.restore(conn)  # whatever the DDL text did to the session, undo it
             return reason
 
-        skipped = self._shard_skip(ddl) if isinstance(ddl, ShardDDL) else None
-        if not skipped:
-            skipped = self._with_retry(self._coordinator, f"DDL {_clip(ddl.query, 80)!r}", run)
-        if isinstance(ddl, ShardDDL):
-            _report_shard_ddl(ddl, f"skipped: {skipped}" if skipped else "applied")
+        return self._with_retry(self._coordinator, f"DDL {_clip(ddl.query, 80)!r}", run)
+
+    def _log_ddl(self, ddl: DDLEvent, skipped: str | None) -> None:
+        extra = {"changefeed": self.config.changefeed_id, "commit_ts": ddl.commit_ts, "table": _ddl_table(ddl)}
         if skipped:
             self.stats["ddl_skipped"] += 1
             log.info(
@@ -798,7 +872,7 @@ class MySQLSink(SinkContext):
                 skipped,
                 ddl.commit_ts,
                 _clip(ddl.query),
-                extra={"changefeed": self.config.changefeed_id, "commit_ts": ddl.commit_ts, "table": _ddl_table(ddl)},
+                extra=extra,
             )
         else:
             self.stats["ddl"] += 1
@@ -807,16 +881,206 @@ class MySQLSink(SinkContext):
                 self.config.changefeed_id,
                 ddl.commit_ts,
                 _clip(ddl.query),
-                extra={"changefeed": self.config.changefeed_id, "commit_ts": ddl.commit_ts, "table": _ddl_table(ddl)},
+                extra=extra,
             )
-        self._fault("ddl", {"commit_ts": ddl.commit_ts, "skipped": bool(skipped)})
-        checkpoint = Checkpoint(
-            ddl.commit_ts, ddl.position if ddl.position is not None else _last_pos(self._checkpoint)
+
+    # --- DM's pessimistic shard DDL mode (dispatch/shardlock.py, shardlock.py) ----------------------
+
+    def _open_shard_locks(self, store: ShardLockStore) -> None:
+        """The lock tables created, this source's shard list registered, the locks loaded as committed."""
+        source = self.config.changefeed_id
+
+        def setup(conn: Connection) -> dict[tuple[str, str], ShardLock]:
+            store.ensure(conn)
+            conn.begin()
+            store.register(conn, source, self.config.shard_members)
+            conn.commit()
+            return store.locks(conn)
+
+        self._locks = self._with_retry(self._workers[0], "load shard DDL locks", setup)
+        for lock in self._locks.values():
+            log.info(
+                "shard DDL lock pending changefeed=%s target=%s state=%s ddl=%s done=%s",
+                source,
+                ".".join(lock.target),
+                lock.state,
+                _clip(lock.ddl),
+                sorted(lock.done),
+            )
+
+    def _held_shard(self, table: TableSchema) -> ShardKey | None:
+        """The shard of rows a lock holds (DM: a shard that ran the pending DDL), None for rows to apply."""
+        if table.origin is None:
+            return None
+        lock = self._locks.get((table.schema, table.table))
+        if lock is None or lock.state == RELEASED:
+            return None
+        shard = (self.config.changefeed_id, *table.origin)
+        return shard if shard in lock.done else None
+
+    def _hold(self, row: RowChange) -> bool:
+        shard = self._held_shard(row.table_schema)
+        if shard is None:
+            return False
+        self._held.append((shard, row))
+        self._buffer_rows += 1
+        self._pending_ts = max(self._pending_ts, row.commit_ts)
+        if row.position is not None:
+            self._pending_pos = row.position
+        return True
+
+    def _hold_segment(self, rows: TableRows, start: int, seg: Segment) -> bool:
+        if self._held_shard(rows.table_schema) is None:
+            return False
+        for row in expand([BlockRows(rows, start, seg)]):
+            self._hold(row)
+        return True
+
+    def _pessimistic_ddl(self, ddl: ShardDDL) -> bool:
+        """A shard's DDL under DM's pessimistic mode; False: apply it as usual (a shard's CREATE TABLE)."""
+        store = self._shard_store
+        assert store is not None
+        target = (ddl.schema, ddl.table)
+        shard = (self.config.changefeed_id, *ddl.shard)
+        action = ddl.action
+        if action == ActionType.CREATE_TABLE:
+            # DM: a shard created later joins its merged table's shard group (the lock waits for it).
+            self._with_retry(self._coordinator, "register shard", lambda c: store.add_member(c, target, shard))
+            return False
+        checkpoint = self._ddl_checkpoint(ddl)
+        if action == ActionType.DROP_TABLE:
+            self._drop_shard(store, ddl, shard, checkpoint)
+        else:
+            self._shard_lock_step(store, ddl, shard, checkpoint)
+        self._checkpoint_saved(checkpoint, "the shard DDL")
+        return True
+
+    def _shard_lock_step(self, store: ShardLockStore, ddl: ShardDDL, shard: ShardKey, checkpoint: Checkpoint) -> None:
+        """DM: the first shard opens the lock, the next ones join it, the last one releases it.
+
+        Decided in one transaction on the stored lock, row-locked: the lock as every source left it."""
+        target = (ddl.schema, ddl.table)
+        decided: list[tuple[ShardLock, bool, set[ShardKey]]] = []
+
+        def decide(conn: Connection) -> None:
+            decided.clear()
+            lock = store.lock_of(conn, target, for_update=True)
+            members = store.members(conn, target) | {shard}
+            stored = self.checkpoint_table.load(conn, self.config.changefeed_id)
+            if lock is not None and stored is not None and stored.commit_ts >= ddl.commit_ts:
+                decided.append((lock, False, members))  # a retry after the commit's answer was lost: held
+                return
+            step = pessimistic(lock, members, shard, ddl.query, target, ddl.commit_ts)
+            lock = step.lock
+            if step.release and lock.state != APPLYING:
+                # Before the DDL (not transactional) runs: the columns it starts from, for a restart.
+                lock = replace(lock, state=APPLYING, columns=read_columns(conn, *target))
+            store.save(conn, lock)
+            if not step.release:  # DM: not the last shard: the DDL waits, the shard's rows are held
+                self.checkpoint_table.save(conn, self.config.changefeed_id, checkpoint)
+            decided.append((lock, step.release, members))
+
+        try:
+            self._apply_transaction(self._workers[0], [], None, decide)
+        except ShardDDLConflictError as exc:
+            _report_shard_ddl(ddl, f"conflict: {exc.message}")
+            raise
+        lock, release, members = decided[-1]
+        self._locks[target] = lock
+        if release:
+            self._release(store, lock, ddl, checkpoint)
+            return
+        _report_shard_ddl(ddl, f"held: {describe(lock, members)}")
+        self._fault("shard-held", {"commit_ts": ddl.commit_ts, "target": ".".join(target)})
+
+    def _take_released(self) -> None:
+        """Several sources: another source ran the last shard's DDL (DM: the lock's owner executes it, the
+        others are told); this source applies its held rows of that table now and stops holding them."""
+        store = self._shard_store
+        assert store is not None
+        source = self.config.changefeed_id
+        mine = [t for t, k in self._locks.items() if k.state != APPLYING and any(s[0] == source for s in k.done)]
+        for target in mine:
+            self._take_released_one(store, target)
+
+    def _take_released_one(self, store: ShardLockStore, target: tuple[str, str]) -> None:
+        source = self.config.changefeed_id
+        state = self._with_retry(self._coordinator, "read shard DDL lock", lambda c: store.state(c, target))
+        if state not in (None, RELEASED):
+            return
+        self._drain()  # the held rows of transactions in flight are stored first
+        self._keys.forget()
+        held = self._with_retry(self._coordinator, "read held rows", lambda c: store.held_rows(c, target, source))
+        rows = [replace(r, table_schema=self._keys.shape(r.table_schema, self._read_unique_indexes)) for r in held]
+        self._apply_transaction(self._workers[0], rows, None, lambda c: store.clear(c, target, source))
+        lock = self._locks.pop(target)
+        # Rows of this batch held for the table: all its shards had run the DDL, so none of its rows is in
+        # the buffer; they go there now, in their order.
+        keep: list[tuple[ShardKey, RowChange]] = []
+        for shard, row in self._held:
+            ts = row.table_schema
+            if (ts.schema, ts.table) == target:
+                self._buffer.append(replace(row, table_schema=self._keys.shape(ts, self._read_unique_indexes)))
+            else:
+                keep.append((shard, row))
+        self._held = keep
+        observer().shard_ddl(
+            ".".join(target),
+            ", ".join(".".join(s[1:]) for s in sorted(lock.done) if s[0] == source),
+            lock.ddl,
+            f"released: run by another source, {len(rows)} held rows of this source applied",
+            lock.commit_ts,
         )
-        self._with_retry(self._coordinator, "save checkpoint", lambda c: self._save_checkpoint(c, checkpoint))
-        self._checkpoint = checkpoint
-        self._checkpoint_ts = ddl.commit_ts
-        self._guard.saw(ddl.commit_ts, "the DDL applied")
+
+    def _drop_shard(self, store: ShardLockStore, ddl: ShardDDL, shard: ShardKey, checkpoint: Checkpoint) -> None:
+        """DM: a shard's DROP TABLE is not run on the merged table; the shard leaves its shard group, and a
+        lock that waited only for it is released."""
+        target = (ddl.schema, ddl.table)
+        lock = self._with_retry(self._coordinator, "read shard DDL lock", lambda c: store.lock_of(c, target))
+        members = self._with_retry(self._coordinator, "read shard list", lambda c: store.members(c, target))
+        members.discard(shard)
+        release = lock is not None and lock.state != RELEASED and bool(lock.done) and not lock.waiting(members)
+
+        # Released: the checkpoint moves with the release (a crash before it replays this DROP).
+        self._apply_transaction(
+            self._workers[0], [], None if release else checkpoint, lambda c: store.remove_member(c, target, shard)
+        )
+        _report_shard_ddl(ddl, "skipped: a dropped shard leaves its merged table's shard list")
+        if release and lock is not None:
+            self._release(store, lock, replace(ddl, query=lock.ddl, ddl_type=int(ActionType.ADD_COLUMN)), checkpoint)
+
+    def _release(self, store: ShardLockStore, lock: ShardLock, ddl: ShardDDL, checkpoint: Checkpoint) -> None:
+        """DM: the last shard ran the DDL: run it once on the merged table, apply the held rows, clear the lock.
+
+        The DDL is not transactional: the lock is first marked APPLYING with the merged table's columns,
+        so a restart that finds the columns changed knows the DDL ran and does not run it twice.
+        """
+        target, source = lock.target, self.config.changefeed_id
+        session = self._workers[0]
+        read = "read merged table columns"
+        if lock.state != APPLYING:
+            columns = self._with_retry(self._coordinator, read, lambda c: read_columns(c, *target))
+            lock = replace(lock, state=APPLYING, columns=columns)
+            marked = lock
+            self._apply_transaction(session, [], None, lambda c: store.save(c, marked))
+            self._locks[target] = lock
+        now = self._with_retry(self._coordinator, read, lambda c: read_columns(c, *target))
+        if lock.columns is not None and now != dict(lock.columns):
+            skipped: str | None = "run before a restart (the merged table's columns had changed)"
+        else:
+            skipped = self._execute_ddl(replace(ddl, query=lock.ddl))
+        self._log_ddl(ddl, skipped)
+        self._fault("shard-ddl", {"commit_ts": ddl.commit_ts, "target": ".".join(target), "skipped": bool(skipped)})
+        self._keys.forget()
+        held = self._with_retry(self._coordinator, "read held rows", lambda c: store.held_rows(c, target, source))
+        rows = [replace(r, table_schema=self._keys.shape(r.table_schema, self._read_unique_indexes)) for r in held]
+        self._apply_transaction(session, rows, checkpoint, lambda c: store.clear(c, target, source))
+        del self._locks[target]  # the held rows were counted in stats when they were held
+        _report_shard_ddl(
+            ddl,
+            f"released: the DDL ran once every shard had run it ({len(lock.done)} shards), "
+            f"{len(rows)} held rows applied" + (f"; DDL {skipped}" if skipped else ""),
+        )
 
 
 def _report_shard_ddl(ddl: ShardDDL, outcome: str) -> None:
