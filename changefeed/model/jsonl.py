@@ -9,15 +9,29 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from decimal import Decimal, InvalidOperation
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import EventFormatError, clip
+from .arrow import arrow_type
 from .events import DDLEvent, Event, Op, Resolved, RowChange
 from .gofloat import format_json
+from .rowblock import RowBlock, Segment, TableRows
 from .schema import Column, Index, TableSchema
-from .types import CHARSET_TYPES, FLOAT_TYPES, ColumnFlag, TypeCode, parse_type_name
+from .types import (
+    CHARSET_TYPES,
+    FLOAT_TYPES,
+    INTEGER_BITS,
+    INTEGER_TYPES,
+    TEXT_VALUE_TYPES,
+    UINT_VALUE_TYPES,
+    ColumnFlag,
+    TypeCode,
+    parse_type_name,
+)
 from .values import ABSENT, b64decode, b64encode, check_value
 
 # ---------------------------------------------------------------- writing
@@ -191,7 +205,19 @@ class EventReader:
             raise EventFormatError(f"the line holds {len(events)} events, not one", where=where)
         return events[0]
 
+    def read_blocks(self, stream: IO[bytes] | Iterable[bytes]) -> Iterator[Event | RowBlock]:
+        """`read`, but an ``inserts`` line comes as one `RowBlock` of its rows (the columnar
+        consumers' form: what `expand_blocks` makes of it are `read`'s events)."""
+        for lineno, line in enumerate(stream, 1):
+            if line.strip():
+                yield from self._parse(line, f"{self.source}:{lineno}", blocks=True)
+
     def parse_all(self, line: bytes | str, where: str | None = None) -> list[Event]:
+        """The events of one line."""
+        return cast("list[Event]", self._parse(line, where, blocks=False))
+
+    def _parse(self, line: bytes | str, where: str | None, blocks: bool) -> list[Event | RowBlock]:
+        """The events of one line; ``blocks``: an ``inserts`` line's rows as one `RowBlock`."""
         try:
             obj = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
@@ -199,7 +225,10 @@ class EventReader:
         if not isinstance(obj, dict):
             raise EventFormatError("an event line must be a JSON object", where=where)
         try:
-            return self._inserts(obj) if obj.get("kind") == "inserts" else [self._event(obj)]
+            if obj.get("kind") == "inserts":
+                block = self._inserts_block(obj) if blocks else None
+                return [block] if block is not None else list(self._inserts(obj))
+            return [self._event(obj)]
         except EventFormatError as exc:
             raise EventFormatError(exc.message, where=where) from None
         except (KeyError, TypeError, ValueError, ArithmeticError) as exc:
@@ -224,6 +253,29 @@ class EventReader:
             )
             for r in rows
         ]
+
+    def _inserts_block(self, obj: dict[str, Any]) -> RowBlock | None:
+        """An ``inserts`` line's rows as one `RowBlock`, a column at a time; None where a value is
+        not what `_inserts` would take as it is (`_inserts` then reads the line, or says why not)."""
+        table = self._table_schema(obj["table_schema"])
+        commit_ts = _uint(obj["commit_ts"], "commit_ts")
+        rows = obj["rows"]
+        cols = table.columns
+        if not isinstance(rows, list) or not rows or not all(type(r) is list and len(r) == len(cols) for r in rows):
+            return None
+        if commit_ts > _I64_MAX or ("position" in obj and not isinstance(obj["position"], dict | None)):
+            return None
+        arrays: list[pa.Array] = []
+        for column, values in zip(cols, zip(*rows, strict=True), strict=True):
+            array = _column_array(column, values)
+            if array is None:
+                return None
+            arrays.append(array)
+        n = len(rows)
+        arrays += [pa.array(["insert"] * n), pa.array([commit_ts] * n, pa.int64())]
+        arrays += [pa.nulls(n, arrow_type(c)) for c in cols]
+        batch = pa.RecordBatch.from_arrays(arrays, names=[str(i) for i in range(len(arrays))])
+        return RowBlock([TableRows(table, batch)], [Segment(0, n, commit_ts, obj.get("position"), None)])
 
     def _event(self, obj: dict[str, Any]) -> Event:
         kind = obj.get("kind")
@@ -361,6 +413,54 @@ def _value_from_json(column: Column, raw: Any) -> Any:
     if column.type_code is TypeCode.DECIMAL:
         return _decimal(raw, column.name)
     return check_value(column, raw)
+
+
+_I64_MAX = (1 << 63) - 1
+_INTS = frozenset({int, type(None)})
+_NUMBERS = frozenset({int, float, type(None)})
+_TEXTS = frozenset({str, type(None)})
+_DECIMAL_TEXT = r"^-?[0-9]+(\.[0-9]+)?$"  # format(Decimal, "f"), as `_value_to_json` writes it
+
+
+def _column_array(column: Column, values: Sequence[Any]) -> pa.Array | None:
+    """A column of an ``inserts`` line as the Arrow array `model.arrow.arrow_type` gives it, holding
+    exactly what `_value_from_json` makes of each value; None where that is not sure (a value of
+    another JSON type, out of range, not plain decimal text...): the row path decides."""
+    kinds = set(map(type, values))  # exact types: a JSON true is no int here, as in check_value
+    typ = arrow_type(column)
+    tc = column.type_code
+    try:
+        if column.is_bytes:
+            if not kinds <= _TEXTS:
+                return None
+            return pa.array([None if v is None else b64decode(v) for v in values], typ)
+        if tc is TypeCode.DECIMAL:
+            text = pa.array(values, pa.string()) if kinds <= _TEXTS else None
+            # Only plain digits: Arrow 26's string -> decimal cast misreads exponent forms.
+            if text is None or not pc.all(pc.match_substring_regex(text, _DECIMAL_TEXT), min_count=0).as_py():
+                return None
+            return text if pa.types.is_string(typ) else text.cast(typ)  # exact, or ArrowInvalid
+        if tc in INTEGER_TYPES or tc in UINT_VALUE_TYPES:
+            if not kinds <= _INTS:
+                return None
+            array = pa.array(values, typ)  # beyond the Arrow type: OverflowError / ArrowInvalid
+            bits = INTEGER_BITS.get(tc)
+            if bits is not None and bits < typ.bit_width and array.null_count < len(array):
+                lo, hi = (0, (1 << bits) - 1) if column.unsigned else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
+                bounds = pc.min_max(array).as_py()
+                if bounds["min"] < lo or bounds["max"] > hi:
+                    return None  # MEDIUMINT: narrower than its Arrow type
+            return array
+        if tc in FLOAT_TYPES:
+            if not kinds <= _NUMBERS:
+                return None
+            array = pa.array(values, pa.float64()).cast(typ)  # FLOAT: the nearest float32, as to_float32
+            return None if pc.any(pc.is_inf(array)).as_py() else array  # beyond float32: the row path's error
+        if tc in TEXT_VALUE_TYPES:
+            return pa.array(values, typ) if kinds <= _TEXTS else None
+    except (pa.ArrowException, ValueError, OverflowError):
+        return None
+    return None
 
 
 def _decimal(raw: Any, name: str) -> Decimal:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 
+import orjson
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from changefeed.errors import EventFormatError
 from changefeed.model import (
@@ -20,7 +23,8 @@ from changefeed.model import (
     TableSchema,
     TypeCode,
 )
-from changefeed.model.jsonl import EventReader, dumps_event, dumps_inserts
+from changefeed.model.jsonl import EventReader, dumps_event, dumps_inserts, table_schema_to_json
+from changefeed.model.rowblock import RowBlock, expand_blocks
 from tests.strategies import row_changes, tables
 
 T1 = TableSchema(
@@ -53,6 +57,80 @@ def test_an_inserts_line_gives_the_rows_row_lines_give(event: RowChange) -> None
     assert len(line) < sum(len(dumps_event(r)) for r in rows)
     with pytest.raises(EventFormatError, match="not one"):
         EventReader().parse(line)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(row_changes(), min_size=1, max_size=6))
+def test_an_inserts_line_as_a_block_is_the_rows_it_holds(events: list[RowChange]) -> None:
+    """`read_blocks` gives an ``inserts`` line's rows as one `RowBlock` a column at a time (or, where a
+    value is unusual, as `RowChange`s): expanded, exactly the rows `read` gives, in every type."""
+    first = events[0]
+    images = [e.new for e in events if e.table_schema == first.table_schema and e.new is not None]
+    images = [i for i in images if ABSENT not in i]
+    if not images:
+        return
+    line = dumps_inserts(first.table_schema, first.commit_ts, images)
+    want = list(EventReader().read([line]))
+    got = list(EventReader().read_blocks([line]))
+    assert list(expand_blocks(got)) == want
+    assert [type(g) for g in got] in ([RowBlock], [RowChange] * len(images))
+
+
+def test_plain_inserts_lines_come_as_blocks() -> None:
+    """The snapshot's usual chunk: every column type read column-wise (no row-path fallback)."""
+    table = TableSchema(
+        "s",
+        "t",
+        (
+            Column("i", TypeCode.BIGINT),
+            Column("m", TypeCode.MEDIUMINT, unsigned=True),
+            Column("d", TypeCode.DECIMAL, length=10, decimal=2),
+            Column("dt", TypeCode.DECIMAL),
+            Column("f", TypeCode.FLOAT),
+            Column("g", TypeCode.DOUBLE),
+            Column("s", TypeCode.VARCHAR, length=10, charset="utf8mb4", collation="utf8mb4_bin"),
+            Column("b", TypeCode.VARCHAR, length=10, charset="binary"),
+            Column("t", TypeCode.DATETIME, decimal=3),
+            Column("e", TypeCode.ENUM, elements=("a", "b")),
+            Column("y", TypeCode.YEAR),
+        ),
+    )
+    images = [
+        (1, 16777215, Decimal("12.50"), Decimal("-0.001"), 0.5, 1e300, "日本", b"\x00", "2024-01-02 03:04", 2, 2024),
+        (None,) * 11,
+    ]
+    line = dumps_inserts(table, 7, images)
+    got = list(EventReader().read_blocks([line]))
+    assert [type(g) for g in got] == [RowBlock]
+    assert list(expand_blocks(got)) == list(EventReader().read([line]))
+
+
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        (Column("m", TypeCode.MEDIUMINT), 1 << 23),  # within int32, beyond MEDIUMINT
+        (Column("i", TypeCode.INT), True),  # a JSON true is no int
+        (Column("i", TypeCode.INT), 1.5),  # Arrow would truncate it
+        (Column("f", TypeCode.FLOAT), 1e300),  # beyond float32
+        (Column("d", TypeCode.DECIMAL, length=10, decimal=2), "1e-58"),  # Arrow misreads exponent forms
+        (Column("d", TypeCode.DECIMAL, length=10, decimal=2), "1.234"),  # more digits than the scale
+        (Column("b", TypeCode.BLOB, charset="binary"), "not base64!"),
+    ],
+)
+def test_unusual_inserts_values_take_the_row_path(column: Column, value: object) -> None:
+    """A value the column-wise read is not sure of leaves the line to `read`, errors included."""
+    table = TableSchema("s", "t", (column,))
+    line = orjson.dumps(
+        {"kind": "inserts", "commit_ts": 1, "table_schema": table_schema_to_json(table), "rows": [[value]]}
+    )
+    try:
+        want: object = list(EventReader().read([line]))
+    except EventFormatError as exc:
+        with pytest.raises(EventFormatError, match=re.escape(exc.message)):
+            list(EventReader().read_blocks([line]))
+        return
+    got = list(EventReader().read_blocks([line]))
+    assert [type(g) for g in got] == [RowChange] and got == want
 
 
 @settings(max_examples=50, deadline=None)

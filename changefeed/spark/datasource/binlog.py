@@ -421,11 +421,15 @@ def _connector(source: BinlogSource) -> Any:
     return None
 
 
-def chunk_events(text: str | None, path: str | None = None) -> list[Event]:
-    """A snapshot chunk's events from their JSONL (`snapshot.SpillStore`): ``text``, or the spill file ``path``."""
+def chunk_events(text: str | None, path: str | None = None, blocks: bool = False) -> list[Any]:
+    """A snapshot chunk's events from their JSONL (`snapshot.SpillStore`): ``text``, or the spill
+    file ``path``; ``blocks``: its rows as `RowBlock`s (for the columnar consumers: ~3 µs a
+    10-column row instead of ~11 as `RowChange`s, bench/RESULTS.md)."""
     assert text is not None or path is not None
     data = text.encode() if text is not None else Path(path).read_bytes()  # type: ignore[arg-type]
-    return list(EventReader(source=path or "snapshot chunk").read(data.splitlines()))
+    reader = EventReader(source=path or "snapshot chunk")
+    lines = data.splitlines()
+    return list(reader.read_blocks(lines) if blocks else reader.read(lines))
 
 
 @dataclass
@@ -507,7 +511,7 @@ class RangeDecoder:
                 starts, ends, keys, chunks, handovers, files, strict=True
             ):
                 if chunk is not None or file is not None:  # a snapshot chunk: INSERTs, DDL first on a table's first
-                    yield from keep.events(chunk_events(chunk, file))
+                    yield from keep.events(chunk_events(chunk, file, blocks=True))
                     continue
                 if handover is not None:  # overlapping the snapshot: row by row through the hand-over
                     start_d, end_d = orjson.loads(start), orjson.loads(end)
