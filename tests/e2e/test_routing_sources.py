@@ -4,7 +4,10 @@
 Every shard holds the same primary keys; DM's ``extract-*`` columns (``c_table``, ``c_schema``, and
 ``c_source`` = each changefeed's id) join the key downstream. After both runs the routed diff is
 equal; a changed, a deleted and an extra downstream row are then reported by key, and the fix-up
-SQL it writes makes the diff equal again.
+SQL it writes makes the diff equal again. The changefeeds run DM's pessimistic shard mode: a type
+change (DECIMAL -> VARCHAR, which the optimistic mode refuses) run on the sixteen shards of one
+source waits, their rows held, for the sixteen of the other; the source whose shard is last runs
+the DDL once, the other applies its held rows on its next batch, and the routed diff is equal.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ def _config(path: Path, cid: str, upstream: MariaDBServer, downstream: MariaDBSe
     path.write_text(
         f"""changefeed-id = "{cid}"
 sink-uri = "{downstream.url}/"
+shard-mode = "pessimistic"
 
 [source]
 type = "mysql"
@@ -81,8 +85,12 @@ def test_two_sources_sixteen_shards_one_table_and_the_routed_diff(
         configs[cid] = _config(tmp_path / f"{cid}.toml", cid, server, mariadb_downstream, target)
         _sql(server, load)
     try:
+
+        def run_of(cid: str) -> list[str]:
+            return ["run", str(configs[cid]), "--available-now", "--master", "local[2]"]
+
         for cid, server in sources.items():  # the snapshot, then changes through the binlog
-            run = ["run", str(configs[cid]), "--available-now", "--master", "local[2]"]
+            run = run_of(cid)
             assert main([*run, "--checkpoint", str(tmp_path / f"ck-{cid}")]) == 0, capsys.readouterr().err
             _sql(server, ["UPDATE shop_02.orders_03 SET note = 'moved', id = 30 WHERE id = 3",
                           "DELETE FROM shop_01.orders_00 WHERE id = 2",
@@ -123,5 +131,37 @@ def test_two_sources_sixteen_shards_one_table_and_the_routed_diff(
         assert main(diff) == 0, capsys.readouterr().out
         assert main([*diff[:-2], "--source", sources["src-a"].url]) == 2  # three sources, one routes file
         assert "one --routes per --source" in capsys.readouterr().err
+
+        # DM's pessimistic mode across sources: the lock waits for all 32 shards.
+        amount_type = (
+            "SELECT DATA_TYPE FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = "
+            f"'{target}' AND TABLE_NAME = 'orders' AND COLUMN_NAME = 'amount'"
+        )
+        held = (
+            f"SELECT source, COUNT(*) FROM changefeed.changefeed_shard_held WHERE target_schema = '{target}' GROUP BY 1"
+        )
+        alter = [f"ALTER TABLE {s}.{t} MODIFY amount VARCHAR(20)" for s in SCHEMAS for t in TABLES]
+        runs = {cid: [*run_of(cid), "--checkpoint", str(tmp_path / f"ck-{cid}")] for cid in sources}
+        _sql(sources["src-a"], [*alter, "INSERT INTO shop_01.orders_00 VALUES (8, 'eight', 'a, new shape')"])
+        assert main(runs["src-a"]) == 0, capsys.readouterr().err
+        assert client_rows(mariadb_downstream, amount_type) == [["decimal"]]  # src-b's shards have not run it
+        assert client_rows(mariadb_downstream, held) == [["src-a", "1"]]
+        _sql(sources["src-b"], [*alter, "INSERT INTO shop_02.orders_01 VALUES (8, 'acht', 'b, new shape')"])
+        assert main(runs["src-b"]) == 0, capsys.readouterr().err  # src-b's last shard: the DDL, once
+        assert client_rows(mariadb_downstream, amount_type) == [["varchar"]]
+        assert client_rows(mariadb_downstream, held) == [["src-a", "1"]]  # src-a's: on its next batch
+        _sql(sources["src-a"], ["UPDATE shop_02.orders_02 SET amount = 'n/a' WHERE id = 1"])
+        assert main(runs["src-a"]) == 0, capsys.readouterr().err
+        assert client_rows(mariadb_downstream, held) == []
+        capsys.readouterr()
+        assert main(diff) == 0, capsys.readouterr().out
+        assert f"{target}.orders: equal (50 rows, 16 chunks)" in capsys.readouterr().out
     finally:
-        _sql(mariadb_downstream, [f"DROP DATABASE IF EXISTS `{target}`"])
+        _sql(
+            mariadb_downstream,
+            [
+                f"DROP DATABASE IF EXISTS `{target}`",
+                *(f"DELETE FROM changefeed.changefeed_shard_{t} WHERE target_schema = '{target}'"
+                  for t in ("member", "lock", "done", "held")),
+            ],
+        )  # fmt: skip
