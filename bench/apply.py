@@ -1,6 +1,6 @@
 """MySQL sink apply throughput vs LOAD DATA LOCAL INFILE of the same rows, on one MariaDB.
 
-Usage: .venv/bin/python bench/apply.py [--rows N] [--workers 1,2,4] [--url mysql://...]
+Usage: .venv/bin/python bench/apply.py [--rows N] [--workers 1,2,4] [--url mysql://...] [--load-data auto,off]
 
 Workloads over a 10-column table with a BIGINT primary key and one secondary index:
 
@@ -12,6 +12,10 @@ safe-mode window) and, for ``insert``, in safe mode (REPLACE). The practical lim
 LOCAL INFILE of the N insert rows into the same empty table on the same server in the same run;
 the ratio printed is sink rows/s over LOAD DATA rows/s (the issue's target: >= 50% for inserts).
 Without --url a private MariaDB is started (and stopped) like the test fixtures do.
+
+``--load-data auto,off`` runs every measurement once per sink setting (``load-data``: runs of
+inserts as LOAD DATA LOCAL INFILE, or INSERT statements), alternated in that order, and prints the
+CPU per row of this process (the sink: `time.process_time`) and of the private server (/proc).
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.orders import order_image, orders_table
-from changefeed.clients.mysql import MySQLParams, parse_mysql_url
+from changefeed.clients.mysql import MySQLParams, load_local_infile, parse_mysql_url
 from changefeed.model import Event, Index, Op, Resolved, RowChange, TableSchema
 from changefeed.ops.progress import Progress, add_progress_option
 from changefeed.sink.mysql import MySQLSink
@@ -123,10 +127,11 @@ def load_data(params: MySQLParams, rows: list[tuple[Any, ...]]) -> float:
         with conn.cursor() as cur:
             cur.execute("SET GLOBAL local_infile=1")
             started = time.perf_counter()
-            cur.execute(
-                f"LOAD DATA LOCAL INFILE %s INTO TABLE `{DB}`.orders CHARACTER SET utf8mb4"
+            load_local_infile(  # the client sends only the file it offers (clients.mysql)
+                conn,
+                f"LOAD DATA LOCAL INFILE {conn.escape(path)} INTO TABLE `{DB}`.orders CHARACTER SET utf8mb4"
                 " FIELDS TERMINATED BY '\\t' ESCAPED BY '\\\\' LINES TERMINATED BY '\\n'",
-                (path,),
+                path,
             )
             elapsed = time.perf_counter() - started
             cur.execute(f"SELECT COUNT(*) FROM `{DB}`.orders")
@@ -139,7 +144,26 @@ def load_data(params: MySQLParams, rows: list[tuple[Any, ...]]) -> float:
         os.unlink(path)
 
 
-def apply(params: MySQLParams, events: list[Event], workers: int, safe: bool, rows: int) -> float:
+def _server_cpu(pid: int | None) -> float:
+    """CPU seconds of the server process so far (all its threads), 0 without a private server."""
+    if pid is None:
+        return 0.0
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def apply(
+    params: MySQLParams,
+    events: list[Event],
+    workers: int,
+    safe: bool,
+    rows: int,
+    load_data: str,
+    pid: int | None,
+    sizes: tuple[int, int | None] = (4096, None),
+) -> tuple[float, float, float]:
+    """(seconds, this process's CPU seconds, the server's CPU seconds) of one run."""
     reset(params)
     sink = MySQLSink(
         params,
@@ -148,15 +172,21 @@ def apply(params: MySQLParams, events: list[Event], workers: int, safe: bool, ro
         workers=workers,
         safe_mode=safe,
         safe_mode_duration=0,
-        batch_rows=4096,
+        batch_rows=sizes[0],
+        load_data=load_data,
+        **({"load_data_min_rows": sizes[1]} if sizes[1] is not None else {}),
     )
+    cpu, server = time.process_time(), _server_cpu(pid)
     started = time.perf_counter()
     with sink:
         sink.write(events)
     elapsed = time.perf_counter() - started
+    cpu, server = time.process_time() - cpu, _server_cpu(pid) - server
     if sink.stats["rows"] != rows:
         raise SystemExit(f"sink applied {sink.stats['rows']} of {rows} rows")
-    return elapsed
+    if load_data == "off" and sink.stats["load_data_rows"]:
+        raise SystemExit("load-data=off loaded rows")
+    return elapsed, cpu, server
 
 
 def main() -> int:
@@ -165,9 +195,14 @@ def main() -> int:
     ap.add_argument("--workers", default="1,2,4", help="worker counts to run (default 1,2,4)")
     ap.add_argument("--url", help="an existing server (default: start a private MariaDB)")
     ap.add_argument("--repeat", type=int, default=1, help="runs per measurement, best kept (shared machines are noisy)")
+    ap.add_argument("--load-data", default="auto", help="sink load-data settings to run, alternated (auto,off)")
+    ap.add_argument("--workloads", default="insert,insert safe-mode,mixed", help="which workloads to run")
+    ap.add_argument("--batch-rows", type=int, default=4096, help="the sink's rows per downstream transaction")
+    ap.add_argument("--load-data-min-rows", type=int, help="shortest run sent as LOAD DATA (default: the sink's)")
     add_progress_option(ap)
     args = ap.parse_args()
     counts = [int(w) for w in args.workers.split(",")]
+    modes = args.load_data.split(",")
 
     server = None
     if args.url:
@@ -185,31 +220,45 @@ def main() -> int:
             },
         ).start()
         params = parse_mysql_url(server.url)
+    pid = server.pid if server is not None else None
     try:
         t = table(DB)
         insert_events = stream(t, args.rows, mixed=False)
         mixed_events = stream(t, args.rows, mixed=True)
         insert_rows = [e.new for e in insert_events if isinstance(e, RowChange)]
-        load_s = min(load_data(params, insert_rows) for _ in range(args.repeat))
+        loads = []
+        for _ in range(args.repeat):
+            before = _server_cpu(pid)
+            loads.append((load_data(params, insert_rows), _server_cpu(pid) - before))
+        load_s, load_server = min(loads)
         load_rate = args.rows / load_s
         print(f"rows={args.rows} server={params.url}")
-        print(f"{'LOAD DATA LOCAL INFILE':<34} {load_rate:>10,.0f} rows/s  {load_s:6.2f} s  (the practical limit)")
+        print(
+            f"{'LOAD DATA LOCAL INFILE':<50} {load_rate:>10,.0f} rows/s  {load_s:6.2f} s  (the practical limit)"
+            f"  CPU µs/row: server {load_server * 1e6 / args.rows:5.2f}"
+        )
         runs = [("insert", insert_events, False), ("insert safe-mode", insert_events, True)]
         runs.append(("mixed", mixed_events, False))
-        bar = Progress("runs", len(runs) * len(counts) * args.repeat, "runs", disabled=args.no_progress)
+        runs = [r for r in runs if r[0] in args.workloads.split(",")]
+        total = len(runs) * len(counts) * args.repeat * len(modes)
+        bar = Progress("runs", total, "runs", disabled=args.no_progress)
         for label, events, safe in runs:
             for workers in counts:
                 bar.note(f"{label} workers={workers}")
-                timings = []
+                timings: dict[str, list[tuple[float, float, float]]] = {m: [] for m in modes}
                 for _ in range(args.repeat):
-                    timings.append(apply(params, events, workers, safe, args.rows))
-                    bar.update()  # between timed runs: the bar costs nothing inside one
-                seconds = min(timings)
-                rate = args.rows / seconds
-                print(
-                    f"{label + f' workers={workers}':<34} {rate:>10,.0f} rows/s  {seconds:6.2f} s"
-                    f"  {rate / load_rate:6.1%} of LOAD DATA"
-                )
+                    for mode in modes:  # alternated: the machine's noise hits every setting alike
+                        sizes = (args.batch_rows, args.load_data_min_rows)
+                        timings[mode].append(apply(params, events, workers, safe, args.rows, mode, pid, sizes))
+                        bar.update()  # between timed runs: the bar costs nothing inside one
+                for mode in modes:
+                    seconds, cpu, server_cpu = min(timings[mode])
+                    rate = args.rows / seconds
+                    name = label + f" workers={workers}" + (f" load-data={mode}" if len(modes) > 1 else "")
+                    print(
+                        f"{name:<50} {rate:>10,.0f} rows/s  {seconds:6.2f} s  {rate / load_rate:6.1%} of LOAD DATA"
+                        f"  CPU µs/row: sink {cpu * 1e6 / args.rows:5.2f}, server {server_cpu * 1e6 / args.rows:5.2f}"
+                    )
                 sys.stdout.flush()
         bar.close()
     finally:

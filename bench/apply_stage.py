@@ -15,12 +15,17 @@ all, in this process, timed with ``time.process_time`` (best of ``--repeat``):
 
 The sink writes into a private MariaDB (its own CPU is not counted here); both variants must
 leave the same table (checked with CHECKSUM TABLE). ``--no-sink`` stops after the merge.
+
+``--load-data auto,off`` runs each variant once per sink ``load-data`` setting (runs of inserts
+as LOAD DATA LOCAL INFILE, or INSERT statements), alternated within each repeat; ``server`` is
+the private MariaDB's CPU during the sink stage (/proc), next to this process's.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import os
 import random
 import shlex
 import sys
@@ -102,6 +107,7 @@ def main() -> int:
     p.add_argument("--no-sink", action="store_true")
     p.add_argument("--variants", default="rows,blocks", help="which paths to run, in this order")
     p.add_argument("--freeze", action="store_true", help="gc.freeze() before each variant")
+    p.add_argument("--load-data", default="auto", help="the sink's load-data settings to run, alternated (auto,off)")
     args = p.parse_args()
     print("$ " + shlex.join(sys.orig_argv), flush=True)
     table = messages(args.rows, args.txn, args.resolved)
@@ -114,27 +120,44 @@ def main() -> int:
 
         extra = {"innodb_buffer_pool_size": "512M", "innodb_log_file_size": "256M"}
         server = MariaDBServer(server_id=3, name="bench-apply-stage", extra_config=extra).__enter__()
+    modes = args.load_data.split(",")
     try:
         for variant in args.variants.split(","):
             if args.freeze:
                 gc.collect()
                 gc.freeze()
-            best: dict[str, float] = {}
-            checksum = None
+            best: dict[str, dict[str, float]] = {m: {} for m in modes}
+            checksums: dict[str, Any] = {}
             for _ in range(args.repeat):
-                times, checksum = run(variant, table, codec, server)
-                for k, v in times.items():
-                    best[k] = min(best.get(k, float("inf")), v)
-            total = sum(best.values())
-            parts = "  ".join(f"{k} {v * 1e6 / n:6.2f}" for k, v in best.items())
-            print(f"{variant:6s}: {total * 1e6 / n:6.2f} µs/row  ({parts})  checksum {checksum}", flush=True)
+                for mode in modes:
+                    times, checksums[mode] = run(variant, table, codec, server, mode)
+                    for k, v in times.items():
+                        best[mode][k] = min(best[mode].get(k, float("inf")), v)
+            for mode in modes:
+                took = best[mode]
+                total = sum(v for k, v in took.items() if k != "server" and not k.endswith(" wall"))
+                parts = "  ".join(f"{k} {v * 1e6 / n:6.2f}" for k, v in took.items() if not k.endswith(" wall"))
+                rate = f"  sink {n / took['sink wall']:,.0f} rows/s" if "sink wall" in took else ""
+                name = variant + (f" load-data={mode}" if len(modes) > 1 else "")
+                print(
+                    f"{name:6s}: {total * 1e6 / n:6.2f} µs/row  ({parts}){rate}  checksum {checksums[mode]}",
+                    flush=True,
+                )
     finally:
         if server is not None:
             server.__exit__(None, None, None)
     return 0
 
 
-def run(variant: str, table: pa.Table, codec: CodecOptions, server: Any) -> tuple[dict[str, float], Any]:
+def _server_cpu(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run(
+    variant: str, table: pa.Table, codec: CodecOptions, server: Any, load_data: str = "auto"
+) -> tuple[dict[str, float], Any]:
     from changefeed.sink.mysql import MySQLSink, MySQLSinkConfig  # noqa: PLC0415
 
     decoder = MessageDecoder("unused:1", "cdc", codec, ChangelogRows())
@@ -144,9 +167,10 @@ def run(variant: str, table: pa.Table, codec: CodecOptions, server: Any) -> tupl
 
     def timed(name: str, fn: Callable[[], Any]) -> Any:
         gc.collect()
-        t = time.process_time()
+        t, wall = time.process_time(), time.perf_counter()
         out = fn()
         times[name] = time.process_time() - t
+        times[f"{name} wall"] = time.perf_counter() - wall
         return out
 
     with tempfile.TemporaryDirectory() as state:
@@ -159,14 +183,17 @@ def run(variant: str, table: pa.Table, codec: CodecOptions, server: Any) -> tupl
             cur.execute("DROP DATABASE IF EXISTS bench")
             cur.execute("CREATE DATABASE bench")
             cur.execute(DDL)
-        sink = MySQLSink(server.url, MySQLSinkConfig(changefeed_id=f"bench-{variant}-{time.monotonic_ns()}"))
+        config = MySQLSinkConfig(changefeed_id=f"bench-{variant}-{time.monotonic_ns()}", load_data=load_data)
+        sink = MySQLSink(server.url, config)
 
         def apply() -> None:
             sink.write(released)
             sink.flush()
 
         try:
+            server_cpu = _server_cpu(server.pid)
             timed("sink", apply)
+            times["server"] = _server_cpu(server.pid) - server_cpu
         finally:
             sink.close()
         with server.connect() as conn, conn.cursor() as cur:

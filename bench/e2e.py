@@ -57,6 +57,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bench.apply import DDL as ORDERS_DDL
 from bench.apply import tsv_value
 from bench.orders import order_image
+from changefeed.clients.mysql import load_local_infile
 from changefeed.ops.jobfile import read_job_document
 from changefeed.testing import Broker, MariaDBServer
 
@@ -569,7 +570,7 @@ class Bench:
             "--from",
             self.uri(topic),
             "--to",
-            f"{down.url}/",
+            f"{down.url}/" + (f"?{self.args.sink_params}" if self.args.sink_params else ""),
             "--changefeed-id",
             cid,
             *self.trigger(),
@@ -788,10 +789,11 @@ def load_data(down: MariaDBServer, work: Path, rows: int, columns: int) -> dict[
             cur = conn.cursor()
             cur.execute("SET GLOBAL local_infile=1")
             cpu0, started = meter.read(), time.perf_counter()
-            cur.execute(
-                f"LOAD DATA LOCAL INFILE %s INTO TABLE `{LOADED}`.orders CHARACTER SET utf8mb4"
+            load_local_infile(  # the client sends only the file it offers (clients.mysql)
+                conn,
+                f"LOAD DATA LOCAL INFILE {conn.escape(str(path))} INTO TABLE `{LOADED}`.orders CHARACTER SET utf8mb4"
                 " FIELDS TERMINATED BY '\\t' ESCAPED BY '\\\\' LINES TERMINATED BY '\\n'",
-                (str(path),),
+                str(path),
             )
             seconds = time.perf_counter() - started
             cpu = cpu_delta(cpu0, meter.read())
@@ -1077,6 +1079,7 @@ def _parser() -> argparse.ArgumentParser:
         "--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="passed to both jobs (repeatable)"
     )
     ap.add_argument("--detail", action="store_true", help="CPU of each JVM thread kind and Python worker module")
+    ap.add_argument("--sink-params", default="", help="query added to the apply job's mysql:// (e.g. load-data=off)")
     return ap
 
 

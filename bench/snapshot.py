@@ -94,17 +94,21 @@ def _meter(up: MariaDBServer, down: MariaDBServer, job: Job | None = None) -> Cp
     return CpuMeter(roots)
 
 
-def changefeed_snapshot(args: argparse.Namespace, work: Path, up: MariaDBServer, down: MariaDBServer) -> dict[str, Any]:
-    """``changefeed run`` with ``snapshot = "initial-only"`` into the downstream, until it exits."""
-    config = work / "snapshot.toml"
+def changefeed_snapshot(
+    args: argparse.Namespace, work: Path, up: MariaDBServer, down: MariaDBServer, load_data: str = "auto"
+) -> dict[str, Any]:
+    """``changefeed run`` with ``snapshot = "initial-only"`` into the downstream (the sink-uri's
+    ``load-data``), until it exits."""
+    name = f"bench-snapshot-{load_data}"  # a changefeed of its own per setting: no state shared
+    config = work / f"{name}.toml"
     extra = f"snapshot-chunk-size = {args.chunk_size}\n" if args.chunk_size else ""
     config.write_text(
-        f'changefeed-id = "bench-snapshot"\nsink-uri = "{down.url}/"\n\n'
+        f'changefeed-id = "{name}"\nsink-uri = "{down.url}/?load-data={load_data}"\n\n'
         f'[source]\ntype = "mysql"\nurl = "{up.url}"\nsnapshot = "initial-only"\n{extra}\n'
         f'[filter]\nrules = ["{BACKLOG}.*"]\n'
     )
     argv = ["run", str(config), *[a for kv in args.spark_conf for a in ("--spark-conf", kv)]]
-    job = Job("snapshot-run", argv, work, work / ".changefeed" / "run-bench-snapshot")
+    job = Job("snapshot-run", argv, work, work / ".changefeed" / f"run-{name}")
     try:
         with _meter(up, down, job) as meter:
             cpu0 = meter.read()
@@ -335,6 +339,9 @@ def main() -> int:
         "--trigger-interval", help="lag: the job's micro-batch interval (default: the job's, 300ms into MySQL)"
     )
     p.add_argument("--json", type=Path, help="also write the figures here as JSON")
+    p.add_argument(
+        "--load-data", default="auto", help="initial: the sink-uri's load-data settings to run, in order (auto,off)"
+    )
     args = p.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: the servers and the job are stopped
     report = report_header("bench/snapshot.py", mode=args.mode, rows=args.rows, columns=args.columns)
@@ -360,10 +367,14 @@ def main() -> int:
             upstream = content(up, BACKLOG, args.columns)
             say(f"upstream: {args.rows:,} rows written in {seconds:.1f} s, binlog reset")
 
-            say("changefeed run, snapshot = initial-only, into the downstream")
-            report["changefeed"] = changefeed_snapshot(args, work, up, down)
-            check_equal(down, BACKLOG, args.columns, upstream)
-            _drop(down)
+            runs: dict[str, dict[str, Any]] = {}
+            for mode in args.load_data.split(","):
+                say(f"changefeed run, snapshot = initial-only, into the downstream, load-data={mode}")
+                runs[mode] = changefeed_snapshot(args, work, up, down, mode)
+                check_equal(down, BACKLOG, args.columns, upstream)
+                _drop(down)
+            report["changefeed"] = next(iter(runs.values()))
+            report["changefeed_by_load_data"] = runs
             say("mariadb-dump | mariadb")
             report["dump_load"] = dump_and_load(args, up, down)
             check_equal(down, BACKLOG, args.columns, upstream)
@@ -374,20 +385,23 @@ def main() -> int:
     except BenchError as exc:
         print(f"FAILED: {exc}\nwork directory kept: {work}", file=sys.stderr)
         return 1
-    cf, dl, ol = report["changefeed"], report["dump_load"], report["outfile_load"]
-    cf["percent_of_dump_load"] = 100 * cf["rows_per_s"] / dl["rows_per_s"]
+    dl, ol = report["dump_load"], report["outfile_load"]
     print(f"\n== initial snapshot of {args.rows:,} rows of {args.columns} columns (each copy equal to the upstream)")
-    print(
-        f"  changefeed run (initial-only, mysql sink): {cf['rows_per_s']:,.0f} rows/s ({cf['seconds']:.1f} s from"
-        f" query start, {cf['batches']} batches) = {cf['percent_of_dump_load']:.0f}% of dump | load;"
-        f" {cf['rows_per_s_from_launch']:,.0f} rows/s from launch ({cf['seconds_from_launch']:.1f} s)"
-    )
-    print_cpu(cf, "    ")
+    for mode, cf in report["changefeed_by_load_data"].items():
+        cf["percent_of_dump_load"] = 100 * cf["rows_per_s"] / dl["rows_per_s"]
+        print(
+            f"  changefeed run (initial-only, mysql sink, load-data={mode}): {cf['rows_per_s']:,.0f} rows/s"
+            f" ({cf['seconds']:.1f} s from query start, {cf['batches']} batches) = {cf['percent_of_dump_load']:.0f}%"
+            f" of dump | load; {cf['rows_per_s_from_launch']:,.0f} rows/s from launch"
+            f" ({cf['seconds_from_launch']:.1f} s)"
+        )
+        print_cpu(cf, "    ")
     print(f"  mariadb-dump | mariadb: {dl['rows_per_s']:,.0f} rows/s ({dl['seconds']:.1f} s)")
     print_cpu(dl, "    ")
     print(f"  SELECT INTO OUTFILE + LOAD DATA INFILE: {ol['rows_per_s']:,.0f} rows/s ({ol['seconds']:.1f} s)")
     print_cpu(ol, "    ")
-    print_trouble({"snapshot-run": cf["log_trouble"]})
+    runs = report["changefeed_by_load_data"]
+    print_trouble({f"snapshot-run load-data={m}": cf["log_trouble"] for m, cf in runs.items()})
     report["load_average_end"] = os.getloadavg()
     if args.json:
         args.json.write_text(json.dumps(report, indent=2, default=str) + "\n")

@@ -29,12 +29,19 @@ mysql://...``). A URL or DSN that reaches a log line or an error message always 
 
 The password is the URL's, or read from ``password-env=NAME`` / ``password-file=PATH``, else from
 ``MYSQL_PWD`` (`changefeed.secrets.resolve_password`): a command line then holds no secret.
-``local_infile`` is refused: with it, a ``LOAD DATA LOCAL INFILE`` the server sends (or a DDL text
-from the data smuggles in) makes the client upload any file it can read.
+``local_infile`` is refused in a URL: with PyMySQL's own handling, a ``LOAD DATA LOCAL INFILE``
+request the server sends (in reply to any statement, or to a DDL text from the data) makes the
+client upload any file it can read. Every connection made here answers such a request only with
+the one file `load_local_infile` offers, during that one statement; any other request is refused
+(`LocalFileRefusedError`), as libmysqlclient refuses one outside ``--local-infile-dir``. The MySQL
+sink connects with ``local_infile=True`` itself for its ``LOAD DATA`` (`load_local_infile`).
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import re
 import ssl
 import threading
 from collections.abc import Collection, Mapping
@@ -43,11 +50,12 @@ from socket import socket
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from pymysql.connections import Connection
-from pymysql.constants import CLIENT
+from pymysql.connections import Connection, MySQLResult
+from pymysql.constants import CLIENT, COMMAND
 from pymysql.converters import escape_string
 from pymysql.cursors import Cursor
-from pymysql.err import InterfaceError, InternalError, MySQLError, OperationalError, ProgrammingError
+from pymysql.err import InterfaceError, InternalError, MySQLError, OperationalError, ProgrammingError, error_map
+from pymysql.protocol import LoadLocalPacketWrapper
 
 from ..errors import ConfigError
 from ..secrets import mask_secrets, resolve_password
@@ -61,6 +69,8 @@ __all__ = [
     "Cursor",
     "InterfaceError",
     "InternalError",
+    "LoadResult",
+    "LocalFileRefusedError",
     "MySQLError",
     "MySQLParams",
     "OperationalError",
@@ -68,12 +78,15 @@ __all__ = [
     "TLSOptions",
     "binary_logs",
     "binlog_status",
+    "check_local_request",
     "connect",
     "escape_string",
+    "load_local_infile",
     "mask_url",
     "parse_mysql_url",
     "split_mysql_url",
     "ssl_mode",
+    "warning_error",
 ]
 
 #: The MySQL client's ``--ssl-mode`` values, weakest first.
@@ -82,7 +95,10 @@ SSL_MODES = ("DISABLED", "PREFERRED", "REQUIRED", "VERIFY_CA", "VERIFY_IDENTITY"
 TLS_OPTIONS = ("ssl_mode", "ssl_ca", "ssl_cert", "ssl_key")
 _NEEDS_TLS = frozenset({"REQUIRED", "VERIFY_CA", "VERIFY_IDENTITY"})
 _CR_SSL_CONNECTION_ERROR = 2026  # PyMySQL: "SSL is required but the server doesn't support it"
+# libmysqlclient's code for a LOCAL INFILE request it will not serve (outside --local-infile-dir).
+CR_LOAD_DATA_LOCAL_INFILE_REJECTED = 2068
 
+log = logging.getLogger(__name__)
 _lock = threading.Lock()
 _preferred: list[ssl.SSLContext] = []  # the one TLS-preferred context, once built
 
@@ -192,12 +208,80 @@ if TYPE_CHECKING:
 
         def _force_close(self) -> None: ...
 
+        def _execute_command(self, command: int, sql: str) -> None: ...
+
+        def write_packet(self, payload: bytes) -> None: ...
+
+    class PyMySQLResult(MySQLResult):
+        """PyMySQL's result reader with the LOCAL INFILE step (not in types-PyMySQL)."""
+
+        def _read_load_local_packet(self, first_packet: Any) -> None: ...
+
 else:
     PyMySQLConnection = Connection
+    PyMySQLResult = MySQLResult
+
+
+class LocalFileRefusedError(ProgrammingError):
+    """The server asked for a client file that was not offered (CR_LOAD_DATA_LOCAL_INFILE_REJECTED)."""
+
+
+def check_local_request(offered: bytes | None, requested: bytes) -> None:
+    """Refuse a LOCAL INFILE request for anything but the one file offered for the running statement.
+
+    Why: the MySQL protocol lets the server ask for any file in reply to any statement (the client
+    names nothing); PyMySQL would open whatever it names. ``offered`` is None outside our LOAD DATA.
+    """
+    if offered is None or requested != offered:
+        name = requested[:200].decode("utf-8", "replace")
+        raise LocalFileRefusedError(
+            CR_LOAD_DATA_LOCAL_INFILE_REJECTED,
+            f"the server asked for client file {name!r}, which this client does not offer "
+            "(only the file of its own LOAD DATA LOCAL INFILE statement is sent)",
+        )
+
+
+class _GuardedResult(PyMySQLResult):
+    """PyMySQL's result reader, with LOCAL INFILE requests checked by `check_local_request`."""
+
+    def _read_load_local_packet(self, first_packet: Any) -> None:
+        conn: Any = self.connection
+        requested = LoadLocalPacketWrapper(first_packet).filename
+        try:
+            check_local_request(getattr(conn, "_cf_offered", None), requested)
+        except LocalFileRefusedError:
+            # Protocol: an empty packet ends the (empty) upload; the server then answers OK or an error.
+            conn.write_packet(b"")
+            try:
+                conn._read_packet()
+            except MySQLError:
+                log.debug("server answer to a refused LOCAL INFILE request", exc_info=True)
+            raise
+        super()._read_load_local_packet(first_packet)
 
 
 class _Connection(PyMySQLConnection):
     _cf_tls: TLSOptions | None = None
+    _cf_offered: bytes | None = None  # the file `load_local_infile` offers while its statement runs
+
+    def _read_query_result(self, unbuffered: bool = False) -> Any:
+        # PyMySQL's own, with the guarded result reader (every statement's reply may be a LOCAL request).
+        self._result = None
+        result = _GuardedResult(self)
+        if unbuffered:
+            result.init_unbuffered_query()
+        else:
+            result.read()
+        self._result = result
+        if result.server_status is not None:
+            self.server_status = result.server_status
+        return result.affected_rows
+
+    def show_warnings(self) -> Any:
+        self._execute_command(COMMAND.COM_QUERY, "SHOW WARNINGS")
+        result = _GuardedResult(self)
+        result.read()
+        return result.rows
 
     def __init__(self, *, tls: TLSOptions | None = None, **kwargs: Any) -> None:
         self._cf_tls = tls  # before Connection.__init__: it builds the context and connects
@@ -236,6 +320,54 @@ class _Connection(PyMySQLConnection):
                 "(the server does not offer TLS)",
                 where=where,
             )
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """What the server reports for a LOAD DATA (its info string "Records: Deleted: Skipped: Warnings:")."""
+
+    records: int
+    deleted: int
+    skipped: int
+    warnings: int
+
+
+_LOAD_INFO = re.compile(rb"Records: *(\d+) +Deleted: *(\d+) +Skipped: *(\d+) +Warnings: *(\d+)")
+
+
+def load_local_infile(conn: Connection, sql: str, path: str) -> LoadResult:
+    """Run ``sql`` (a ``LOAD DATA LOCAL INFILE`` naming ``path``) offering the file at ``path`` only.
+
+    The connection must have been opened with ``local_infile=True``. Raises the statement's error,
+    `LocalFileRefusedError` for a request of any other file, and InternalError when the server's
+    reply has no LOAD DATA info.
+    """
+    if not isinstance(conn, _Connection):
+        raise TypeError("load_local_infile needs a connection made by changefeed.clients.mysql.connect")
+    conn._cf_offered = os.fsencode(path)
+    try:
+        with conn.cursor() as cur:
+            cur.execute(sql)
+        result = conn._result
+    finally:
+        conn._cf_offered = None
+    message = bytes(getattr(result, "message", b"") or b"")
+    found = _LOAD_INFO.search(message)
+    if found is None:
+        raise InternalError(f"LOAD DATA reply without its info string: {message[:200]!r}")
+    return LoadResult(*(int(g) for g in found.groups()))
+
+
+def warning_error(conn: Connection) -> MySQLError | None:
+    """The first warning of the last statement (``SHOW WARNINGS``) as the error PyMySQL raises for its code."""
+    with conn.cursor() as cur:
+        cur.execute("SHOW WARNINGS LIMIT 1")
+        row = cur.fetchone()
+    if row is None:
+        return None
+    code, message = int(row[1]), str(row[2])
+    cls = error_map.get(code) or (InternalError if code < 1000 else OperationalError)
+    return cls(code, message)
 
 
 def _tls_failure(exc: OperationalError, host: str) -> str | None:

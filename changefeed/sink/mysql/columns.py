@@ -10,12 +10,16 @@ holds: integers as Arrow's decimal text, DECIMAL as plain digits, text quoted an
 PyMySQL's rules (or with doubled quotes under NO_BACKSLASH_ESCAPES), bytes as ``X'hex'``, ENUM
 indexes as member names. Types without a rule here (and floats, whose shortest-repr text needs
 Python) go value by value through the row path's own renderer.
+
+`load_rows` renders the same rows as a ``LOAD DATA`` file instead (tab-separated fields, ``\\N``
+for NULL): each field is the text whose store gives what the INSERT literal stores (`load_fields`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -25,12 +29,24 @@ import pyarrow.compute as pc
 
 from ...codec.values import decimal_texts, value_bytes
 from ...model import Column, Position, RowChange, TypeCode
+from ...model.arrow import arrow_type
 from ...model.rowblock import Segment, TableRows, model_values
+from ...model.types import ENUM_SET_BIT_TYPES, STRING_TYPES, TEMPORAL_TYPES
 
 if TYPE_CHECKING:
     from .sql import Literal
 
-__all__ = ["BlockRows", "Gather", "expand", "pieces", "render_inserts"]
+__all__ = [
+    "BlockRows",
+    "Gather",
+    "ImageColumns",
+    "LoadFile",
+    "expand",
+    "load_fields",
+    "load_rows",
+    "pieces",
+    "render_inserts",
+]
 
 _TEXT = pa.large_string()
 
@@ -331,3 +347,160 @@ def render_inserts(
         body = str(text[int(offsets[start]) : int(offsets[end]) - 1], "utf-8")
         yield prefix + body, end - start
         start = end
+
+
+# --- LOAD DATA fields ----------------------------------------------------------------------------
+
+# LOAD DATA's escapes (FIELDS ESCAPED BY '\\'): the escape character, the field and line
+# terminators (tab, newline) must be escaped; NUL as \0 so no raw NUL reaches the parser.
+_LOAD_ESCAPES = (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\0", "\\0"))
+# Values stored as text: what the INSERT path sends as a quoted string literal (Field::store of text).
+_LOAD_TEXT_TYPES = STRING_TYPES | TEMPORAL_TYPES | {TypeCode.JSON}
+# Types whose INSERT literal is a number although the column is not numeric (ENUM index, SET
+# bitmask, BIT value, YEAR 0 = 0000): a text field would be read as a member name, bytes or
+# year 2000, so they load into a variable stored as CAST(@v AS UNSIGNED), a number like the literal.
+_LOAD_NUMBER_TYPES = ENUM_SET_BIT_TYPES | {TypeCode.YEAR}
+
+#: How a field reaches its column: as is, ``UNHEX(@v)`` (bytes sent as hex) or ``CAST(@v AS UNSIGNED)``.
+AS_IS, UNHEX, UNSIGNED = "", "unhex", "unsigned"
+
+
+@dataclass(slots=True)
+class LoadFile:
+    """One LOAD DATA file of rows: its bytes and how each field reaches its column (`AS_IS`...)."""
+
+    data: memoryview
+    kinds: tuple[str, ...]
+    rows: int
+
+
+def _load_text(values: pa.Array) -> pa.Array:
+    values = values.cast(_TEXT)
+    data = value_bytes(values)[1]
+    if data.size:
+        counts = np.bincount(data, minlength=256)
+        for char, escaped in _LOAD_ESCAPES:
+            if counts[ord(char)]:
+                values = pc.replace_substring(values, char, escaped)
+    return values
+
+
+def _load_hex(values: pa.Array) -> pa.Array:
+    offsets, data = value_bytes(values)
+    digits = _HEX_DIGITS[data].reshape(-1)
+    out = pa.LargeStringArray.from_buffers(len(values), pa.py_buffer(offsets * 2), pa.py_buffer(digits))
+    return pc.if_else(values.is_valid(), out, pa.scalar(None, _TEXT)) if values.null_count else out
+
+
+def _load_number(column: Column, values: pa.Array) -> pa.Array | None:
+    """ENUM/SET/BIT/YEAR as their number; None where the INSERT path's literal is not that number."""
+    t = values.type
+    if pa.types.is_boolean(t):
+        values = values.cast(pa.uint8())
+    elif not pa.types.is_integer(t):
+        return None
+    if pa.types.is_signed_integer(t) and pc.any(pc.less(values, 0)).as_py():
+        return None
+    if column.type_code is TypeCode.ENUM and column.elements:
+        # The INSERT path writes index 0 as '' and an index past the members as a number: both
+        # stored with a warning, which LOAD DATA refuses; such runs keep the INSERT path.
+        bad = pc.or_(pc.equal(values, 0), pc.greater(values, len(column.elements)))
+        if pc.any(bad).as_py():
+            return None
+    return values.cast(_TEXT)
+
+
+def _load_float(values: pa.Array) -> pa.Array | None:
+    """Arrow's shortest round-trip digits of the double (the digits of the INSERT path's ``repr``).
+
+    NaN and infinities have no literal: None, so the INSERT path raises its own error.
+    """
+    doubles = values.cast(pa.float64())
+    if not pc.all(pc.is_finite(doubles).fill_null(True)).as_py():
+        return None
+    return doubles.cast(_TEXT)
+
+
+def load_fields(column: Column, values: pa.Array) -> tuple[pa.Array, str] | None:
+    """A column's LOAD DATA fields (large_string, NULL as ``\\N``) and how they reach the column.
+
+    None when this column has no field that stores what the INSERT literal stores (VECTOR, an
+    odd Arrow type, NaN, non-plain DECIMAL text, an ENUM index without a member): the run goes
+    the INSERT way.
+    """
+    t = values.type
+    tc = column.type_code
+    out: pa.Array | None = None
+    kind = AS_IS
+    if tc in _LOAD_NUMBER_TYPES:
+        out, kind = _load_number(column, values), UNSIGNED
+    elif pa.types.is_integer(t):
+        out = values.cast(_TEXT)
+    elif pa.types.is_boolean(t):
+        out = pc.if_else(values, _s("1"), _s("0"))
+    elif pa.types.is_floating(t):
+        out = _load_float(values)
+    elif pa.types.is_decimal(t):
+        out = decimal_texts(values).cast(_TEXT)
+    elif pa.types.is_string(t) and tc is TypeCode.DECIMAL:
+        out = _decimal_text_literals(values)
+    elif (pa.types.is_string(t) or pa.types.is_large_string(t)) and tc in _LOAD_TEXT_TYPES:
+        out = _load_text(values)
+    elif pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        out, kind = _load_hex(values), UNHEX
+    if out is None:
+        return None
+    return (out.fill_null(_s("\\N")) if out.null_count else out), kind
+
+
+class ImageColumns:
+    """Row images (the row path's INSERTs, snapshot rows) as the columns `load_rows` reads.
+
+    A column is built with the block path's Arrow type (`model.arrow.arrow_type`); None when a
+    value does not convert exactly, or is ``bytes`` in a text column (the INSERT writes those
+    bytes as ``X'..'``, unconverted, where a text field would be converted from utf8mb4).
+    """
+
+    __slots__ = ("columns", "images", "num_rows")
+
+    def __init__(self, columns: Sequence[Column], images: Sequence[Sequence[Any]]) -> None:
+        self.columns = columns
+        self.images = images
+        self.num_rows = len(images)
+
+    def column(self, i: int) -> pa.Array | None:
+        col = self.columns[i]
+        values = [im[i] for im in self.images]
+        t = arrow_type(col)
+        if pa.types.is_string(t):
+            if col.type_code is TypeCode.DECIMAL:  # DECIMAL of unknown precision travels as text
+                if not all(type(v) is Decimal or v is None for v in values):
+                    return None
+                values = [None if v is None else format(v, "f") for v in values]
+            elif not all(type(v) is str or v is None for v in values):
+                return None
+        try:
+            return pa.array(values, t)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            return None
+
+
+def load_rows(columns: Sequence[Column], rows: Gather | ImageColumns, positions: Sequence[int]) -> LoadFile | None:
+    """``rows``' ``positions`` as a LOAD DATA file (fields tab-separated, lines newline-ended).
+
+    None when a column has no LOAD DATA rule (`load_fields`) or the bases' Arrow types differ.
+    """
+    if not positions or not rows.num_rows:
+        return None
+    parts: list[Any] = []
+    kinds: list[str] = []
+    for i in positions:
+        column = rows.column(i)
+        fields = None if column is None else load_fields(columns[i], column)
+        if fields is None:
+            return None
+        parts += [fields[0], _s("\t")]
+        kinds.append(fields[1])
+    parts[-1] = _s("\n")
+    data = value_bytes(_join(*parts))[1]
+    return LoadFile(data.data, tuple(kinds), rows.num_rows)

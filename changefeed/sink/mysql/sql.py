@@ -18,7 +18,7 @@ from ...model.ddl import quote_ident, quote_table
 from ...model.rowblock import TableRows
 from ...model.schemacache import PlanCache
 from ...model.types import BOOLEAN_TYPES, FLOAT_TYPES, INTEGER_TYPES, TEXT_VALUE_TYPES, UINT_VALUE_TYPES
-from .columns import Gather, render_inserts
+from .columns import UNHEX, UNSIGNED, Gather, ImageColumns, LoadFile, load_rows, render_inserts
 
 # PyMySQL's escape_string is str.translate with a private 128-entry table (ASCII code -> text); the
 # same table built from the public function lets the hot path translate without a call per value.
@@ -295,6 +295,47 @@ class TableSQL:
             yield from self.insert(images, positions, replace, literal, max_rows, max_bytes)
             return
         yield from statements
+
+    def load_data(
+        self,
+        rows: Gather | Sequence[Sequence[Any]],
+        positions: Sequence[int],
+        replace: bool,
+        literal: Literal,
+        path: str,
+    ) -> tuple[str, LoadFile] | None:
+        """``LOAD DATA LOCAL INFILE path [REPLACE] INTO TABLE t`` and its file: what `insert_columns`
+        over block rows, or `insert` over row images, stores (``REPLACE`` for `replace`); None when
+        a column has no LOAD DATA rule (`load_rows`, `ImageColumns`).
+
+        The file is UTF-8 (``CHARACTER SET utf8mb4``, as the INSERT text is); separators are hex
+        literals so the statement reads the same with or without NO_BACKSLASH_ESCAPES. Without
+        REPLACE, MySQL turns duplicate keys of a LOCAL load into skipped rows with warnings: the
+        caller must check the reply (`clients.mysql.LoadResult`).
+        """
+        columns = rows if isinstance(rows, Gather) else ImageColumns(self.table.columns, rows)
+        loaded = load_rows(self.table.columns, columns, positions)
+        if loaded is None:
+            return None
+        targets: list[str] = []
+        sets: list[str] = []
+        for i, kind in zip(positions, loaded.kinds, strict=True):
+            if kind == UNHEX:
+                targets.append(f"@cf{i}")
+                sets.append(f"{self.quoted[i]}=UNHEX(@cf{i})")
+            elif kind == UNSIGNED:
+                targets.append(f"@cf{i}")
+                sets.append(f"{self.quoted[i]}=CAST(@cf{i} AS UNSIGNED)")
+            else:
+                targets.append(self.quoted[i])
+        sql = (
+            f"LOAD DATA LOCAL INFILE {literal.text(path)} {'REPLACE ' if replace else ''}INTO TABLE {self.name} "
+            "CHARACTER SET utf8mb4 FIELDS TERMINATED BY X'09' ENCLOSED BY '' ESCAPED BY X'5c' "
+            f"LINES TERMINATED BY X'0a' ({','.join(targets)})"
+        )
+        if sets:
+            sql += " SET " + ",".join(sets)
+        return sql, loaded
 
     def delete_keys(
         self, keys: Sequence[Sequence[Any]], literal: Literal, max_rows: int = 1000, max_bytes: int = 1 << 21

@@ -9,7 +9,7 @@ import pymysql
 import pytest
 from pymysql.constants import CLIENT
 
-from changefeed.clients.mysql import parse_mysql_url
+from changefeed.clients.mysql import LocalFileRefusedError, parse_mysql_url
 from changefeed.errors import ConfigError, SinkError
 from changefeed.model import ActionType, Column, DDLEvent, Index, Op, RowChange, TableSchema, TypeCode
 from changefeed.sink.mysql import MySQLSink
@@ -246,11 +246,20 @@ def test_legitimate_ddl_then_dml_with_backslashes_and_quotes(
 def test_no_session_of_the_sink_accepts_load_data_local(
     mariadb_downstream: MariaDBServer, db: str, make_sink: Callable[..., MySQLSink]
 ) -> None:
-    """The client never offers LOCAL INFILE: a LOAD DATA LOCAL on any sink connection fails."""
+    """No sink connection sends a file the server asks for: the coordinator (DDL texts) offers no
+    LOCAL files, and the workers (which offer them for their own LOAD DATA) refuse any other request."""
     with make_sink(mariadb_downstream) as sink:
         sink.write([_ddl(db, "CREATE TABLE t (id INT NOT NULL PRIMARY KEY, s VARCHAR(64))", 10)])
-        conn = sink._workers[0].ensure()
-        with pytest.raises(pymysql.err.MySQLError), conn.cursor() as cur:
+        for session in (sink._coordinator, *sink._workers):
+            conn = session.ensure()
+            with pytest.raises(pymysql.err.MySQLError), conn.cursor() as cur:
+                cur.execute(f"LOAD DATA LOCAL INFILE '/etc/passwd' INTO TABLE `{db}`.t")
+        assert sink._coordinator.ensure().client_flag & CLIENT.LOCAL_FILES == 0
+        worker = sink._workers[0].ensure()
+        assert worker.client_flag & CLIENT.LOCAL_FILES
+        with pytest.raises(LocalFileRefusedError), worker.cursor() as cur:
             cur.execute(f"LOAD DATA LOCAL INFILE '/etc/passwd' INTO TABLE `{db}`.t")
+    with mariadb_downstream.connect() as check:
+        assert fetch(check, f"SELECT COUNT(*) FROM `{db}`.t") == [(0,)]
     with sink.params.connect() as conn:
         assert conn.client_flag & CLIENT.LOCAL_FILES == 0
