@@ -11,6 +11,7 @@ from typing import Any
 
 from ...dispatch.route import ShardDDL
 from ...dispatch.shardddl import Verdict, optimistic
+from ..observe import observer
 
 _COLUMNS = (
     "SELECT COLUMN_NAME, COLUMN_TYPE FROM information_schema.COLUMNS "
@@ -36,4 +37,9 @@ def shard_verdict(conn: Any, ddl: ShardDDL) -> Verdict:
     return optimistic(ddl.query, columns, ddl.shard, ddl.shards, target=f"{ddl.schema}.{ddl.table}")
 
 
-__all__ = ["read_columns", "shard_verdict"]
+def report_shard_ddl(ddl: ShardDDL, outcome: str) -> None:
+    """A shard DDL decision on a merged table for the status file and metrics (`sink/observe.shard_ddl`)."""
+    observer().shard_ddl(f"{ddl.schema}.{ddl.table}", ".".join(ddl.shard), ddl.query, outcome, ddl.commit_ts)
+
+
+__all__ = ["read_columns", "report_shard_ddl", "shard_verdict"]

@@ -55,10 +55,10 @@ from ...clients.mysql import (
 )
 from ...dispatch.route import ShardDDL
 from ...dispatch.shardddl import ShardDDLConflictError
-from ...dispatch.shardlock import APPLYING, RELEASED, ShardKey, ShardLock, describe, pessimistic
+from ...dispatch.shardlock import ShardKey
 from ...errors import ConfigError, SinkError, positive_int, true_false
 from ...model import ActionType, DDLEvent, Event, Index, Resolved, RowChange, TableSchema
-from ...model.rowblock import RowBlock, Segment, TableRows
+from ...model.rowblock import RowBlock, TableRows
 from ..base import SinkContext
 from ..observe import observer
 from ..replay import ResolvedGuard
@@ -68,8 +68,9 @@ from .columns import BlockRows, Entry, LoadFile, expand
 from .ddlguard import UnsafeDDLError, check_ddl
 from .errors import ddl_already_done, error_code, is_transient
 from .keys import DownstreamKeys, read_unique_indexes
+from .pessimistic import PessimisticShards
 from .plan import PlannedOp, plan_rows, render_ops
-from .shard import read_columns, shard_verdict
+from .shard import report_shard_ddl, shard_verdict
 from .shardlock import Member, ShardLockStore
 from .sql import make_literal, quote_ident
 
@@ -495,10 +496,11 @@ class MySQLSink(SinkContext):
         self._failed: BaseException | None = None
         self._keys = DownstreamKeys()
         # DM's pessimistic shard DDL mode: the locks of merged tables and the rows held this batch.
-        pessimistic_mode = config.shard_mode == "pessimistic"
-        self._shard_store = ShardLockStore(config.checkpoint_schema) if pessimistic_mode else None
-        self._locks: dict[tuple[str, str], ShardLock] = {}
-        self._held: list[tuple[ShardKey, RowChange]] = []
+        self._shards = (
+            PessimisticShards(self, ShardLockStore(config.checkpoint_schema))
+            if config.shard_mode == "pessimistic"
+            else None
+        )
         # columnar_rows: rows whose statements were rendered from Arrow columns (`insert_columns`);
         # load_data_rows: those of them sent as LOAD DATA.
         self.stats = {
@@ -537,8 +539,8 @@ class MySQLSink(SinkContext):
         )
         self._checkpoint_ts = self._checkpoint.commit_ts if self._checkpoint else 0
         self._guard = ResolvedGuard("mysql sink", self._checkpoint_ts)  # a new run: replays end here
-        if self._shard_store is not None:
-            self._open_shard_locks(self._shard_store)
+        if self._shards is not None:
+            self._shards.open()
         if self.config.workers > 1:
             self._pool = ThreadPoolExecutor(self.config.workers, thread_name_prefix="mysql-sink")
         else:
@@ -615,7 +617,7 @@ class MySQLSink(SinkContext):
             ts = event.commit_ts
             if not self._admit(ts, 1, event.table_schema, event.position):
                 return
-            if self._locks and self._hold(event):
+            if self._shards is not None and self._shards.locks and self._shards.hold(event):
                 return
             shape = self._keys.shape(event.table_schema, self._read_unique_indexes)
             if shape is not event.table_schema:
@@ -672,7 +674,8 @@ class MySQLSink(SinkContext):
             ts = seg.commit_ts
             if not seg.rows or not self._admit(ts, seg.rows, block.tables[seg.table].table_schema, seg.row_position(0)):
                 continue
-            if self._locks and self._hold_segment(block.tables[seg.table], start, seg):
+            shards = self._shards
+            if shards is not None and shards.locks and shards.hold_segment(block.tables[seg.table], start, seg):
                 continue
             rows = shaped.get(seg.table)
             if rows is None:
@@ -707,11 +710,13 @@ class MySQLSink(SinkContext):
         nothing); `_drain` makes it durable or raises the transaction's error.
         """
         self.open()
-        if self._locks:
-            self._take_released()
+        if self._shards is not None and self._shards.locks:
+            self._shards.take_released()
         rows, self._buffer = self._buffer, []
         count, self._buffer_rows = self._buffer_rows, 0
-        held, self._held = self._held, []
+        held: list[tuple[ShardKey, RowChange]] = []
+        if self._shards is not None:
+            held, self._shards.held = self._shards.held, []
         if self._pending_ts <= self._checkpoint_ts:
             return  # nothing new (rows always advance the pending ts)
         last = self._claimed or self._checkpoint
@@ -751,7 +756,7 @@ class MySQLSink(SinkContext):
         rows a shard DDL lock holds, stored in the same transaction (DM's pessimistic mode)."""
         started = time.monotonic()
         if self.config.workers == 1:
-            store = self._shard_store
+            store = self._shards.store if self._shards is not None else None
             after = None
             if held and store is not None:
                 source = self.config.changefeed_id
@@ -965,7 +970,7 @@ class MySQLSink(SinkContext):
         try:
             verdict = self._with_retry(self._coordinator, "read merged table columns", lambda c: shard_verdict(c, ddl))
         except ShardDDLConflictError as exc:
-            _report_shard_ddl(ddl, f"conflict: {exc.message}")
+            report_shard_ddl(ddl, f"conflict: {exc.message}")
             raise
         return None if verdict.apply else f"done by another shard: {verdict.reason}"
 
@@ -983,7 +988,7 @@ class MySQLSink(SinkContext):
                 f"{_clip(ddl.query)!r}",
                 where=where,
             ) from None
-        if isinstance(ddl, ShardDDL) and self._shard_store is not None and self._pessimistic_ddl(ddl):
+        if isinstance(ddl, ShardDDL) and self._shards is not None and self._shards.ddl(ddl):
             return
         if isinstance(ddl, ShardDDL) and ddl.action == ActionType.DROP_TABLE:
             skipped: str | None = "a shard's DROP TABLE is not run on its merged table"  # DM (router.route_ddl)
@@ -992,7 +997,7 @@ class MySQLSink(SinkContext):
         if not skipped:
             skipped = self._execute_ddl(ddl)
         if isinstance(ddl, ShardDDL):
-            _report_shard_ddl(ddl, f"skipped: {skipped}" if skipped else "applied")
+            report_shard_ddl(ddl, f"skipped: {skipped}" if skipped else "applied")
         self._log_ddl(ddl, skipped)
         self._fault("ddl", {"commit_ts": ddl.commit_ts, "skipped": bool(skipped)})
         checkpoint = self._ddl_checkpoint(ddl)
@@ -1055,208 +1060,6 @@ class MySQLSink(SinkContext):
                 _clip(ddl.query),
                 extra=extra,
             )
-
-    # --- DM's pessimistic shard DDL mode (dispatch/shardlock.py, shardlock.py) ----------------------
-
-    def _open_shard_locks(self, store: ShardLockStore) -> None:
-        """The lock tables created, this source's shard list registered, the locks loaded as committed."""
-        source = self.config.changefeed_id
-
-        def setup(conn: Connection) -> dict[tuple[str, str], ShardLock]:
-            store.ensure(conn)
-            conn.begin()
-            store.register(conn, source, self.config.shard_members)
-            conn.commit()
-            return store.locks(conn)
-
-        self._locks = self._with_retry(self._workers[0], "load shard DDL locks", setup)
-        for lock in self._locks.values():
-            log.info(
-                "shard DDL lock pending changefeed=%s target=%s state=%s ddl=%s done=%s",
-                source,
-                ".".join(lock.target),
-                lock.state,
-                _clip(lock.ddl),
-                sorted(lock.done),
-            )
-
-    def _held_shard(self, table: TableSchema) -> ShardKey | None:
-        """The shard of rows a lock holds (DM: a shard that ran the pending DDL), None for rows to apply."""
-        if table.origin is None:
-            return None
-        lock = self._locks.get((table.schema, table.table))
-        if lock is None or lock.state == RELEASED:
-            return None
-        shard = (self.config.changefeed_id, *table.origin)
-        return shard if shard in lock.done else None
-
-    def _hold(self, row: RowChange) -> bool:
-        shard = self._held_shard(row.table_schema)
-        if shard is None:
-            return False
-        self._held.append((shard, row))
-        self._buffer_rows += 1
-        self._pending_ts = max(self._pending_ts, row.commit_ts)
-        if row.position is not None:
-            self._pending_pos = row.position
-        return True
-
-    def _hold_segment(self, rows: TableRows, start: int, seg: Segment) -> bool:
-        if self._held_shard(rows.table_schema) is None:
-            return False
-        for row in expand([BlockRows(rows, start, seg)]):
-            self._hold(row)
-        return True
-
-    def _pessimistic_ddl(self, ddl: ShardDDL) -> bool:
-        """A shard's DDL under DM's pessimistic mode; False: apply it as usual (a shard's CREATE TABLE)."""
-        store = self._shard_store
-        assert store is not None
-        target = (ddl.schema, ddl.table)
-        shard = (self.config.changefeed_id, *ddl.shard)
-        action = ddl.action
-        if action == ActionType.CREATE_TABLE:
-            # DM: a shard created later joins its merged table's shard group (the lock waits for it).
-            self._with_retry(self._coordinator, "register shard", lambda c: store.add_member(c, target, shard))
-            return False
-        checkpoint = self._ddl_checkpoint(ddl)
-        if action == ActionType.DROP_TABLE:
-            self._drop_shard(store, ddl, shard, checkpoint)
-        else:
-            self._shard_lock_step(store, ddl, shard, checkpoint)
-        self._checkpoint_saved(checkpoint, "the shard DDL")
-        return True
-
-    def _shard_lock_step(self, store: ShardLockStore, ddl: ShardDDL, shard: ShardKey, checkpoint: Checkpoint) -> None:
-        """DM: the first shard opens the lock, the next ones join it, the last one releases it.
-
-        Decided in one transaction on the stored lock, row-locked: the lock as every source left it."""
-        target = (ddl.schema, ddl.table)
-        decided: list[tuple[ShardLock, bool, set[ShardKey]]] = []
-
-        def decide(conn: Connection) -> None:
-            decided.clear()
-            lock = store.lock_of(conn, target, for_update=True)
-            members = store.members(conn, target) | {shard}
-            stored = self.checkpoint_table.load(conn, self.config.changefeed_id)
-            if lock is not None and stored is not None and stored.commit_ts >= ddl.commit_ts:
-                decided.append((lock, False, members))  # a retry after the commit's answer was lost: held
-                return
-            step = pessimistic(lock, members, shard, ddl.query, target, ddl.commit_ts)
-            lock = step.lock
-            if step.release and lock.state != APPLYING:
-                # Before the DDL (not transactional) runs: the columns it starts from, for a restart.
-                lock = replace(lock, state=APPLYING, columns=read_columns(conn, *target))
-            store.save(conn, lock)
-            if not step.release:  # DM: not the last shard: the DDL waits, the shard's rows are held
-                self.checkpoint_table.save(conn, self.config.changefeed_id, checkpoint)
-            decided.append((lock, step.release, members))
-
-        try:
-            self._apply_transaction(self._workers[0], [], None, decide)
-        except ShardDDLConflictError as exc:
-            _report_shard_ddl(ddl, f"conflict: {exc.message}")
-            raise
-        lock, release, members = decided[-1]
-        self._locks[target] = lock
-        if release:
-            self._release(store, lock, ddl, checkpoint)
-            return
-        _report_shard_ddl(ddl, f"held: {describe(lock, members)}")
-        self._fault("shard-held", {"commit_ts": ddl.commit_ts, "target": ".".join(target)})
-
-    def _take_released(self) -> None:
-        """Several sources: another source ran the last shard's DDL (DM: the lock's owner executes it, the
-        others are told); this source applies its held rows of that table now and stops holding them."""
-        store = self._shard_store
-        assert store is not None
-        source = self.config.changefeed_id
-        mine = [t for t, k in self._locks.items() if k.state != APPLYING and any(s[0] == source for s in k.done)]
-        for target in mine:
-            self._take_released_one(store, target)
-
-    def _take_released_one(self, store: ShardLockStore, target: tuple[str, str]) -> None:
-        source = self.config.changefeed_id
-        state = self._with_retry(self._coordinator, "read shard DDL lock", lambda c: store.state(c, target))
-        if state not in (None, RELEASED):
-            return
-        self._drain()  # the held rows of transactions in flight are stored first
-        self._keys.forget()
-        held = self._with_retry(self._coordinator, "read held rows", lambda c: store.held_rows(c, target, source))
-        rows = [replace(r, table_schema=self._keys.shape(r.table_schema, self._read_unique_indexes)) for r in held]
-        self._apply_transaction(self._workers[0], rows, None, lambda c: store.clear(c, target, source))
-        lock = self._locks.pop(target)
-        # Rows of this batch held for the table: all its shards had run the DDL, so none of its rows is in
-        # the buffer; they go there now, in their order.
-        keep: list[tuple[ShardKey, RowChange]] = []
-        for shard, row in self._held:
-            ts = row.table_schema
-            if (ts.schema, ts.table) == target:
-                self._buffer.append(replace(row, table_schema=self._keys.shape(ts, self._read_unique_indexes)))
-            else:
-                keep.append((shard, row))
-        self._held = keep
-        observer().shard_ddl(
-            ".".join(target),
-            ", ".join(".".join(s[1:]) for s in sorted(lock.done) if s[0] == source),
-            lock.ddl,
-            f"released: run by another source, {len(rows)} held rows of this source applied",
-            lock.commit_ts,
-        )
-
-    def _drop_shard(self, store: ShardLockStore, ddl: ShardDDL, shard: ShardKey, checkpoint: Checkpoint) -> None:
-        """DM: a shard's DROP TABLE is not run on the merged table; the shard leaves its shard group, and a
-        lock that waited only for it is released."""
-        target = (ddl.schema, ddl.table)
-        lock = self._with_retry(self._coordinator, "read shard DDL lock", lambda c: store.lock_of(c, target))
-        members = self._with_retry(self._coordinator, "read shard list", lambda c: store.members(c, target))
-        members.discard(shard)
-        release = lock is not None and lock.state != RELEASED and bool(lock.done) and not lock.waiting(members)
-
-        # Released: the checkpoint moves with the release (a crash before it replays this DROP).
-        self._apply_transaction(
-            self._workers[0], [], None if release else checkpoint, lambda c: store.remove_member(c, target, shard)
-        )
-        _report_shard_ddl(ddl, "skipped: a dropped shard leaves its merged table's shard list")
-        if release and lock is not None:
-            self._release(store, lock, replace(ddl, query=lock.ddl, ddl_type=int(ActionType.ADD_COLUMN)), checkpoint)
-
-    def _release(self, store: ShardLockStore, lock: ShardLock, ddl: ShardDDL, checkpoint: Checkpoint) -> None:
-        """DM: the last shard ran the DDL: run it once on the merged table, apply the held rows, clear the lock.
-
-        The DDL is not transactional: the lock is first marked APPLYING with the merged table's columns,
-        so a restart that finds the columns changed knows the DDL ran and does not run it twice.
-        """
-        target, source = lock.target, self.config.changefeed_id
-        session = self._workers[0]
-        read = "read merged table columns"
-        if lock.state != APPLYING:
-            columns = self._with_retry(self._coordinator, read, lambda c: read_columns(c, *target))
-            lock = replace(lock, state=APPLYING, columns=columns)
-            marked = lock
-            self._apply_transaction(session, [], None, lambda c: store.save(c, marked))
-            self._locks[target] = lock
-        now = self._with_retry(self._coordinator, read, lambda c: read_columns(c, *target))
-        if lock.columns is not None and now != dict(lock.columns):
-            skipped: str | None = "run before a restart (the merged table's columns had changed)"
-        else:
-            skipped = self._execute_ddl(replace(ddl, query=lock.ddl))
-        self._log_ddl(ddl, skipped)
-        self._fault("shard-ddl", {"commit_ts": ddl.commit_ts, "target": ".".join(target), "skipped": bool(skipped)})
-        self._keys.forget()
-        held = self._with_retry(self._coordinator, "read held rows", lambda c: store.held_rows(c, target, source))
-        rows = [replace(r, table_schema=self._keys.shape(r.table_schema, self._read_unique_indexes)) for r in held]
-        self._apply_transaction(session, rows, checkpoint, lambda c: store.clear(c, target, source))
-        del self._locks[target]  # the held rows were counted in stats when they were held
-        _report_shard_ddl(
-            ddl,
-            f"released: the DDL ran once every shard had run it ({len(lock.done)} shards), "
-            f"{len(rows)} held rows applied" + (f"; DDL {skipped}" if skipped else ""),
-        )
-
-
-def _report_shard_ddl(ddl: ShardDDL, outcome: str) -> None:
-    observer().shard_ddl(f"{ddl.schema}.{ddl.table}", ".".join(ddl.shard), ddl.query, outcome, ddl.commit_ts)
 
 
 def _last_pos(checkpoint: Checkpoint | None) -> Mapping[str, Any] | None:

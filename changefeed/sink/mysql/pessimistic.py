@@ -1,0 +1,266 @@
+"""DM's pessimistic shard DDL mode in the MySQL sink: held rows, the lock's steps, the release.
+
+DM (shard DDL in pessimistic mode): a merged table's DDL is run downstream once, after every shard of
+it ran the same DDL upstream; meanwhile the rows of shards that already ran it are held and the other
+shards' rows are applied. The decisions are `changefeed.dispatch.shardlock` (pure); the downstream
+tables that keep the lock, the shard list and the held rows with the checkpoint are `shardlock.py`;
+this module is the sink's side: which rows to hold, and each step's transactions through the sink's
+own sessions (`MySQLSink` below), so a held row commits with the checkpoint it belongs to.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import replace
+from typing import TYPE_CHECKING, TypeVar
+
+from ...clients.mysql import Connection
+from ...dispatch.route import ShardDDL
+from ...dispatch.shardddl import ShardDDLConflictError
+from ...dispatch.shardlock import APPLYING, RELEASED, ShardKey, ShardLock, describe, pessimistic
+from ...errors import clip
+from ...model import ActionType, RowChange, TableSchema
+from ...model.rowblock import Segment, TableRows
+from ..observe import observer
+from .checkpoint import Checkpoint
+from .columns import BlockRows, expand
+from .shard import read_columns, report_shard_ddl
+from .shardlock import ShardLockStore
+
+if TYPE_CHECKING:
+    from .sink import MySQLSink
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+__all__ = ["PessimisticShards"]
+
+
+class PessimisticShards:
+    """One sink's side of the shard locks (module docstring): the locks as committed, and the rows held
+    in the batch being built (stored with its checkpoint by `MySQLSink._apply`)."""
+
+    def __init__(self, sink: MySQLSink, store: ShardLockStore) -> None:
+        self.sink = sink
+        self.store = store
+        self.locks: dict[tuple[str, str], ShardLock] = {}
+        self.held: list[tuple[ShardKey, RowChange]] = []
+
+    def _coordinated(self, what: str, call: Callable[[Connection], T]) -> T:
+        """``call`` on the sink's coordinator session, retried as the sink retries."""
+        return self.sink._with_retry(self.sink._coordinator, what, call)
+
+    def _shaped(self, row: RowChange) -> RowChange:
+        """A held row under the merged table's shape as the sink knows it now (its keys read downstream)."""
+        sink = self.sink
+        return replace(row, table_schema=sink._keys.shape(row.table_schema, sink._read_unique_indexes))
+
+    def open(self) -> None:
+        """The lock tables created, this source's shard list registered, the locks loaded as committed."""
+        store, source = self.store, self.sink.config.changefeed_id
+
+        def setup(conn: Connection) -> dict[tuple[str, str], ShardLock]:
+            store.ensure(conn)
+            conn.begin()
+            store.register(conn, source, self.sink.config.shard_members)
+            conn.commit()
+            return store.locks(conn)
+
+        self.locks = self.sink._with_retry(self.sink._workers[0], "load shard DDL locks", setup)
+        for lock in self.locks.values():
+            log.info(
+                "shard DDL lock pending changefeed=%s target=%s state=%s ddl=%s done=%s",
+                source,
+                ".".join(lock.target),
+                lock.state,
+                clip(lock.ddl),
+                sorted(lock.done),
+            )
+
+    def held_shard(self, table: TableSchema) -> ShardKey | None:
+        """The shard of rows a lock holds (DM: a shard that ran the pending DDL), None for rows to apply."""
+        if table.origin is None:
+            return None
+        lock = self.locks.get((table.schema, table.table))
+        if lock is None or lock.state == RELEASED:
+            return None
+        shard = (self.sink.config.changefeed_id, *table.origin)
+        return shard if shard in lock.done else None
+
+    def hold(self, row: RowChange) -> bool:
+        """Hold ``row`` if its shard ran the pending DDL of its merged table (DM); False: apply it."""
+        shard = self.held_shard(row.table_schema)
+        if shard is None:
+            return False
+        self.held.append((shard, row))
+        self.sink._buffer_rows += 1
+        self.sink._pending_ts = max(self.sink._pending_ts, row.commit_ts)
+        if row.position is not None:
+            self.sink._pending_pos = row.position
+        return True
+
+    def hold_segment(self, rows: TableRows, start: int, seg: Segment) -> bool:
+        if self.held_shard(rows.table_schema) is None:
+            return False
+        for row in expand([BlockRows(rows, start, seg)]):
+            self.hold(row)
+        return True
+
+    def ddl(self, ddl: ShardDDL) -> bool:
+        """A shard's DDL under DM's pessimistic mode; False: apply it as usual (a shard's CREATE TABLE)."""
+        store = self.store
+        target = (ddl.schema, ddl.table)
+        shard = (self.sink.config.changefeed_id, *ddl.shard)
+        action = ddl.action
+        if action == ActionType.CREATE_TABLE:
+            # DM: a shard created later joins its merged table's shard group (the lock waits for it).
+            self.sink._with_retry(
+                self.sink._coordinator, "register shard", lambda c: store.add_member(c, target, shard)
+            )
+            return False
+        checkpoint = self.sink._ddl_checkpoint(ddl)
+        if action == ActionType.DROP_TABLE:
+            self._drop_shard(store, ddl, shard, checkpoint)
+        else:
+            self._shard_lock_step(store, ddl, shard, checkpoint)
+        self.sink._checkpoint_saved(checkpoint, "the shard DDL")
+        return True
+
+    def _shard_lock_step(self, store: ShardLockStore, ddl: ShardDDL, shard: ShardKey, checkpoint: Checkpoint) -> None:
+        """DM: the first shard opens the lock, the next ones join it, the last one releases it.
+
+        Decided in one transaction on the stored lock, row-locked: the lock as every source left it."""
+        target = (ddl.schema, ddl.table)
+        decided: list[tuple[ShardLock, bool, set[ShardKey]]] = []
+
+        def decide(conn: Connection) -> None:
+            decided.clear()
+            lock = store.lock_of(conn, target, for_update=True)
+            members = store.members(conn, target) | {shard}
+            stored = self.sink.checkpoint_table.load(conn, self.sink.config.changefeed_id)
+            if lock is not None and stored is not None and stored.commit_ts >= ddl.commit_ts:
+                decided.append((lock, False, members))  # a retry after the commit's answer was lost: held
+                return
+            step = pessimistic(lock, members, shard, ddl.query, target, ddl.commit_ts)
+            lock = step.lock
+            if step.release and lock.state != APPLYING:
+                # Before the DDL (not transactional) runs: the columns it starts from, for a restart.
+                lock = replace(lock, state=APPLYING, columns=read_columns(conn, *target))
+            store.save(conn, lock)
+            if not step.release:  # DM: not the last shard: the DDL waits, the shard's rows are held
+                self.sink.checkpoint_table.save(conn, self.sink.config.changefeed_id, checkpoint)
+            decided.append((lock, step.release, members))
+
+        try:
+            self.sink._apply_transaction(self.sink._workers[0], [], None, decide)
+        except ShardDDLConflictError as exc:
+            report_shard_ddl(ddl, f"conflict: {exc.message}")
+            raise
+        lock, release, members = decided[-1]
+        self.locks[target] = lock
+        if release:
+            self._release(store, lock, ddl, checkpoint)
+            return
+        report_shard_ddl(ddl, f"held: {describe(lock, members)}")
+        self.sink._fault("shard-held", {"commit_ts": ddl.commit_ts, "target": ".".join(target)})
+
+    def take_released(self) -> None:
+        """Several sources: another source ran the last shard's DDL (DM: the lock's owner executes it, the
+        others are told); this source applies its held rows of that table now and stops holding them."""
+        store = self.store
+        source = self.sink.config.changefeed_id
+        mine = [t for t, k in self.locks.items() if k.state != APPLYING and any(s[0] == source for s in k.done)]
+        for target in mine:
+            self._take_released_one(store, target)
+
+    def _take_released_one(self, store: ShardLockStore, target: tuple[str, str]) -> None:
+        source = self.sink.config.changefeed_id
+        state = self._coordinated("read shard DDL lock", lambda c: store.state(c, target))
+        if state not in (None, RELEASED):
+            return
+        self.sink._drain()  # the held rows of transactions in flight are stored first
+        self.sink._keys.forget()
+        held = self.sink._with_retry(
+            self.sink._coordinator, "read held rows", lambda c: store.held_rows(c, target, source)
+        )
+        rows = [
+            replace(r, table_schema=self.sink._keys.shape(r.table_schema, self.sink._read_unique_indexes)) for r in held
+        ]
+        self.sink._apply_transaction(self.sink._workers[0], rows, None, lambda c: store.clear(c, target, source))
+        lock = self.locks.pop(target)
+        # Rows of this batch held for the table: all its shards had run the DDL, so none of its rows is in
+        # the buffer; they go there now, in their order.
+        keep: list[tuple[ShardKey, RowChange]] = []
+        for shard, row in self.held:
+            ts = row.table_schema
+            if (ts.schema, ts.table) == target:
+                self.sink._buffer.append(
+                    replace(row, table_schema=self.sink._keys.shape(ts, self.sink._read_unique_indexes))
+                )
+            else:
+                keep.append((shard, row))
+        self.held = keep
+        observer().shard_ddl(
+            ".".join(target),
+            ", ".join(".".join(s[1:]) for s in sorted(lock.done) if s[0] == source),
+            lock.ddl,
+            f"released: run by another source, {len(rows)} held rows of this source applied",
+            lock.commit_ts,
+        )
+
+    def _drop_shard(self, store: ShardLockStore, ddl: ShardDDL, shard: ShardKey, checkpoint: Checkpoint) -> None:
+        """DM: a shard's DROP TABLE is not run on the merged table; the shard leaves its shard group, and a
+        lock that waited only for it is released."""
+        target = (ddl.schema, ddl.table)
+        lock = self._coordinated("read shard DDL lock", lambda c: store.lock_of(c, target))
+        members = self._coordinated("read shard list", lambda c: store.members(c, target))
+        members.discard(shard)
+        release = lock is not None and lock.state != RELEASED and bool(lock.done) and not lock.waiting(members)
+
+        # Released: the checkpoint moves with the release (a crash before it replays this DROP).
+        self.sink._apply_transaction(
+            self.sink._workers[0], [], None if release else checkpoint, lambda c: store.remove_member(c, target, shard)
+        )
+        report_shard_ddl(ddl, "skipped: a dropped shard leaves its merged table's shard list")
+        if release and lock is not None:
+            self._release(store, lock, replace(ddl, query=lock.ddl, ddl_type=int(ActionType.ADD_COLUMN)), checkpoint)
+
+    def _release(self, store: ShardLockStore, lock: ShardLock, ddl: ShardDDL, checkpoint: Checkpoint) -> None:
+        """DM: the last shard ran the DDL: run it once on the merged table, apply the held rows, clear the lock.
+
+        The DDL is not transactional: the lock is first marked APPLYING with the merged table's columns,
+        so a restart that finds the columns changed knows the DDL ran and does not run it twice.
+        """
+        target, source = lock.target, self.sink.config.changefeed_id
+        session = self.sink._workers[0]
+        read = "read merged table columns"
+        if lock.state != APPLYING:
+            columns = self._coordinated(read, lambda c: read_columns(c, *target))
+            lock = replace(lock, state=APPLYING, columns=columns)
+            marked = lock
+            self.sink._apply_transaction(session, [], None, lambda c: store.save(c, marked))
+            self.locks[target] = lock
+        now = self._coordinated(read, lambda c: read_columns(c, *target))
+        if lock.columns is not None and now != dict(lock.columns):
+            skipped: str | None = "run before a restart (the merged table's columns had changed)"
+        else:
+            skipped = self.sink._execute_ddl(replace(ddl, query=lock.ddl))
+        self.sink._log_ddl(ddl, skipped)
+        self.sink._fault(
+            "shard-ddl", {"commit_ts": ddl.commit_ts, "target": ".".join(target), "skipped": bool(skipped)}
+        )
+        self.sink._keys.forget()
+        held = self.sink._with_retry(
+            self.sink._coordinator, "read held rows", lambda c: store.held_rows(c, target, source)
+        )
+        rows = [
+            replace(r, table_schema=self.sink._keys.shape(r.table_schema, self.sink._read_unique_indexes)) for r in held
+        ]
+        self.sink._apply_transaction(session, rows, checkpoint, lambda c: store.clear(c, target, source))
+        del self.locks[target]  # the held rows were counted in stats when they were held
+        report_shard_ddl(
+            ddl,
+            f"released: the DDL ran once every shard had run it ({len(lock.done)} shards), "
+            f"{len(rows)} held rows applied" + (f"; DDL {skipped}" if skipped else ""),
+        )
