@@ -303,8 +303,10 @@ class ChangefeedConfig:
     def router(self) -> EventPipeline | Router | None:
         """What every event goes through before the sink (docs/routing.md): online DDL, event filters,
         the table router of ``[[routes]]`` (extract-source reads the changefeed id); None: nothing."""
-        # A storage directory or lake table cannot take a merged table's shard DDL (Router.shard_ddl).
+        # A storage directory or lake table: the router coordinates a merged table's shard DDL (Router.shard_ddl).
         router = Router.of(self.routes, self.changefeed_id, self.sink_uri.is_mysql or self.sink_uri.is_kafka)
+        if router is not None:
+            router.report = report_shard_ddl
         if router is not None and self.shard_mode == "pessimistic":
             router.shard_drops = True  # a dropped shard leaves the shard list the lock waits for
         return EventPipeline.of(
@@ -742,9 +744,18 @@ def load_pipeline(path: str | Path, source: str, shard_ddl: bool = True) -> Even
         rules, online_ddl = _event_rules(doc)
     except ConfigError as exc:
         raise ConfigError(exc.message, where=exc.where or str(path)) from None
-    return EventPipeline.of(
-        Router.of(routes, source, shard_ddl), EventFilter.of(rules), OnlineDDL() if online_ddl else None
-    )
+    router = Router.of(routes, source, shard_ddl)
+    if router is not None:
+        router.report = report_shard_ddl
+    return EventPipeline.of(router, EventFilter.of(rules), OnlineDDL() if online_ddl else None)
+
+
+def report_shard_ddl(target: str, shard: str, query: str, outcome: str, commit_ts: int) -> None:
+    """A router's shard DDL decision (storage and lake sinks) to the metrics and ``changefeed status``,
+    as the MySQL sink reports its own (`sink.observe`)."""
+    from .sink.observe import observer  # noqa: PLC0415 - the observer registered by the job's ops.metrics
+
+    observer().shard_ddl(target, shard, query, outcome, commit_ts)
 
 
 def _routes(value: Any) -> list[RouteRule]:

@@ -17,6 +17,11 @@ carry the routed names. Rules, in DM's and TiCDC's words:
 * TiCDC (``[[sink.dispatchers]]`` with ``target-schema`` and/or ``target-table``): ``matcher`` in
   table-filter syntax; targets may hold ``{schema}`` and ``{table}``; the first matching rule wins.
 
+A merged table's shard DDL goes to the MySQL sink as a `ShardDDL` (coordinated there, DM's two modes)
+and to Kafka once per shard; for a storage directory or a lake table (one schema timeline per table,
+``shard_ddl=False``) the router coordinates it itself with DM's optimistic rule against the merged
+table's one shape, onto which it projects every shard's rows (`shardmerge`; its state is the job's).
+
 Costs are per table, not per row: names and shapes are resolved once per table shape (cached), a
 `RowBlock`'s tables get the routed shape without copying (or, with shard columns, two constant
 columns each), and DDL text is rewritten by sqlglot (`ddlrewrite`).
@@ -39,6 +44,8 @@ from ..model.rowblock import RowBlock, TableRows
 from ..model.tablefilter import TableFilter
 from ..model.types import TypeCode
 from .ddlrewrite import DDLRewriteError, add_shard_columns, rename_schema, rename_tables
+from .shardddl import ShardDDLConflictError, optimistic
+from .shardmerge import MergedShapes, Report, columns_of, shape_after, union
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +216,11 @@ class RouteRule:
         if self.extracts:
             return True
         if self.matcher:
-            return "{table}" not in self.target_table and any(_WILDCARDS & set(m) for m in self.matcher)
+            return (
+                bool(self.target_table)
+                and "{table}" not in self.target_table
+                and any(_WILDCARDS & set(m) for m in self.matcher)
+            )
         return bool(self.target_table) and bool(_WILDCARDS & set(self.schema_pattern + self.table_pattern))
 
     def matches(self, schema: str, table: str) -> bool:
@@ -324,8 +335,12 @@ class Router:
         #: Whether the sink coordinates a merged table's shard DDL (`ShardDDL`): the MySQL sink does (DM's
         #: optimistic mode), Kafka carries each shard's DDL for its consumer to. A storage directory or a
         #: lake table has one schema timeline per table while shards change shape one by one: False
-        #: there, and a merged table's DDL stops the job with the reason instead of interleaving shapes.
+        #: there, and the router coordinates it itself (`shardmerge`): one merged shape per target, DM's
+        #: optimistic rule for each shard's DDL, every shard's rows projected onto the merged shape.
         self.shard_ddl = shard_ddl
+        self.merged: MergedShapes | None = None if shard_ddl else MergedShapes()
+        #: Who hears the router's shard DDL decisions (the status and metrics hook the MySQL sink reports to).
+        self.report: Report | None = None
         #: DM's pessimistic mode (the MySQL sink's shard lock): a shard's DROP TABLE reaches the sink as a
         #: `ShardDDL`, never run downstream but taking the shard out of its merged table's shard list.
         self.shard_drops = False
@@ -348,6 +363,19 @@ class Router:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["rules"], state["source"], state.get("shard_ddl", True))  # type: ignore[misc]
         self.shard_drops = state.get("drops", False)
+
+    @property
+    def stateful(self) -> bool:
+        """Keeps merged shapes across events (a one-timeline sink and a merging rule): run on the driver,
+        its state saved with the checkpoint (`pipeline.EventPipeline`), as online DDL's."""
+        return self.merged is not None and any(r.merges for r in self.rules)
+
+    def state(self) -> list[Any]:
+        return self.merged.state() if self.merged is not None else []
+
+    def restore(self, state: list[Any] | None) -> None:
+        if self.merged is not None:
+            self.merged.restore(state)
 
     # ------------------------------------------------------------------ names
 
@@ -466,6 +494,17 @@ class Router:
                 row.new = (*row.new, *values)
             if row.old is not None:
                 row.old = (*row.old, *values)
+        merged = self._merged_shape(routed, target)
+        if merged is not None and self.merged is not None:
+            self.merged.projection(routed, merged).row(row)
+
+    def _merged_shape(self, routed: TableSchema, target: Target) -> TableSchema | None:
+        """The merged shape rows of ``routed`` go into (a one-timeline sink's merged table), else None."""
+        if self.merged is None or not target.merge:
+            return None
+        merged = self.merged.fit(routed)
+        self._outputs.add(id(merged))  # a routed event is never routed again
+        return merged
 
     def _route_block(self, block: RowBlock, roots: dict[int, tuple[TableRows, TableRows]]) -> RowBlock:
         tables: list[TableRows] = []
@@ -476,13 +515,17 @@ class Router:
                 tables.append(rows)
                 continue
             changed = True
-            if not target.extras:
+            merged = self._merged_shape(routed, target)
+            if not target.extras and merged is None:
                 tables.append(rows.with_schema(routed))
                 continue
             root, at = rows.origin  # extend each origin once: its slices (one per Kafka message) share it
             hit = roots.get(id(root))
-            if hit is None or hit[0] is not root or hit[1].table_schema is not routed:
-                hit = roots[id(root)] = (root, _extended(root, routed, [v for _, v in target.extras]))
+            if hit is None or hit[0] is not root or hit[1].table_schema is not (merged or routed):
+                out = _extended(root, routed, [v for _, v in target.extras]) if target.extras else root
+                if merged is not None and self.merged is not None:
+                    out = self.merged.projection(routed, merged).rows(out)  # onto the merged table's one shape
+                hit = roots[id(root)] = (root, out)
             whole = at == 0 and rows.num_rows == root.num_rows
             tables.append(hit[1] if whole else hit[1].slice(at, rows.num_rows))
         return RowBlock(tables, block.segments) if changed else block
@@ -538,18 +581,75 @@ class Router:
             "position": ddl.position,
         }
         if main is not None and main.merge:
-            if not self.shard_ddl:
-                raise RouteError(
-                    f"{clip(ddl.query)} of the shard {ddl.schema}.{ddl.table} merged into {schema}.{table}: this "
-                    "sink keeps one schema per table while shards change shape one by one, so it takes no "
-                    "shard DDL; merge shards with DDL into MySQL/TiDB (coordinated as DM's optimistic mode) "
-                    "or Kafka, or route each shard to a table of its own (docs/routing.md)",
-                    where=where,
-                )
+            if self.merged is not None:
+                return self._merged_ddl(ddl, fields, main.name)
             shards = self._shards.setdefault(main.name, set())
             shards.add((ddl.schema, ddl.table))
             return ShardDDL(**fields, shard=(ddl.schema, ddl.table), shards=tuple(sorted(shards)))
         return DDLEvent(**fields)
+
+    def _merged_ddl(self, ddl: DDLEvent, fields: dict[str, Any], target: TableName) -> DDLEvent | None:
+        """A shard's DDL for a one-timeline sink (`shardmerge`), DM's optimistic mode decided here against
+        the merged shape: ONE DDL on the target for the first shard's compatible change, None for a change
+        the merged shape has already, `ShardDDLConflictError` for one it cannot take."""
+        assert self.merged is not None
+        shard = (ddl.schema, ddl.table)
+        label = f"{target[0]}.{target[1]}"
+        shards = self._shards.setdefault(target, set())
+        shards.add(shard)
+        after: TableSchema | None = fields["table_schema"] if ddl.table_schema is not None else None
+        pre: TableSchema | None = fields["pre_table_schema"] if ddl.pre_table_schema is not None else None
+        base = self.merged.get(target)
+        if base is None and pre is not None:
+            base = self.merged.fit(pre)  # the merged table as this shard knew it before
+        if base is None:
+            # DM: the first shard's CREATE TABLE (or a table first met in its DDL) makes the merged table.
+            if after is not None:
+                fields["table_schema"] = self.merged.fit(replace(after, version=after.version or ddl.commit_ts))
+            self._told(label, shard, ddl, "applied")
+            return DDLEvent(**fields)
+        if ddl.action == ActionType.CREATE_TABLE:
+            # DM: CREATE TABLE of a shard whose merged table exists is skipped (its rows join the merged shape).
+            self._told(label, shard, ddl, "skipped: done by another shard: the merged table exists")
+            return None
+        try:
+            # DM's optimistic rule, against the merged shape's columns instead of a downstream table's.
+            verdict = optimistic(fields["query"], columns_of(base), shard, sorted(shards), label)
+        except ShardDDLConflictError as exc:
+            self._told(label, shard, ddl, f"conflict: {exc.message}")
+            raise
+        if not verdict.apply:
+            # DM: the same change from the next shards finds it done (idempotent), a narrower type is kept wide.
+            self._told(label, shard, ddl, f"skipped: done by another shard: {verdict.reason}")
+            return None
+        try:
+            new, grew = union(base, after, shard, label, ddl.commit_ts) if after is not None else (base, False)
+            if after is None:  # the source did not give the shape after it: the ALTER's columns, applied
+                new = shape_after(base, fields["query"])
+                grew = new.columns != base.columns
+        except ShardDDLConflictError as exc:
+            self._told(label, shard, ddl, f"conflict: {exc.message}")
+            raise
+        except ValueError as exc:  # a column type the model does not know
+            raise RouteError(
+                f"cannot tell the shape of the merged table {label} after {clip(ddl.query)} of the shard "
+                f"{shard[0]}.{shard[1]}: {exc}",
+                where=f"DDL at commit_ts {ddl.commit_ts}",
+            ) from None
+        if not grew:
+            # A file or lake table keeps columns only: an index or option change of one shard is no new shape.
+            self._told(label, shard, ddl, "skipped: it changes no column of the merged table")
+            return None
+        # DM: a compatible change reaches the merged table at once, when the first shard runs it.
+        new = replace(new, version=ddl.commit_ts)
+        self.merged.put(target, new)
+        self._told(label, shard, ddl, "applied")
+        return DDLEvent(**{**fields, "table_schema": new, "pre_table_schema": base})
+
+    def _told(self, target: str, shard: TableName, ddl: DDLEvent, outcome: str) -> None:
+        log.info("routing: shard DDL of %s.%s on %s: %s (%s)", *shard, target, outcome, clip(ddl.query))
+        if self.report is not None:
+            self.report(target, ".".join(shard), ddl.query, outcome, ddl.commit_ts)
 
     def _shard_drop(
         self, ddl: DDLEvent, query: str, merged: Sequence[TableName], spans: int, main: Target | None, where: str

@@ -1,4 +1,5 @@
-"""A stateful pipeline's state (online-DDL ALTERs awaiting their cut-over) saved with the job's checkpoint."""
+"""A stateful pipeline's state saved with the job's checkpoint: online-DDL ALTERs awaiting their cut-over,
+the merged tables' shapes of a router feeding a storage or lake sink (`dispatch.shardmerge`)."""
 
 from __future__ import annotations
 

@@ -14,6 +14,7 @@ from sqlglot import exp
 
 from changefeed.config import parse_config
 from changefeed.dispatch.ddlrewrite import add_shard_columns, rename_tables, table_spans
+from changefeed.dispatch.pipeline import EventPipeline
 from changefeed.dispatch.route import Extract, RouteError, Router, RouteRule, ShardDDL, dm_pattern
 from changefeed.errors import ConfigError
 from changefeed.model import Column, DDLEvent, Index, Op, Resolved, RowChange, TableSchema, TypeCode
@@ -102,7 +103,9 @@ def test_config_routes_are_checked() -> None:
         + '[[routes]]\nschema-pattern = "shop_*"\ntable-pattern = "orders_*"\ntarget-schema = "shop"\n'
         'target-table = "orders"\nextract-table = { table-regexp = "orders_(.*)", target-column = "c_table" }\n'
     )
-    router = config.router()
+    pipeline = config.router()  # a storage sink: the router keeps merged shapes, so it comes in a stateful pipeline
+    assert isinstance(pipeline, EventPipeline) and pipeline.stateful
+    router = pipeline.router
     assert router is not None and router.source == "cf1"
     assert router.target("shop_9", "orders_3").extras == (("c_table", "3"),)  # type: ignore[union-attr]
     for bad, message in [

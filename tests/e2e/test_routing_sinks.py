@@ -1,29 +1,37 @@
 """Routed names in every sink: three MariaDB shard tables merged by DM-style ``[[routes]]`` into
 ``route_sinks.orders`` (with ``c_table``/``c_schema`` in the key), written by `changefeed run` into a
-storage directory, a Kafka topic and a Delta table. Each is read back by something that is not the
-writer: the directory tree and `changefeed apply` into MariaDB (read with its client), the topic's
-Canal-JSON with confluent-kafka and orjson, the Delta table with DuckDB over its log.
+storage directory, a Kafka topic, a Delta table and an Iceberg table. Each is read back by something
+that is not the writer: the directory tree and `changefeed apply` into MariaDB (compared with the routed upstream by
+`changefeed diff --routes`), the topic's Canal-JSON with confluent-kafka and orjson, the lake tables
+with DuckDB over the Delta log and the Iceberg metadata read as files.
 
-Shards add a column one after another (writes in between). Kafka carries every shard's DDL and
-rows under the target name (each message with its own shard's columns). A storage directory or a
-Delta table keeps one schema per table version: a merged table's shard DDL stops the job with the
-reason, and merged rows written after the shards' DDL go in under the target names.
+Shards add a column one after another (writes in between), then one widens a type. Kafka carries
+every shard's DDL and rows under the target name (each message with its own shard's columns). A
+storage directory or a lake table keeps one schema per table version: the router coordinates the
+shards' DDL (DM's optimistic mode, changefeed/dispatch/shardmerge.py): one DDL per change on the
+merged table, every shard's rows in the merged shape (NULL where a shard lacks a column yet); an
+incompatible shard DDL stops the job naming the shard and the DDL. The storage run dies right after
+saving the router's state and is restarted (the batch replayed), and is stopped between two shards' DDL.
 """
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Callable
+from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import orjson
+import pyarrow as pa
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
 from changefeed.cli import main
+from changefeed.errors import ChangefeedError
+from changefeed.files.batchstate import BatchState
 from changefeed.testing import Broker, MariaDBServer
 from tests.mariadb_client import client_rows
-from tests.sink.lake.independent import read_delta_independently
+from tests.sink.lake.independent import read_delta_independently, read_iceberg_independently
 
 pytestmark = [pytest.mark.mariadb, pytest.mark.spark, pytest.mark.broker, pytest.mark.timeout(600)]
 
@@ -41,12 +49,15 @@ EXPECTED = sorted(
         ("01", "01", 5, 50, "b"),
         ("02", "00", 2, 20, "-"),
         ("02", "00", 3, 30, "-"),
-        ("02", "00", 6, 60, "-"),
+        ("02", "00", 6, 60, "c"),
+        ("01", "00", 8, 80, "-"),
+        ("01", "01", 8, 5000000000, "w"),
     ]
 )
 
 
-def _load(upstream: MariaDBServer) -> None:
+def _load(upstream: MariaDBServer, part: int = 0) -> None:
+    """The shards' statements: all of them, or the first (up to the first shard's ADD COLUMN) or second part."""
     sql = ["CREATE DATABASE rs_01", "CREATE DATABASE rs_02"]
     for schema, table in SHARDS:
         sql += [
@@ -60,10 +71,19 @@ def _load(upstream: MariaDBServer) -> None:
         "ALTER TABLE rs_01.orders_00 ADD COLUMN note VARCHAR(10) NULL",
         "INSERT INTO rs_01.orders_00 VALUES (4, 40, 'a')",
         "INSERT INTO rs_02.orders_00 VALUES (6, 60)",  # a shard not changed yet
+    ]
+    second = [
         "ALTER TABLE rs_01.orders_01 ADD COLUMN note VARCHAR(10) NULL",
         "INSERT INTO rs_01.orders_01 VALUES (5, 50, 'b')",
         "ALTER TABLE rs_02.orders_00 ADD COLUMN note VARCHAR(10) NULL",
+        "UPDATE rs_02.orders_00 SET note = 'c' WHERE id = 6",
+        "ALTER TABLE rs_01.orders_01 MODIFY amount BIGINT",  # a widening, at once on the merged table
+        "INSERT INTO rs_01.orders_01 VALUES (8, 5000000000, 'w')",
+        "INSERT INTO rs_01.orders_00 VALUES (8, 80, NULL)",  # a shard still INT: cast to BIGINT
+        "ALTER TABLE rs_01.orders_00 MODIFY amount BIGINT",  # the same widening from the others: skipped
+        "ALTER TABLE rs_02.orders_00 MODIFY amount BIGINT",
     ]
+    sql = {0: sql + second, 1: sql, 2: second}[part]
     with upstream.connect() as conn, conn.cursor() as cur:
         for statement in sql:
             cur.execute(statement)
@@ -125,35 +145,87 @@ def upstream(
     return server
 
 
-def test_routed_names_in_storage(
+def test_shard_ddl_merged_into_storage_across_a_restart(
     spark: object,
-    upstream: MariaDBServer,
+    mariadb_factory: Callable[..., MariaDBServer],
     mariadb_downstream: MariaDBServer,
     tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    # Shard DDL into a storage directory: refused with the reason (one schema timeline per table).
+    upstream = mariadb_factory()
+    monkeypatch.chdir(tmp_path)
     storage = tmp_path / "storage"
-    uri = f"{storage.as_uri()}?protocol=canal-json"
-    _refused(_config(tmp_path / "storage.toml", upstream, uri), capsys)
-    # Merged rows without shard DDL (the capture starts after the shards' DDL): the directory tree has
-    # the target names only, and `changefeed apply` reads it back into MariaDB.
-    shutil.rmtree(storage)
-    start = _more_rows(upstream)
-    _run(_config(tmp_path / "storage.toml", upstream, uri, start=start), capsys)
+    uri = f"{storage.as_uri()}?protocol=canal-json&enable-tidb-extension=true"  # rows with their commit ts
+    config = _config(tmp_path / "storage.toml", upstream, uri)
+    # The first shard's ADD COLUMN, and the job dies right after saving the router's state, before Spark
+    # commits the batch (a kill -9 there): the restart replays the batch from the state before it and
+    # decides the same (the directory skips what it has). Then the others' ADD COLUMN in a later run: the
+    # merged shapes come back with the checkpoint, so theirs is a repeat and no second DDL is written.
+    _load(upstream, 1)
+    save = BatchState.save
+
+    def dies_after_saving(self: BatchState, batch_id: int, state: dict[str, Any]) -> None:
+        save(self, batch_id, state)
+        raise ChangefeedError("killed after the pipeline state was saved")
+
+    monkeypatch.setattr(BatchState, "save", dies_after_saving)
+    capsys.readouterr()
+    assert main(["run", str(config), "--available-now", "--master", "local[2]", "--skip-preflight"]) != 0
+    assert "killed after the pipeline state was saved" in capsys.readouterr().err
+    monkeypatch.setattr(BatchState, "save", save)
+    _run(config, capsys)
+    _load(upstream, 2)
+    _run(config, capsys)
     assert sorted(p.name for p in storage.iterdir() if p.is_dir() and not p.name.startswith("_")) == [TARGET]
-    assert [p.name for p in (storage / TARGET).iterdir() if p.is_dir()] == ["orders"]
+    table = storage / TARGET / "orders"
+    versions = sorted(int(p.name) for p in table.iterdir() if p.name.isdigit())
+    schemas = sorted((table / "meta").glob("schema_*.json"), key=lambda p: int(p.name.split("_")[1]))
+    assert [int(p.name.split("_")[1]) for p in schemas] == versions and len(versions) == 3, schemas
+    docs = [orjson.loads(p.read_bytes()) for p in schemas]  # CREATE TABLE, the one ADD COLUMN, the one MODIFY
+    assert ["ADD COLUMN" in d["Query"].upper() for d in docs] == [False, True, False], docs
+    last = {c["ColumnName"]: c["ColumnType"] for c in docs[-1]["TableColumns"]}
+    assert list(last) == ["id", "amount", "c_table", "c_schema", "note"] and last["amount"].upper() == "BIGINT", last
+    # `changefeed status` shows the router's decisions, as the MySQL sink's.
+    capsys.readouterr()
+    assert main(["status", "--checkpoint", str(storage / "_spark_checkpoint")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    decisions = [(a.split(" <- ", 1)[1], b.strip()) for a, b in pairwise(lines) if " <- " in a]  # (outcome, DDL)
+    adds = [":".join(outcome.split(":")[:2]) for outcome, ddl in decisions if "ADD COLUMN note" in ddl]
+    assert adds == ["rs_01.orders_00: applied", "rs_01.orders_01: skipped", "rs_02.orders_00: skipped"], decisions
+    assert ("rs_01.orders_01: applied", "ALTER TABLE rs_01.orders_01 MODIFY amount BIGINT") in decisions, decisions
+
+    # `changefeed apply` reads the directory back into MariaDB; `changefeed diff --routes` compares it with
+    # the routed upstream.
     with mariadb_downstream.connect() as conn, conn.cursor() as cur:
         cur.execute(f"DROP DATABASE IF EXISTS `{TARGET}`")
-        cur.execute(f"CREATE DATABASE `{TARGET}`")
-        cur.execute(MERGED_TABLE)  # the merged table as the shards' DDL would have made it
-    apply = ["apply", "--from", storage.as_uri(), "--to", f"{mariadb_downstream.url}/", "--available-now"]
+    apply = ["apply", "--from", uri, "--to", f"{mariadb_downstream.url}/", "--available-now"]
     assert main([*apply, "--changefeed-id", "routed-sinks", "--master", "local[2]"]) == 0, capsys.readouterr().err
     rows = client_rows(
         mariadb_downstream,
         f"SELECT c_schema, c_table, id, amount, IFNULL(note, '-') FROM `{TARGET}`.orders ORDER BY 1, 2, 3",
     )
-    assert [(s, t, int(i), int(a), n) for s, t, i, a, n in rows] == LATER
+    assert sorted((s, t, int(i), int(a), n) for s, t, i, a, n in rows) == EXPECTED
+    capsys.readouterr()
+    diff = ["diff", "--target", mariadb_downstream.url, "--tables", f"{TARGET}.*", "--no-progress"]
+    assert main([*diff, "--source", upstream.url, "--routes", str(config)]) == 0, capsys.readouterr().out
+    assert f"{TARGET}.orders: equal" in capsys.readouterr().out
+
+    # An incompatible shard DDL stops the job with the reason, naming the shard and the DDL.
+    _sql(upstream, ["ALTER TABLE rs_02.orders_00 ADD COLUMN extra INT NULL",
+                    "INSERT INTO rs_02.orders_00 VALUES (9, 90, NULL, 9)",
+                    "ALTER TABLE rs_01.orders_00 ADD COLUMN extra VARCHAR(5) NULL",
+                    "INSERT INTO rs_01.orders_00 VALUES (9, 90, NULL, 'x')"])  # fmt: skip
+    capsys.readouterr()
+    assert main(["run", str(config), "--available-now", "--master", "local[2]", "--skip-preflight"]) != 0
+    err = capsys.readouterr().err
+    assert "shard DDL conflict" in err and "rs_01.orders_00" in err and "ADD COLUMN extra VARCHAR(5)" in err, err
+
+
+def _sql(server: MariaDBServer, statements: list[str]) -> None:
+    with server.connect() as conn, conn.cursor() as cur:
+        for statement in statements:
+            cur.execute(statement)
 
 
 def test_routed_names_in_kafka(
@@ -176,51 +248,28 @@ def test_routed_names_in_kafka(
     assert _final(changes) == EXPECTED
 
 
-def test_routed_names_in_delta(
-    spark: object, upstream: MariaDBServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    # Shard DDL into a Delta table: refused with the reason, as for storage.
-    lake = tmp_path / "lake"
-    _refused(_config(tmp_path / "delta.toml", upstream, f"delta://{lake}"), capsys)
-    # Merged rows without shard DDL: one table under the target names, read by DuckDB over its log.
-    shutil.rmtree(lake, ignore_errors=True)
-    start = _more_rows(upstream)
-    _run(_config(tmp_path / "delta.toml", upstream, f"delta://{lake}", start=start), capsys)
-    assert sorted(p.name for p in lake.iterdir() if p.is_dir() and not p.name.startswith("_")) == [TARGET]
-    table = read_delta_independently(lake / TARGET / "orders").to_pylist()
-    got = sorted((r["c_schema"], r["c_table"], int(r["id"]), int(r["amount"]), r.get("note") or "-") for r in table)
-    assert got == LATER
-
-
-MERGED_TABLE = (
-    f"CREATE TABLE `{TARGET}`.orders (id INT NOT NULL, amount INT, c_table VARCHAR(255) NOT NULL, "
-    "c_schema VARCHAR(255) NOT NULL, note VARCHAR(10) NULL, PRIMARY KEY (id, c_table, c_schema))"
+@pytest.mark.parametrize(
+    ("scheme", "read"), [("delta", read_delta_independently), ("iceberg", read_iceberg_independently)]
 )
-#: What the writes after the shards' DDL leave in the merged table (the capture starts after the DDL).
-LATER = [("01", "00", 7, 70, "x"), ("01", "01", 7, 71, "-"), ("02", "00", 2, 200, "y"), ("02", "00", 7, 72, "z")]
-
-
-def _more_rows(upstream: MariaDBServer) -> str:
-    """Rows written to every shard after their DDL; returns the binlog position before them."""
-    with upstream.connect() as conn, conn.cursor() as cur:
-        cur.execute("SHOW MASTER STATUS")
-        file, pos = cur.fetchone()[:2]
-        for sql in (
-            "INSERT INTO rs_01.orders_00 VALUES (7, 70, 'x')",
-            "INSERT INTO rs_01.orders_01 VALUES (7, 71, NULL)",
-            "INSERT INTO rs_02.orders_00 VALUES (7, 72, 'z')",
-            "UPDATE rs_02.orders_00 SET amount = 200, note = 'y' WHERE id = 2",
-        ):
-            cur.execute(sql)
-    return f"{file}:{pos}"
-
-
-def _refused(config: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["run", str(config), "--available-now", "--master", "local[2]", "--skip-preflight"]
-    capsys.readouterr()
-    assert main(args) != 0
-    err = capsys.readouterr().err
-    assert "takes no shard DDL" in err and "merged into route_sinks.orders" in err, err
+def test_shard_ddl_merged_into_a_lake_table(
+    spark: object,
+    upstream: MariaDBServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    scheme: str,
+    read: Callable[[Path], pa.Table],
+) -> None:
+    # One lake table under the target names, evolved once per merged change; read without the sink's
+    # libraries (DuckDB over the Delta log, the Iceberg metadata and manifests as files).
+    lake = tmp_path / "lake"
+    _run(_config(tmp_path / f"{scheme}.toml", upstream, f"{scheme}://{lake}"), capsys)
+    assert sorted(p.name for p in lake.iterdir() if p.is_dir() and not p.name.startswith("_")) == [TARGET]
+    table = read(lake / TARGET / "orders")
+    assert table.schema.field("amount").type == pa.int64() and table.schema.field("note").type == pa.string()
+    got = sorted(
+        (r["c_schema"], r["c_table"], int(r["id"]), int(r["amount"]), r.get("note") or "-") for r in table.to_pylist()
+    )
+    assert got == EXPECTED
 
 
 def _messages(broker: Broker, topic: str) -> list[bytes]:
