@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,15 +87,38 @@ def _gh_ost(cur: object) -> None:
         cur.execute(sql)  # type: ignore[attr-defined]
 
 
-class _Writer:
-    """Transactions into the shards, ``items`` and ``logs``; the DDLs when the chaos asks (`phase`)."""
+class _WriterThread:
+    """A writer thread: `_one` statement at a time until stopped and its pending ``phases`` (DDLs the kill
+    loop asks for) are done; a failure is kept for the test to raise."""
+
+    pause = (0.05, 0.25)  # seconds between statements
 
     def __init__(self, server: MariaDBServer, seed: int) -> None:
         self.server, self.rng = server, random.Random(seed)
         self.stop = threading.Event()
         self.failure: BaseException | None = None
-        self.logs_inserted: list[int] = []
         self.step = 0
+        self.phases: list[Any] = []
+
+    def run(self) -> None:
+        try:
+            with self.server.connect() as conn, conn.cursor() as cur:
+                while not self.stop.is_set() or self.phases:
+                    self._one(cur)
+                    time.sleep(self.rng.uniform(*self.pause))
+        except BaseException as exc:
+            self.failure = exc
+
+    def _one(self, cur: object) -> None:
+        raise NotImplementedError
+
+
+class _Writer(_WriterThread):
+    """Transactions into the shards, ``items`` and ``logs``; the DDLs when the chaos asks (`phase`)."""
+
+    def __init__(self, server: MariaDBServer, seed: int) -> None:
+        super().__init__(server, seed)
+        self.logs_inserted: list[int] = []
         self.phases: list[str] = []  # DDL to run next: "add <n>" (the n-th shard's ADD COLUMN) or "gh-ost"
         self.done: list[str] = []
 
@@ -107,15 +131,6 @@ class _Writer:
             cur.execute(f"CREATE DATABASE {OSC}")
             cur.execute(f"CREATE TABLE {OSC}.items (id INT PRIMARY KEY, v VARCHAR(20)) ENGINE=InnoDB")
             cur.execute(f"CREATE TABLE {OSC}.logs (id INT PRIMARY KEY, msg VARCHAR(20)) ENGINE=InnoDB")
-
-    def run(self) -> None:
-        try:
-            with self.server.connect() as conn, conn.cursor() as cur:
-                while not self.stop.is_set() or self.phases:
-                    self._one(cur)
-                    time.sleep(self.rng.uniform(0.05, 0.25))
-        except BaseException as exc:
-            self.failure = exc
 
     def _one(self, cur: object) -> None:
         rng, step = self.rng, self.step
@@ -252,14 +267,13 @@ target-schema = "{target}"
 """
 
 
-class _ShardWriter:
+class _ShardWriter(_WriterThread):
     """Rows into three shards; on demand (``phases``) a shard's type change, after which its rows carry text."""
 
+    pause = (0.05, 0.2)
+
     def __init__(self, server: MariaDBServer, seed: int) -> None:
-        self.server, self.rng = server, random.Random(seed)
-        self.stop = threading.Event()
-        self.failure: BaseException | None = None
-        self.step = 0
+        super().__init__(server, seed)
         self.phases: list[int] = []  # shards whose DDL runs next
         self.changed: list[int] = []
 
@@ -272,15 +286,6 @@ class _ShardWriter:
                     f"CREATE TABLE {schema}.{table} (id INT PRIMARY KEY, amount INT, note VARCHAR(20)) ENGINE=InnoDB"
                 )
                 cur.executemany(f"INSERT INTO {schema}.{table} VALUES (%s, %s, NULL)", [(k, k) for k in range(1, 11)])
-
-    def run(self) -> None:
-        try:
-            with self.server.connect() as conn, conn.cursor() as cur:
-                while not self.stop.is_set() or self.phases:
-                    self._one(cur)
-                    time.sleep(self.rng.uniform(0.05, 0.2))
-        except BaseException as exc:
-            self.failure = exc
 
     def _one(self, cur: object) -> None:
         rng, step = self.rng, self.step
