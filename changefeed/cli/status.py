@@ -221,10 +221,12 @@ def _render_job(j: dict[str, Any]) -> list[str]:
 
 
 def pending_locks(decisions: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Merged tables whose newest shard DDL decision is "held" (DM's pessimistic lock, not released yet)."""
+    """Merged tables whose newest shard DDL decision is "held" (DM's pessimistic lock, not released yet); a
+    "queued" DDL (a done shard's next one, DM: waiting behind the lock) leaves the pending lock as it was."""
     newest: dict[str, dict[str, Any]] = {}
     for d in decisions:
-        newest[d["table"]] = d
+        if not str(d["outcome"]).startswith("queued:"):
+            newest[d["table"]] = d
     return [d for d in newest.values() if str(d["outcome"]).startswith("held:")]
 
 

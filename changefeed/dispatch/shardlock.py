@@ -10,14 +10,17 @@ DM's rules (``shard-mode = "pessimistic"``), which this module decides and the M
 * when the last shard of the table (of every source feeding it) runs it, the DDL runs once on the
   merged table, then the held rows are applied in commit order and the lock is cleared;
 * a different DDL from a shard while the lock is pending stops the job, naming the table, the
-  shards and both DDLs (DM: "detect inconsistent DDL sequence").
+  shards and both DDLs (DM: "detect inconsistent DDL sequence");
+* a shard that ran the pending DDL waits whole: its later DDL is queued with its held rows, and on
+  the release its queue goes on in order (`replay`): rows applied, a queued DDL opening or joining
+  the next lock, after which that shard's later entries stay held for it.
 
 The functions here are pure: the lock and the shard list are passed in, the decision comes out.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from ..errors import clip
@@ -86,7 +89,8 @@ def pessimistic(
 ) -> Step:
     """The lock after ``shard`` ran ``query`` (routed) on ``target``; ``members``: every shard of the target.
 
-    Raises `ShardDDLConflictError` for a DDL other than the pending one (DM stops the task there too).
+    Raises `ShardDDLConflictError` for a DDL other than the pending one (DM stops the task there too), and
+    for a second DDL from a shard done while the lock waits: the sink queues that one instead (`replay`).
     """
     norm = normalise_ddl(query)
     if lock is None:
@@ -99,11 +103,46 @@ def pessimistic(
     return Step(lock, release=not waiting, waiting=waiting)
 
 
-def conflict(lock: ShardLock, members: Collection[ShardKey], shard: ShardKey, query: str) -> ShardDDLConflictError:
+@dataclass(frozen=True)
+class Replay:
+    """A released lock's held queue, replayed: the entries that leave it (rows to apply, DDLs taken by
+    the next lock), in order; the next lock its DDLs opened; whether that lock is released at once."""
+
+    taken: tuple[int, ...]
+    lock: ShardLock | None
+    release: bool = False
+
+
+def replay(
+    queue: Sequence[tuple[ShardKey, str | None, int]], members: Collection[ShardKey], target: TableName
+) -> Replay:
+    """DM: once a lock is resolved, each shard's held queue goes on in order. ``queue``: (shard, DDL text or
+    None for a row, commit ts) in commit order. A queued DDL goes through `pessimistic` (opens or joins
+    the next lock; `ShardDDLConflictError` as live); from then on its shard's later entries stay held.
+    Stops at a DDL that releases the next lock at once (``release``: that DDL is the last entry taken)."""
+    lock: ShardLock | None = None
+    taken: list[int] = []
+    for i, (shard, query, commit_ts) in enumerate(queue):
+        if lock is not None and shard in lock.done:
+            continue  # DM: behind the next lock, held for it
+        taken.append(i)
+        if query is None:
+            continue
+        step = pessimistic(lock, members, shard, query, target, commit_ts)
+        lock = step.lock
+        if step.release:
+            return Replay(tuple(taken), lock, release=True)
+    return Replay(tuple(taken), lock)
+
+
+def conflict(
+    lock: ShardLock, members: Collection[ShardKey], shard: ShardKey, query: str, why: str | None = None
+) -> ShardDDLConflictError:
     """DM's "inconsistent DDL": the error that stops the job, with everything an operator needs."""
     target = ".".join(lock.target)
-    again = shard in lock.done
-    why = "runs another DDL before the pending one was applied" if again else "runs a different DDL"
+    if why is None:
+        again = shard in lock.done
+        why = "runs another DDL before the pending one was applied" if again else "runs a different DDL"
     return ShardDDLConflictError(
         f"shard DDL conflict (pessimistic mode) on merged table {target}: shard {shard_name(shard)} {why}; "
         f"pending DDL: {clip(lock.ddl)}; this DDL: {clip(query)}; "
@@ -124,6 +163,7 @@ __all__ = [
     "APPLYING",
     "RELEASED",
     "WAITING",
+    "Replay",
     "ShardKey",
     "ShardLock",
     "Step",
@@ -131,5 +171,6 @@ __all__ = [
     "describe",
     "normalise_ddl",
     "pessimistic",
+    "replay",
     "shard_name",
 ]

@@ -131,7 +131,7 @@ SINK_ERRORS = Counter(
 SINK_RETRIES = Counter("changefeed_sink_retries", "Sink operations retried.", ["sink"], registry=REGISTRY)
 SHARD_DDL = Counter(
     "changefeed_shard_ddl",
-    "Shard DDLs on merged tables, by outcome (applied, skipped, conflict; pessimistic mode: held, released).",
+    "Shard DDLs on merged tables, by outcome (applied, skipped, conflict; pessimistic mode: held, queued, released).",
     ["outcome"],
     registry=REGISTRY,
 )

@@ -8,7 +8,7 @@ import pytest
 from changefeed.config import parse_config
 from changefeed.dispatch.route import Extract, Router, RouteRule, ShardDDL
 from changefeed.dispatch.shardddl import ShardDDLConflictError
-from changefeed.dispatch.shardlock import APPLYING, ShardLock, describe, normalise_ddl, pessimistic
+from changefeed.dispatch.shardlock import APPLYING, ShardLock, describe, normalise_ddl, pessimistic, replay
 from changefeed.errors import CaptureError, ConfigError
 from changefeed.model import ActionType, Column, DDLEvent, Index, Op, RowChange, TableSchema, TypeCode
 
@@ -41,6 +41,25 @@ def test_one_shard_alone_releases_at_once_and_an_unlisted_shard_joins() -> None:
     assert pessimistic(None, {A}, A, DDL, TARGET, 10).release
     assert pessimistic(None, set(), A, DDL, TARGET, 10).release  # a shard not listed yet counts itself
     assert not pessimistic(None, {B}, A, DDL, TARGET, 10).release
+
+
+DDL2 = "ALTER TABLE `shop`.`orders` ADD COLUMN extra INT NULL"
+
+
+def test_a_released_queue_goes_on_in_order_and_a_queued_ddl_opens_the_next_lock() -> None:
+    """DM: a done shard waits whole; on the release its queue continues: rows taken, its queued DDL opens
+    the next lock, and from there that shard's entries stay held; other shards' rows are taken."""
+    members = {A, B, C}
+    queue = [(A, None, 11), (B, None, 12), (A, DDL2, 13), (A, None, 14), (B, DDL2.lower(), 15), (B, None, 16)]
+    plan = replay(queue, members, TARGET)
+    assert plan.taken == (0, 1, 2, 4) and not plan.release
+    assert plan.lock is not None and plan.lock.done == {A, B} and plan.lock.ddl == DDL2 and plan.lock.commit_ts == 13
+    assert replay([(A, None, 11), (B, None, 12)], members, TARGET).lock is None
+    # Every shard queued it (a dropped shard released the previous lock): released at once, the replay stops.
+    stops = replay([(A, DDL2, 13), (B, DDL2, 14), (A, None, 15)], {A, B}, TARGET)
+    assert stops.release and stops.taken == (0, 1)
+    with pytest.raises(ShardDDLConflictError, match="runs a different DDL"):
+        replay([(A, DDL2, 13), (B, DDL, 14)], members, TARGET)
 
 
 def test_a_different_ddl_or_a_second_one_from_a_shard_done_is_a_conflict() -> None:

@@ -6,6 +6,10 @@ shards' rows are applied. The decisions are `changefeed.dispatch.shardlock` (pur
 tables that keep the lock, the shard list and the held rows with the checkpoint are `shardlock.py`;
 this module is the sink's side: which rows to hold, and each step's transactions through the sink's
 own sessions (`MySQLSink` below), so a held row commits with the checkpoint it belongs to.
+
+DM's pessimistic mode also holds a done shard's *later DDL*: its queue waits whole. The DDL is stored
+in the held table after the shard's rows (with the checkpoint), and the release replays the queue in
+order (`shardlock.replay`): rows applied, a queued DDL opening or joining the next lock.
 """
 
 from __future__ import annotations
@@ -18,15 +22,26 @@ from typing import TYPE_CHECKING, TypeVar
 from ...clients.mysql import Connection
 from ...dispatch.route import ShardDDL
 from ...dispatch.shardddl import ShardDDLConflictError
-from ...dispatch.shardlock import APPLYING, RELEASED, ShardKey, ShardLock, describe, pessimistic
-from ...errors import clip
+from ...dispatch.shardlock import (
+    APPLYING,
+    RELEASED,
+    WAITING,
+    Replay,
+    ShardKey,
+    ShardLock,
+    conflict,
+    describe,
+    pessimistic,
+    replay,
+)
+from ...errors import SinkError, clip
 from ...model import ActionType, RowChange, TableSchema
 from ...model.rowblock import Segment, TableRows
 from ..observe import observer
 from .checkpoint import Checkpoint
 from .columns import BlockRows, expand
 from .shard import read_columns, report_shard_ddl
-from .shardlock import ShardLockStore
+from .shardlock import Held, ShardLockStore
 
 if TYPE_CHECKING:
     from .sink import MySQLSink
@@ -120,12 +135,45 @@ class PessimisticShards:
             )
             return False
         checkpoint = self.sink._ddl_checkpoint(ddl)
+        lock = self.locks.get(target)
         if action == ActionType.DROP_TABLE:
             self._drop_shard(store, ddl, shard, checkpoint)
+        elif lock is not None and lock.state == WAITING and shard in lock.done:
+            self._queue(store, lock, ddl, shard, checkpoint)
         else:
             self._shard_lock_step(store, ddl, shard, checkpoint)
         self.sink._checkpoint_saved(checkpoint, "the shard DDL")
         return True
+
+    def _queue(
+        self, store: ShardLockStore, lock: ShardLock, ddl: ShardDDL, shard: ShardKey, checkpoint: Checkpoint
+    ) -> None:
+        """DM: a shard that ran the pending DDL waits whole, its next DDL too: queued after its held rows
+        (the held table, with the checkpoint), replayed in order at the release (`_replay_held`).
+
+        One source only: the lock table keeps one lock a merged table, and another source's held rows of
+        the released lock would share it with the next one; with several, the DDL is refused as before."""
+        target, source = lock.target, self.sink.config.changefeed_id
+        members: set[ShardKey] = set()
+
+        def queue(conn: Connection) -> None:
+            members.update(store.members(conn, target))
+            others = sorted({s[0] for s in members} - {source})
+            if others:
+                why = (
+                    "runs another DDL before the pending one was applied (it waits in the shard's queue only when "
+                    f"one source feeds the merged table; other sources: {', '.join(others)})"
+                )
+                raise conflict(lock, members, shard, ddl.query, why)
+            store.hold(conn, source, [(shard, ddl)])
+
+        try:
+            self.sink._apply_transaction(self.sink._workers[0], [], checkpoint, queue)
+        except ShardDDLConflictError as exc:
+            report_shard_ddl(ddl, f"conflict: {exc.message}")
+            raise
+        report_shard_ddl(ddl, f"queued: behind the pending DDL {clip(lock.ddl, 120)} ({describe(lock, members)})")
+        self.sink._fault("shard-queued", {"commit_ts": ddl.commit_ts, "target": ".".join(target)})
 
     def _shard_lock_step(self, store: ShardLockStore, ddl: ShardDDL, shard: ShardKey, checkpoint: Checkpoint) -> None:
         """DM: the first shard opens the lock, the next ones join it, the last one releases it.
@@ -232,7 +280,7 @@ class PessimisticShards:
         The DDL is not transactional: the lock is first marked APPLYING with the merged table's columns,
         so a restart that finds the columns changed knows the DDL ran and does not run it twice.
         """
-        target, source = lock.target, self.sink.config.changefeed_id
+        target = lock.target
         session = self.sink._workers[0]
         read = "read merged table columns"
         if lock.state != APPLYING:
@@ -251,16 +299,77 @@ class PessimisticShards:
             "shard-ddl", {"commit_ts": ddl.commit_ts, "target": ".".join(target), "skipped": bool(skipped)}
         )
         self.sink._keys.forget()
-        held = self.sink._with_retry(
-            self.sink._coordinator, "read held rows", lambda c: store.held_rows(c, target, source)
-        )
-        rows = [
-            replace(r, table_schema=self.sink._keys.shape(r.table_schema, self.sink._read_unique_indexes)) for r in held
-        ]
-        self.sink._apply_transaction(session, rows, checkpoint, lambda c: store.clear(c, target, source))
-        del self.locks[target]  # the held rows were counted in stats when they were held
+        applied, queued = self._replay_held(store, lock, checkpoint)
         report_shard_ddl(
             ddl,
             f"released: the DDL ran once every shard had run it ({len(lock.done)} shards), "
-            f"{len(rows)} held rows applied" + (f"; DDL {skipped}" if skipped else ""),
+            f"{applied} held rows applied" + (f"; DDL {skipped}" if skipped else ""),
         )
+        nxt = self.locks.get(target)
+        if nxt is not None:
+            members = self._coordinated("read shard list", lambda c: store.members(c, target))
+            for event in queued:  # DM: the shards' queued DDL opened (or joined) the next lock
+                report_shard_ddl(event, f"held: {describe(nxt, members | nxt.done)}")
+
+    def _replay_held(
+        self, store: ShardLockStore, lock: ShardLock, checkpoint: Checkpoint
+    ) -> tuple[int, list[ShardDDL]]:
+        """DM: the lock resolved, each shard's held queue goes on in order (`shardlock.replay`): rows applied,
+        a queued DDL opening or joining the next lock, its shard's later entries held for that lock.
+
+        One transaction with the checkpoint: the rows applied, their entries deleted, the lock cleared and
+        the next one saved; a crash before it commits replays the release whole. Returns the rows applied
+        and the queued DDLs taken by the next lock."""
+        target, source = lock.target, self.sink.config.changefeed_id
+        entries = self._coordinated("read held rows", lambda c: store.held_events(c, target, source))
+        plan = self._replay_plan(store, target, entries)
+        taken = [entries[i] for i in plan.taken]
+        rows = [self._shaped(e) for _, _, e in taken if isinstance(e, RowChange)]
+        queued = [e for _, _, e in taken if not isinstance(e, RowChange)]
+        nxt = plan.lock
+        ids = None if nxt is None else [i for i, _, _ in taken]
+
+        def clear(conn: Connection) -> None:
+            gone = store.clear(conn, target, source, ids)
+            if nxt is None:
+                return
+            if not gone:
+                raise SinkError(
+                    f"shard DDL lock of {'.'.join(target)}: another source still holds rows of the released DDL, "
+                    f"the queued DDL {clip(nxt.ddl)} cannot open the next lock"
+                )
+            store.save(conn, nxt)
+
+        self.sink._apply_transaction(self.sink._workers[0], rows, checkpoint, clear)
+        # The held rows were counted in stats when they were held.
+        if nxt is None:
+            del self.locks[target]
+        else:
+            self.locks[target] = nxt
+        return len(rows), queued
+
+    def _replay_plan(
+        self, store: ShardLockStore, target: tuple[str, str], entries: list[tuple[int, ShardKey, Held]]
+    ) -> Replay:
+        """`shardlock.replay` over the held queue (every entry taken when no DDL is queued)."""
+        queue = [(shard, None if isinstance(e, RowChange) else e.query, e.commit_ts) for _, shard, e in entries]
+        if all(q is None for _, q, _ in queue):
+            return Replay(tuple(range(len(entries))), None)
+        members = self._coordinated("read shard list", lambda c: store.members(c, target))
+        try:
+            plan = replay(queue, members, target)
+        except ShardDDLConflictError as exc:  # reported on the queue's first DDL; the message names both
+            for _, _, event in entries:
+                if isinstance(event, ShardDDL):
+                    report_shard_ddl(event, f"conflict: {exc.message}")
+                    break
+            raise
+        if plan.release:
+            # Only a dropped shard's release gets here: every remaining shard had queued the next DDL.
+            raise SinkError(
+                f"shard DDL lock of {'.'.join(target)}: the queued DDL {clip(plan.lock.ddl if plan.lock else '')} "
+                "would be released at once by the replay of the held queue (every remaining shard queued it after "
+                "a dropped shard released the previous lock); not supported yet: run it on the merged table by hand, "
+                "clear the shard lock tables and restart from the checkpoint"
+            )
+        return plan

@@ -12,26 +12,29 @@ Tables, in the sink's metadata schema (``changefeed`` by default):
 * ``changefeed_shard_lock``: the pending DDL of a merged table, its state and, while it is being
   run, the merged table's columns before it (what makes the DDL replay-safe);
 * ``changefeed_shard_done``: the shards that ran the pending DDL;
-* ``changefeed_shard_held``: the rows of those shards, serialised as the model's JSONL lines
-  (`model.jsonl`), in commit order (``id``).
+* ``changefeed_shard_held``: the rows of those shards, and their DDLs queued behind the pending
+  one (DM: a shard that ran it waits whole), serialised as the model's JSONL lines (`model.jsonl`),
+  in commit order (``id``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Any
 
 import orjson
 
+from ...dispatch.route import ShardDDL
 from ...dispatch.shardlock import ShardKey, ShardLock
 from ...errors import SinkError, clip
-from ...model import RowChange
+from ...model import DDLEvent, RowChange
 from ...model.jsonl import EventReader, dumps_event
 from .sql import quote_table
 
 TableName = tuple[str, str]
 Member = tuple[str, str, str, str]  # target schema, target table, shard schema, shard table
+Held = RowChange | ShardDDL  # a held row, or a shard's DDL queued behind the pending one
 
 _NAME = "VARCHAR(64) NOT NULL"
 _SOURCE = "VARCHAR(255) NOT NULL"
@@ -182,12 +185,20 @@ class ShardLockStore:
                 [(*lock.target, *s) for s in sorted(lock.done)],
             )
 
-    def clear(self, conn: Any, target: TableName, source: str) -> bool:
-        """This source's held rows and shards done deleted; the lock too when no other source still has
-        rows to release (else it is marked released for them). Returns whether the lock is gone."""
+    def clear(self, conn: Any, target: TableName, source: str, held_ids: Sequence[int] | None = None) -> bool:
+        """This source's held entries (only ``held_ids`` when given: the rest stay queued) and shards done
+        deleted; the lock too when no other source still has rows to release (else it is marked released
+        for them). Returns whether the lock is gone."""
         where = "target_schema = %s AND target_table = %s"
         with conn.cursor() as cur:
-            cur.execute(f"DELETE FROM {self.held} WHERE {where} AND source = %s", (*target, source))
+            if held_ids is None:
+                cur.execute(f"DELETE FROM {self.held} WHERE {where} AND source = %s", (*target, source))
+            elif held_ids:
+                marks = ", ".join(["%s"] * len(held_ids))
+                cur.execute(
+                    f"DELETE FROM {self.held} WHERE {where} AND source = %s AND id IN ({marks})",
+                    (*target, source, *held_ids),
+                )
             cur.execute(f"DELETE FROM {self.done} WHERE {where} AND source = %s", (*target, source))
             cur.execute(f"SELECT COUNT(*) FROM {self.done} WHERE {where}", target)
             others = int(cur.fetchone()[0])
@@ -199,14 +210,17 @@ class ShardLockStore:
 
     # ------------------------------------------------------------------ held rows
 
-    def hold(self, conn: Any, source: str, rows: Sequence[tuple[ShardKey, RowChange]]) -> None:
-        """Held rows, in order (``id`` keeps it)."""
+    def hold(self, conn: Any, source: str, rows: Sequence[tuple[ShardKey, Held]]) -> None:
+        """Held rows and queued DDLs, in order (``id`` keeps it)."""
         if not rows:
             return
         values = []
-        for shard, row in rows:
-            ts = row.table_schema
-            values.append((ts.schema, ts.table, source, shard[1], shard[2], row.commit_ts, dumps_event(row).decode()))
+        for shard, event in rows:
+            if isinstance(event, RowChange):
+                target = (event.table_schema.schema, event.table_schema.table)
+            else:
+                target = (event.schema, event.table)
+            values.append((*target, source, shard[1], shard[2], event.commit_ts, dumps_event(event).decode()))
         with conn.cursor() as cur:
             cur.executemany(
                 f"INSERT INTO {self.held} (target_schema, target_table, source, shard_schema, shard_table,"
@@ -214,21 +228,38 @@ class ShardLockStore:
                 values,
             )
 
-    def held_rows(self, conn: Any, target: TableName, source: str) -> list[RowChange]:
-        """This source's held rows of ``target``, in commit order."""
+    def held_events(self, conn: Any, target: TableName, source: str) -> list[tuple[int, ShardKey, Held]]:
+        """This source's held entries of ``target`` in commit order: (id, shard, row or queued DDL)."""
         reader = EventReader(f"{self.held}")
         with conn.cursor() as cur:
             cur.execute(
-                f"SELECT id, row_json FROM {self.held} WHERE target_schema = %s AND target_table = %s AND source = %s"
-                " ORDER BY id",
+                f"SELECT id, shard_schema, shard_table, row_json FROM {self.held}"
+                " WHERE target_schema = %s AND target_table = %s AND source = %s ORDER BY id",
                 (*target, source),
             )
-            out = []
-            for row_id, line in cur.fetchall():
+            out: list[tuple[int, ShardKey, Held]] = []
+            for row_id, schema, table, line in cur.fetchall():
                 event = reader.parse(line, where=f"{self.held} id {row_id}")
-                if not isinstance(event, RowChange):
-                    raise SinkError(f"held row {row_id} of {'.'.join(target)} is not a row change: {clip(line)}")
-                out.append(event)
+                shard = (source, str(schema), str(table))
+                if isinstance(event, DDLEvent):
+                    values = {f.name: getattr(event, f.name) for f in fields(DDLEvent)}
+                    event = ShardDDL(**values, shard=shard[1:])
+                elif not isinstance(event, RowChange):
+                    raise SinkError(f"held entry {row_id} of {'.'.join(target)} is not a row or a DDL: {clip(line)}")
+                out.append((int(row_id), shard, event))
+        return out
+
+    def held_rows(self, conn: Any, target: TableName, source: str) -> list[RowChange]:
+        """This source's held rows of ``target``, in commit order (a queued DDL among them is an error:
+        the caller releases rows only)."""
+        out = []
+        for row_id, _, event in self.held_events(conn, target, source):
+            if not isinstance(event, RowChange):
+                raise SinkError(
+                    f"held entry {row_id} of {'.'.join(target)} is a queued DDL where only rows were expected: "
+                    f"{clip(event.query)}"
+                )
+            out.append(event)
         return out
 
 
@@ -236,4 +267,4 @@ def _with_done(lock: ShardLock, done: set[ShardKey]) -> ShardLock:
     return replace(lock, done=frozenset(done))
 
 
-__all__ = ["Member", "ShardLockStore"]
+__all__ = ["Held", "Member", "ShardLockStore"]

@@ -18,8 +18,8 @@ Flow (docs/mysql-sink.md has the whole story):
   same transaction; the server's reply is checked so the result is the INSERT's, errors included;
 * DDL is a barrier: flush, run the DDL alone, save the checkpoint at its commit ts;
 * DM's pessimistic shard DDL mode (shardlock.py): the rows of shards that ran a merged table's
-  pending DDL are stored in a held table with the checkpoint, and applied after the DDL once the
-  last shard ran it;
+  pending DDL (and their later DDL, queued in order) are stored in a held table with the checkpoint,
+  and replayed after the DDL once the last shard ran it;
 * transient errors (lost connection, deadlock, lock wait timeout) roll back, reconnect and re-run
   the whole downstream transaction in safe mode, with exponential backoff.
 """
