@@ -10,6 +10,7 @@ mutated hostile messages, with watermarks, DDLs and tombstones between the rows.
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
@@ -20,12 +21,19 @@ from hypothesis import strategies as st
 
 from changefeed.codec import CodecOptions, Message
 from changefeed.codec.debezium import DebeziumDecoder, DebeziumEncoder
-from changefeed.codec.debezium.blocks import DebeziumBlockDecoder, _doubles_as_decimals
+from changefeed.codec.debezium.blocks import (
+    DebeziumBlockDecoder,
+    DebeziumRows,
+    _doubles_as_decimals,
+    _doubles_as_text,
+    _message_blocks,
+    _Slice,
+)
 from changefeed.codec.debezium.values import _decimal_parser
 from changefeed.errors import CodecError
 from changefeed.model import DDLEvent, Event, Op, Resolved, RowChange, TableSchema
 from changefeed.model.events import trusted_row
-from changefeed.model.rowblock import RowBlock, expand_blocks
+from changefeed.model.rowblock import RowBlock, Segment, expand_blocks
 from tests.codec.test_debezium_columnar import OPTION_SETS, blocks_of, opts, table_changes
 
 TOPIC, PARTITION = "t", 3
@@ -46,10 +54,18 @@ def _decoder(options: CodecOptions, given: list[TableSchema]) -> DebeziumDecoder
     return dec
 
 
-def by_rows(messages: list[Message], options: CodecOptions, given: list[TableSchema]) -> list[Event] | CodecError:
+Told = tuple[int, TableSchema] | None
+"""A table the decoder is told (`set_table_schema`) before that message, if any."""
+
+
+def by_rows(
+    messages: list[Message], options: CodecOptions, given: list[TableSchema], told: Told = None
+) -> list[Event] | CodecError:
     decoder = _decoder(options, given)
     out: list[Event] = []
     for i, message in enumerate(messages):
+        if told is not None and told[0] == i:
+            decoder.set_table_schema(told[1])
         try:
             events = decoder.decode(message, _where(i))
         except CodecError as e:
@@ -61,7 +77,7 @@ def by_rows(messages: list[Message], options: CodecOptions, given: list[TableSch
 
 
 def by_blocks(
-    messages: list[Message], options: CodecOptions, given: list[TableSchema], run: int
+    messages: list[Message], options: CodecOptions, given: list[TableSchema], run: int, told: Told = None
 ) -> tuple[list[Event] | CodecError, int]:
     """(the events with blocks expanded, or the error; rows that came as blocks), decoding runs of
     ``run`` messages with one long-lived decoder (as the Kafka input does)."""
@@ -69,6 +85,9 @@ def by_blocks(
     out: list[Event] = []
     columnar = 0
     for at in range(0, len(messages), run):
+        if told is not None and at <= told[0] < at + run:
+            assert told[0] == at, "told between runs only"
+            decoder.decoder.set_table_schema(told[1])
         part = range(at, min(at + run, len(messages)))
         try:
             decoded = decoder.decode(
@@ -88,13 +107,17 @@ def by_blocks(
 
 
 def assert_same(
-    messages: list[Message], options: CodecOptions, given: list[TableSchema] = (), runs: tuple[int, ...] = (4096, 3)
+    messages: list[Message],
+    options: CodecOptions,
+    given: list[TableSchema] = (),
+    runs: tuple[int, ...] = (4096, 3),
+    told: Told = None,
 ) -> int:
     """Both decoders agree (in any run length); returns how many rows came as blocks."""
-    expected = by_rows(messages, options, list(given))
+    expected = by_rows(messages, options, list(given), told)
     columnar = 0
     for run in runs:
-        got, columnar = by_blocks(messages, options, list(given), run)
+        got, columnar = by_blocks(messages, options, list(given), run, told)
         if isinstance(expected, CodecError):
             assert isinstance(got, CodecError), f"the row decoder raised {expected}, the block decoder did not"
             assert (got.message, got.where) == (expected.message, expected.where)
@@ -239,6 +262,155 @@ def test_hostile_messages_are_the_row_decoders(name: str, bad: Message) -> None:
         assert_same([*good[:at], bad, *good[at:]], GOOD, runs=(4096, 2))
 
 
+def _one_table_run() -> list[Message]:
+    """One table's inserts, updates and deletes, every message with the same schema tail: the run
+    the block decoder checks a list at a time (`DebeziumBlockDecoder._run_group`)."""
+    enc = DebeziumEncoder(GOOD)
+    rows = [row for block in blocks_of() for row in block.rows() if row.table == "ints"]
+    rows = [row for row in rows if row.table_schema is rows[0].table_schema]  # its first version's
+    rows += [trusted_row(Op.DELETE, row.table_schema, row.commit_ts + 1, old=row.new) for row in rows[:3]]
+    messages = [enc.encode_row(row) for row in rows]
+    tails = {m.value[m.value.rfind(b',"schema":') :] for m in messages if m.value is not None}
+    assert len(tails) == 1
+    return messages
+
+
+def _one_table_hostile(first: Message, delete: Message) -> list[tuple[str, Message]]:
+    return [
+        ("unknown op", _replace(first, b'"op":"c"', b'"op":"x"')),
+        ("source missing", _replace(first, b'"source":{', b'"sourcex":{')),
+        ("db null", _replace(first, b'"db":"cf"', b'"db":null')),
+        ("another db", _replace(first, b'"db":"cf"', b'"db":"cg"')),
+        ("table null", _replace(first, b'"table":"ints"', b'"table":null')),
+        ("commit_ts huge", _replace(first, b'"commit_ts":', b'"commit_ts":18446744073709551616,"x":')),
+        ("commit_ts beyond int64", _replace(first, b'"commit_ts":', b'"commit_ts":9223372036854775808,"x":')),
+        ("commit_ts negative", _replace(first, b'"commit_ts":', b'"commit_ts":-1,"x":')),
+        ("no commit_ts, ts_ms", _replace(first, b'"commit_ts":', b'"commit_tz":')),
+        ("insert with before", _replace(first, b'"before":null', b'"before":{}')),
+        ("after null", _replace(first, b'"after":{', b'"after":null,"x":{')),
+        ("an insert as an update", _replace(first, b'"op":"c"', b'"op":"u"')),
+        ("an insert as a delete", _replace(first, b'"op":"c"', b'"op":"d"')),
+        ("a delete as an insert", _replace(delete, b'"op":"d"', b'"op":"c"')),
+        ("a delete as an update", _replace(delete, b'"op":"d"', b'"op":"u"')),
+        ("start_ts a string", _replace(first, b'"commit_ts":', b'"start_ts":"5","commit_ts":')),
+        ("start_ts zero", _replace(first, b'"commit_ts":', b'"start_ts":0,"commit_ts":')),
+        ("a wrong value", _replace(first, b'"after":{', b'"after":{"nope":1,')),
+        ("another key name", Message(first.key.replace(b'"payload":{"id"', b'"payload":{"ID"'), first.value)),  # type: ignore[union-attr]
+        ("no key", Message(None, first.value)),
+    ]
+
+
+_TAKEN_WHOLE = {"a wrong value", "commit_ts beyond int64", "start_ts a string", "start_ts zero"}
+
+
+@pytest.mark.parametrize("inserts_only", [False, True])
+def test_one_table_runs_are_the_row_decoders(monkeypatch: pytest.MonkeyPatch, inserts_only: bool) -> None:
+    """A run of one table's messages is checked a list at a time (inserts only, or any ops); a
+    message any check refuses sends the run through the message-by-message loop, with the row
+    decoder's events."""
+    taken: list[bool] = []
+    run_group = DebeziumBlockDecoder._run_group
+
+    def spy(self: DebeziumBlockDecoder, *args: Any) -> Any:
+        group = run_group(self, *args)
+        taken.append(group is not None)
+        return group
+
+    monkeypatch.setattr(DebeziumBlockDecoder, "_run_group", spy)
+    run = _one_table_run()
+    delete = next(m for m in run if m.value is not None and b'"op":"d"' in m.value)
+    good = [m for m in run if not inserts_only or (m.value is not None and b'"op":"c"' in m.value)] * 3
+    assert assert_same(good, GOOD, runs=(3, 5, 4096)) == len(good)  # every row as a block
+    taken.clear()
+    assert_same(good, GOOD, runs=(3, 5))
+    clean = taken.count(True)
+    assert clean > 0
+    for name, bad in _one_table_hostile(good[0], delete):
+        for at in (3, 7, len(good) - 1):
+            taken.clear()
+            assert_same([*good[:at], bad, *good[at + 1 :]], GOOD, runs=(3, 5))
+            # The run holding it is not taken whole, but for a start ts the row decoder reads as
+            # the commit ts and what `_build` finds row by row.
+            assert taken.count(True) < clean or name in _TAKEN_WHOLE, name
+
+
+def _spy_typed(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Per one-table run: was it taken whole with its images read with its heads?"""
+    typed: list[bool] = []
+    whole_run = DebeziumBlockDecoder._whole_run
+
+    def spy(self: DebeziumBlockDecoder, *args: Any) -> Any:
+        whole, envelopes = whole_run(self, *args)
+        typed.append(whole is not None and whole.parsed)
+        return whole, envelopes
+
+    monkeypatch.setattr(DebeziumBlockDecoder, "_whole_run", spy)
+    return typed
+
+
+@pytest.mark.parametrize("renamed", [False, True])
+def test_a_table_told_between_runs_reads_the_next(monkeypatch: pytest.MonkeyPatch, renamed: bool) -> None:
+    """A run's images are read with its heads by the reader of its first row's table; told a
+    table in between (the same columns, or one renamed, which the messages' images do not fit),
+    the next run is read by that table's, with the row decoder's events or error."""
+    typed = _spy_typed(monkeypatch)
+    messages = _one_table_run() * 3
+    ts = next(row.table_schema for block in blocks_of() for row in block.rows() if row.table == "ints")
+    if renamed:
+        ts = replace(ts, columns=[ts.columns[0], replace(ts.columns[1], name="renamed"), *ts.columns[2:]])
+    # Renamed: the message after it is the row decoder's error (an unknown column), the rows before blocks.
+    assert assert_same(messages, GOOD, runs=(3,), told=(12, ts)) == (12 if renamed else len(messages))
+    # Every run read with its heads; renamed, not the one after it: its images fit no reader.
+    assert typed == ([True] * 4 + [False] if renamed else [True] * (len(messages) // 3))
+
+
+def test_a_guessed_reader_of_another_table_is_not_trusted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The row decoder's table cache emptied between the guess and the run's check (its size
+    limit): the run's table is another object than the guessed reader's, and the run is read
+    again as any run."""
+    typed = _spy_typed(monkeypatch)
+    table_of = DebeziumBlockDecoder._table_of
+
+    def forgetful(self: DebeziumBlockDecoder, *args: Any) -> Any:
+        self.decoder._tables.clear()
+        return table_of(self, *args)
+
+    monkeypatch.setattr(DebeziumBlockDecoder, "_table_of", forgetful)
+    messages = _one_table_run() * 3
+    assert assert_same(messages, GOOD, runs=(3,)) == len(messages)
+    assert typed and not any(typed)
+
+
+def test_message_blocks_are_the_dataclasses() -> None:
+    """`_message_blocks` builds `RowBlock`s and `Segment`s without their constructors: each is
+    the one the constructors give, and every slot of each object is set."""
+    options = opts(enable_tidb_extension=True)
+    messages, _ = fixture_messages(options)
+    decoded = DebeziumBlockDecoder(DebeziumDecoder(options)).decode(
+        messages, [_where(i) for i in range(len(messages))], [_position(i) for i in range(len(messages))]
+    )
+    root = next(ev for events in decoded for ev in events if isinstance(ev, RowBlock)).tables[0].origin[0]
+    assert isinstance(root, DebeziumRows)
+    n = root.num_rows
+    positions = [_position(i) for i in range(2 * n)]
+    out: list[list[Event | RowBlock]] = [[] for _ in range(2 * n)]
+    _message_blocks(root, list(range(0, 2 * n, 2)), list(range(10, 10 + n)), positions, out)
+    assert out[1::2] == [[]] * n
+    for j, events in enumerate(out[::2]):
+        (block,) = events
+        assert type(block) is RowBlock
+        (rows,) = block.tables
+        assert type(rows) is _Slice
+        assert block.segments == [Segment(0, 1, 10 + j, positions[2 * j], None)]
+        assert block == RowBlock(block.tables, [Segment(0, 1, 10 + j, positions[2 * j], None)])
+        for obj in (block, block.segments[0], rows):
+            for klass in type(obj).__mro__:
+                for slot in getattr(klass, "__slots__", ()):
+                    if not slot.startswith("__"):
+                        getattr(obj, slot)  # unset: AttributeError
+        assert rows.origin == (root, j) and rows.row(0) == root.row(j)
+
+
 def test_mutated_messages_are_the_row_decoders() -> None:
     """Random byte edits of good messages: the same events, or the same first error."""
     rnd = random.Random(19)
@@ -341,3 +513,42 @@ def test_decimal_doubles_in_exponent_form_take_the_per_value_parse() -> None:
     assert _doubles_as_decimals([1e10], pa.decimal128(20, 2)) is None
     got = _doubles_as_decimals([12.5, 3], pa.decimal128(20, 2))
     assert got is not None and got.to_pylist() == [Decimal("12.50"), Decimal("3.00")]
+
+
+_TEXT_DOUBLES = st.one_of(
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.floats(1e-4, 1e10, exclude_max=True).flatmap(lambda v: st.sampled_from([v, -v])),
+    st.integers(-(10**12), 10**12).flatmap(lambda n: st.integers(0, 8).map(lambda s: n / 10**s)),
+    st.integers(-(10**12), 10**12).map(float),
+    st.sampled_from([0.0, -0.0, 1e-4, -1e-4, 9999999999.999998, 1e10, 5e-5, 0.1, 0.30000000000000004]),
+    st.integers(-(10**12), 10**12),
+    st.sampled_from([0, -1, (1 << 63) - 1, -(1 << 63), 1 << 63, (1 << 64) - 1, 1 << 70]),
+    st.none(),
+)
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(_TEXT_DOUBLES, max_size=12))
+def test_decimal_doubles_as_text_a_column_at_a_time_are_repr(values: list[Any]) -> None:
+    """DECIMAL of unknown precision as a double, as text a column at a time, is each value's text
+    in the per-value path (``repr`` of a float, ``str`` of an int), or left to that path."""
+    got = _doubles_as_text(values)
+    if got is None:
+        assert not all(
+            v is None
+            or (type(v) is float and (v == 0 or 1e-4 <= abs(v) < 1e10))
+            or (type(v) is int and abs(v) < 10**10)
+            for v in values
+        )
+        return
+    assert got.type == pa.string()
+    assert got.to_pylist() == [None if v is None else repr(v) if type(v) is float else str(v) for v in values]
+
+
+def test_decimal_doubles_as_text_take_the_per_value_path_where_the_forms_differ() -> None:
+    """Arrow's exponent forms (from 1e10, below ~1e-6, ints too) and other types: per value."""
+    for values in ([1e10], [5e-5], [1e-7], [1e300], [12.5, 10**10], [1 << 63], [True], ["1.5"], [Decimal(1)]):
+        assert _doubles_as_text(values) is None
+    got = _doubles_as_text([100.0, -0.0, 0.0, None, 12.5, 1e-4, 3, 0, -(10**10 - 1)])
+    want = ["100.0", "-0.0", "0.0", None, "12.5", "0.0001", "3", "0", str(-(10**10 - 1))]
+    assert got is not None and got.to_pylist() == want
