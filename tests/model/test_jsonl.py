@@ -59,7 +59,7 @@ def test_an_inserts_line_gives_the_rows_row_lines_give(event: RowChange) -> None
         EventReader().parse(line)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(st.lists(row_changes(), min_size=1, max_size=6))
 def test_an_inserts_line_as_a_block_is_the_rows_it_holds(events: list[RowChange]) -> None:
     """`read_blocks` gives an ``inserts`` line's rows as one `RowBlock` a column at a time (or, where a
