@@ -10,6 +10,7 @@ import atexit
 import contextlib
 import logging
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -64,6 +65,29 @@ def checkpoint_conf(spark: SparkSession, location: str | os.PathLike[str]) -> No
     # conf while the first one's tasks are serialized (a java.io.OptionalDataException in a task, seen in CI).
     if scheme == "file" and spark.conf.get(CHECKPOINT_MANAGER, None) is None:
         spark.conf.set(CHECKPOINT_MANAGER, LOCAL_CHECKPOINT_MANAGER)
+
+
+#: Task attempts in local mode, as Spark's default ``spark.task.maxFailures`` on a cluster.
+LOCAL_TASK_ATTEMPTS = 4
+_LOCAL = re.compile(r"^local(?:\[(\*|\d+)\])?$")
+
+
+def local_with_retries(master: str) -> str:
+    """``local`` / ``local[N]`` / ``local[*]`` as ``local[N,4]``: a failed task is retried, as on a cluster.
+
+    Why: Spark's local mode runs each task once (``spark.task.maxFailures`` applies only to
+    ``local[N,F]``), so one transient task failure ends the job. Two queries of one session
+    (`changefeed pipeline`) hit one: Spark's Python streaming source runner writes its data
+    source's environment map (``PythonStreamingSourceRunner``: ``envVars.put`` on the function's own
+    map, read from Spark 4.3's bytecode) while the other query's task holding that function is
+    serialized, and the task fails to deserialize (``java.io.OptionalDataException``). Our tasks
+    only read (ranges, files, messages), so running one again changes nothing. Any other master,
+    and ``local[N,F]`` as given, is left alone.
+    """
+    m = _LOCAL.match(master.strip())
+    if m is None:
+        return master
+    return f"local[{m.group(1) or 1},{LOCAL_TASK_ATTEMPTS}]"
 
 
 def _conf_value(value: Any) -> str:
@@ -124,7 +148,7 @@ def spark_session(
         conf["spark.jars"] = ",".join(jar_list)
     conf.update(extra_conf or {})
 
-    builder = SparkSession.builder.master(master).appName(app_name)
+    builder = SparkSession.builder.master(local_with_retries(master)).appName(app_name)
     for key, value in conf.items():
         builder = builder.config(key, _conf_value(value))
     return builder.getOrCreate()
