@@ -19,15 +19,9 @@ from changefeed.cli import main
 from changefeed.errors import ConfigError
 from changefeed.testing import Broker, MariaDBServer
 from tests.e2e.exactly_once import Job
+from tests.e2e.shards import run_sql
 
 pytestmark = [pytest.mark.mariadb, pytest.mark.spark, pytest.mark.broker, pytest.mark.timeout(400)]
-
-
-def _sql(server: MariaDBServer, *statements: str) -> None:
-    with server.connect() as conn, conn.cursor() as cur:
-        for statement in statements:
-            cur.execute(statement)
-        conn.commit()
 
 
 def _count(server: MariaDBServer, sql: str) -> int:
@@ -55,18 +49,20 @@ def test_pipeline_runs_capture_and_apply_in_one_process(
         f'[source]\ntype = "mysql"\nurl = "{upstream.url}"\n[filter]\nrules = ["{schema}.*"]\n'
         f'[apply]\nto = "{mariadb_downstream.url}/"\ncheckpoint = "apply-ck"\n'
     )
-    _sql(
+    run_sql(
         upstream,
-        f"CREATE DATABASE `{schema}`",
-        f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY, v VARCHAR(20), d DECIMAL(8,2))",
-        f"INSERT INTO `{schema}`.t VALUES (1, 'a', 1.50), (2, 'b', NULL)",
+        [
+            f"CREATE DATABASE `{schema}`",
+            f"CREATE TABLE `{schema}`.t (id INT PRIMARY KEY, v VARCHAR(20), d DECIMAL(8,2))",
+            f"INSERT INTO `{schema}`.t VALUES (1, 'a', 1.50), (2, 'b', NULL)",
+        ],
     )
     spark = ["--master", "local[2]", "--trigger-interval", "300ms", "--checkpoint", str(tmp_path / "run-ck")]
     job = Job("pipeline", ["pipeline", str(config), *spark], tmp_path)
     marker = f"SELECT COUNT(*) FROM `{schema}`.t WHERE id = 100"
     try:
         job.start()
-        _sql(upstream, f"INSERT INTO `{schema}`.t VALUES (100, 'marker', 0)", f"UPDATE `{schema}`.t SET v = 'u'")
+        run_sql(upstream, [f"INSERT INTO `{schema}`.t VALUES (100, 'marker', 0)", f"UPDATE `{schema}`.t SET v = 'u'"])
         deadline = time.monotonic() + 150
         while _count(mariadb_downstream, marker) == 0:
             job.check_alive()
@@ -78,7 +74,7 @@ def test_pipeline_runs_capture_and_apply_in_one_process(
         job.finish()
         assert (tmp_path / "apply-ck" / "commits").is_dir() and (tmp_path / "run-ck" / "commits").is_dir()
 
-        _sql(upstream, f"DELETE FROM `{schema}`.t WHERE id = 1", f"INSERT INTO `{schema}`.t VALUES (3, 'c', 3.25)")
+        run_sql(upstream, [f"DELETE FROM `{schema}`.t WHERE id = 1", f"INSERT INTO `{schema}`.t VALUES (3, 'c', 3.25)"])
         argv = ["pipeline", str(config), "--available-now", *spark]
         assert main(argv) == 0, capsys.readouterr().err
         out = capsys.readouterr().out
@@ -87,7 +83,7 @@ def test_pipeline_runs_capture_and_apply_in_one_process(
         assert main([*diff, "--no-progress"]) == 0, capsys.readouterr().out
     finally:
         job.stop()
-        _sql(mariadb_downstream, f"DROP DATABASE IF EXISTS `{schema}`")
+        run_sql(mariadb_downstream, [f"DROP DATABASE IF EXISTS `{schema}`"])
 
 
 def test_pipeline_needs_an_apply_table_and_a_readable_sink(tmp_path: Path) -> None:

@@ -23,47 +23,12 @@ from changefeed.config import parse_config
 from changefeed.diff.routed import RoutedDiffer, RoutedSource
 from changefeed.dispatch.route import Router
 from changefeed.testing import MariaDBServer
+from tests.e2e.shards import merged_shards_config, run_sql
 from tests.mariadb_client import client_rows
 
 pytestmark = [pytest.mark.mariadb, pytest.mark.spark, pytest.mark.timeout(420)]
 
 SHARDS = [("pm_01", "orders_00"), ("pm_01", "orders_01"), ("pm_02", "orders_00")]
-
-
-def _sql(server: MariaDBServer, statements: list[str]) -> None:
-    with server.connect() as conn, conn.cursor() as cur:
-        for sql in statements:
-            cur.execute(sql)
-        conn.commit()
-
-
-def _config(path: Path, cid: str, upstream: MariaDBServer, downstream: MariaDBServer, target: str) -> Path:
-    path.write_text(
-        f"""changefeed-id = "{cid}"
-sink-uri = "{downstream.url}/"
-shard-mode = "pessimistic"
-
-[source]
-type = "mysql"
-url = "{upstream.url}"
-
-[filter]
-rules = ["pm_*.*"]
-
-[[routes]]
-schema-pattern = "pm_*"
-table-pattern = "orders_*"
-target-schema = "{target}"
-target-table = "orders"
-extract-table = {{ table-regexp = "orders_(.*)", target-column = "c_table" }}
-extract-schema = {{ schema-regexp = "pm_(.*)", target-column = "c_schema" }}
-
-[[routes]]
-schema-pattern = "pm_*"
-target-schema = "{target}"
-"""
-    )
-    return path
 
 
 def test_pessimistic_shard_ddl_holds_rows_until_the_last_shard(
@@ -82,8 +47,8 @@ def test_pessimistic_shard_ddl_holds_rows_until_the_last_shard(
             f"CREATE TABLE {schema}.{table} (id INT PRIMARY KEY, amount DECIMAL(10,2), note VARCHAR(20))",
             f"INSERT INTO {schema}.{table} VALUES (1, 1.50, 'a'), (2, 2.50, NULL), (3, 3.25, 'c')",
         ]
-    _sql(upstream, load)
-    config = _config(tmp_path / "pm.toml", cid, upstream, mariadb_downstream, target)
+    run_sql(upstream, load)
+    config = merged_shards_config(tmp_path / "pm.toml", cid, upstream, mariadb_downstream, target, "pm")
     checkpoint = tmp_path / "ck"
     run = ["run", str(config), "--available-now", "--master", "local[2]", "--checkpoint", str(checkpoint)]
     held = f"SELECT shard_schema, shard_table FROM changefeed.changefeed_shard_held WHERE target_schema = '{target}'"
@@ -102,7 +67,7 @@ def test_pessimistic_shard_ddl_holds_rows_until_the_last_shard(
         assert members == [list(s) for s in SHARDS]  # the shard list, read from the source at start
 
         # Two shards change the type, with writes on every side: their rows are held.
-        _sql(
+        run_sql(
             upstream,
             [
                 modify.format("pm_01.orders_00"),
@@ -132,7 +97,7 @@ def test_pessimistic_shard_ddl_holds_rows_until_the_last_shard(
         assert "MODIFY amount VARCHAR(20)" in pending, shown
 
         # The last shard: the DDL runs once, the held rows are applied, the lock is gone.
-        _sql(
+        run_sql(
             upstream,
             [
                 "INSERT INTO pm_01.orders_00 VALUES (6, 'six', NULL)",
@@ -159,7 +124,7 @@ def test_pessimistic_shard_ddl_holds_rows_until_the_last_shard(
         assert "pending shard DDL locks" not in shown, shown
 
         # A different DDL while a lock is pending stops the job, naming the table, shards and both DDLs.
-        _sql(
+        run_sql(
             upstream,
             [
                 "ALTER TABLE pm_02.orders_00 ADD COLUMN extra INT NULL",
@@ -173,7 +138,7 @@ def test_pessimistic_shard_ddl_holds_rows_until_the_last_shard(
         assert "shard pm_01.orders_01" in err and "ADD COLUMN extra BIGINT" in err, err
         assert "ADD COLUMN extra INT" in err and f"shards done: pm_02.orders_00 (source {cid})" in err, err
     finally:
-        _sql(
+        run_sql(
             mariadb_downstream,
             [
                 f"DROP DATABASE IF EXISTS `{target}`",

@@ -30,6 +30,7 @@ from changefeed.cli import main
 from changefeed.errors import ChangefeedError
 from changefeed.files.batchstate import BatchState
 from changefeed.testing import Broker, MariaDBServer
+from tests.e2e.shards import run_sql
 from tests.mariadb_client import client_rows
 from tests.sink.lake.independent import read_delta_independently, read_iceberg_independently
 
@@ -212,7 +213,7 @@ def test_shard_ddl_merged_into_storage_across_a_restart(
     assert f"{TARGET}.orders: equal" in capsys.readouterr().out
 
     # An incompatible shard DDL stops the job with the reason, naming the shard and the DDL.
-    _sql(upstream, ["ALTER TABLE rs_02.orders_00 ADD COLUMN extra INT NULL",
+    run_sql(upstream, ["ALTER TABLE rs_02.orders_00 ADD COLUMN extra INT NULL",
                     "INSERT INTO rs_02.orders_00 VALUES (9, 90, NULL, 9)",
                     "ALTER TABLE rs_01.orders_00 ADD COLUMN extra VARCHAR(5) NULL",
                     "INSERT INTO rs_01.orders_00 VALUES (9, 90, NULL, 'x')"])  # fmt: skip
@@ -220,12 +221,6 @@ def test_shard_ddl_merged_into_storage_across_a_restart(
     assert main(["run", str(config), "--available-now", "--master", "local[2]", "--skip-preflight"]) != 0
     err = capsys.readouterr().err
     assert "shard DDL conflict" in err and "rs_01.orders_00" in err and "ADD COLUMN extra VARCHAR(5)" in err, err
-
-
-def _sql(server: MariaDBServer, statements: list[str]) -> None:
-    with server.connect() as conn, conn.cursor() as cur:
-        for statement in statements:
-            cur.execute(statement)
 
 
 def test_routed_names_in_kafka(

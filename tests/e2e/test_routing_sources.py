@@ -20,48 +20,12 @@ import pytest
 
 from changefeed.cli import main
 from changefeed.testing import MariaDBServer
+from tests.e2e.shards import merged_shards_config, run_sql
 from tests.mariadb_client import client_rows
 
 pytestmark = [pytest.mark.mariadb, pytest.mark.spark, pytest.mark.timeout(420)]
 
 SCHEMAS, TABLES = ("shop_01", "shop_02"), ("orders_00", "orders_01", "orders_02", "orders_03")
-
-
-def _sql(server: MariaDBServer, statements: list[str]) -> None:
-    with server.connect() as conn, conn.cursor() as cur:
-        for sql in statements:
-            cur.execute(sql)
-        conn.commit()
-
-
-def _config(path: Path, cid: str, upstream: MariaDBServer, downstream: MariaDBServer, target: str) -> Path:
-    path.write_text(
-        f"""changefeed-id = "{cid}"
-sink-uri = "{downstream.url}/"
-shard-mode = "pessimistic"
-
-[source]
-type = "mysql"
-url = "{upstream.url}"
-
-[filter]
-rules = ["shop_*.*"]
-
-[[routes]]
-schema-pattern = "shop_*"
-table-pattern = "orders_*"
-target-schema = "{target}"
-target-table = "orders"
-extract-table = {{ table-regexp = "orders_(.*)", target-column = "c_table" }}
-extract-schema = {{ schema-regexp = "shop_(.*)", target-column = "c_schema" }}
-extract-source = {{ source-regexp = "(.*)", target-column = "c_source" }}
-
-[[routes]]
-schema-pattern = "shop_*"
-target-schema = "{target}"
-"""
-    )
-    return path
 
 
 def test_two_sources_sixteen_shards_one_table_and_the_routed_diff(
@@ -82,8 +46,10 @@ def test_two_sources_sixteen_shards_one_table_and_the_routed_diff(
                     f"CREATE TABLE {s}.{t} (id INT PRIMARY KEY, amount DECIMAL(10,2), note VARCHAR(20))",
                     f"INSERT INTO {s}.{t} VALUES (1, 1.50, 'a'), (2, 2.50, NULL), (3, {n}.25, '{cid}')",
                 ]
-        configs[cid] = _config(tmp_path / f"{cid}.toml", cid, server, mariadb_downstream, target)
-        _sql(server, load)
+        configs[cid] = merged_shards_config(
+            tmp_path / f"{cid}.toml", cid, server, mariadb_downstream, target, "shop", extract_source=True
+        )
+        run_sql(server, load)
     try:
 
         def run_of(cid: str) -> list[str]:
@@ -92,7 +58,7 @@ def test_two_sources_sixteen_shards_one_table_and_the_routed_diff(
         for cid, server in sources.items():  # the snapshot, then changes through the binlog
             run = run_of(cid)
             assert main([*run, "--checkpoint", str(tmp_path / f"ck-{cid}")]) == 0, capsys.readouterr().err
-            _sql(server, ["UPDATE shop_02.orders_03 SET note = 'moved', id = 30 WHERE id = 3",
+            run_sql(server, ["UPDATE shop_02.orders_03 SET note = 'moved', id = 30 WHERE id = 3",
                           "DELETE FROM shop_01.orders_00 WHERE id = 2",
                           "INSERT INTO shop_01.orders_02 VALUES (4, 4.00, 'new')"])  # fmt: skip
             assert main([*run, "--checkpoint", str(tmp_path / f"ck-{cid}")]) == 0, capsys.readouterr().err
@@ -107,7 +73,7 @@ def test_two_sources_sixteen_shards_one_table_and_the_routed_diff(
         out = capsys.readouterr().out
         assert f"{target}.orders: equal (48 rows, 16 chunks)" in out, out
 
-        _sql(
+        run_sql(
             mariadb_downstream,
             [
                 f"UPDATE `{target}`.orders SET amount = 9 WHERE c_source = 'src-b' AND c_schema = '02' "
@@ -142,22 +108,22 @@ def test_two_sources_sixteen_shards_one_table_and_the_routed_diff(
         )
         alter = [f"ALTER TABLE {s}.{t} MODIFY amount VARCHAR(20)" for s in SCHEMAS for t in TABLES]
         runs = {cid: [*run_of(cid), "--checkpoint", str(tmp_path / f"ck-{cid}")] for cid in sources}
-        _sql(sources["src-a"], [*alter, "INSERT INTO shop_01.orders_00 VALUES (8, 'eight', 'a, new shape')"])
+        run_sql(sources["src-a"], [*alter, "INSERT INTO shop_01.orders_00 VALUES (8, 'eight', 'a, new shape')"])
         assert main(runs["src-a"]) == 0, capsys.readouterr().err
         assert client_rows(mariadb_downstream, amount_type) == [["decimal"]]  # src-b's shards have not run it
         assert client_rows(mariadb_downstream, held) == [["src-a", "1"]]
-        _sql(sources["src-b"], [*alter, "INSERT INTO shop_02.orders_01 VALUES (8, 'acht', 'b, new shape')"])
+        run_sql(sources["src-b"], [*alter, "INSERT INTO shop_02.orders_01 VALUES (8, 'acht', 'b, new shape')"])
         assert main(runs["src-b"]) == 0, capsys.readouterr().err  # src-b's last shard: the DDL, once
         assert client_rows(mariadb_downstream, amount_type) == [["varchar"]]
         assert client_rows(mariadb_downstream, held) == [["src-a", "1"]]  # src-a's: on its next batch
-        _sql(sources["src-a"], ["UPDATE shop_02.orders_02 SET amount = 'n/a' WHERE id = 1"])
+        run_sql(sources["src-a"], ["UPDATE shop_02.orders_02 SET amount = 'n/a' WHERE id = 1"])
         assert main(runs["src-a"]) == 0, capsys.readouterr().err
         assert client_rows(mariadb_downstream, held) == []
         capsys.readouterr()
         assert main(diff) == 0, capsys.readouterr().out
         assert f"{target}.orders: equal (50 rows, 16 chunks)" in capsys.readouterr().out
     finally:
-        _sql(
+        run_sql(
             mariadb_downstream,
             [
                 f"DROP DATABASE IF EXISTS `{target}`",

@@ -20,6 +20,7 @@ from deltalake import DeltaTable
 from changefeed.cli import main
 from changefeed.sink.lake.reader import open_lake, read_version, versions
 from changefeed.testing import MariaDBServer
+from tests.e2e.shards import run_sql
 
 from .independent import read_delta_independently, read_iceberg_independently
 
@@ -39,13 +40,6 @@ ROWS = [
     "'', X'', X'', X'', 'null', 'a', '', b'0')",
     "(3" + ", NULL" * 22 + ")",
 ]
-
-
-def _sql(server: MariaDBServer, *statements: str) -> None:
-    with server.connect() as conn, conn.cursor() as cur:
-        for statement in statements:
-            cur.execute(statement)
-        conn.commit()
 
 
 def _sorted(table: pa.Table) -> list[tuple[object, ...]]:
@@ -79,13 +73,15 @@ def test_run_into_lake_tables_then_diff_and_as_of(
     run: Callable[[], int] = lambda: main(  # noqa: E731
         ["run", str(config), "--available-now", "--master", "local[2]", "--checkpoint", str(tmp_path / "ck")]
     )
-    _sql(
+    run_sql(
         mariadb,
-        f"CREATE DATABASE `{schema}`",
-        f"CREATE TABLE `{schema}`.types ({TYPES})",
-        f"CREATE TABLE `{schema}`.pairs (a VARCHAR(8) NOT NULL, b INT NOT NULL, v INT, PRIMARY KEY (a, b))",
-        f"INSERT INTO `{schema}`.types VALUES {', '.join(ROWS)}",
-        f"INSERT INTO `{schema}`.pairs VALUES ('x', 1, 10), ('x', 2, 20), ('y', 1, NULL)",
+        [
+            f"CREATE DATABASE `{schema}`",
+            f"CREATE TABLE `{schema}`.types ({TYPES})",
+            f"CREATE TABLE `{schema}`.pairs (a VARCHAR(8) NOT NULL, b INT NOT NULL, v INT, PRIMARY KEY (a, b))",
+            f"INSERT INTO `{schema}`.types VALUES {', '.join(ROWS)}",
+            f"INSERT INTO `{schema}`.pairs VALUES ('x', 1, 10), ('x', 2, 20), ('y', 1, NULL)",
+        ],
     )
     try:
         assert run() == 0  # the snapshot of both tables
@@ -96,12 +92,14 @@ def test_run_into_lake_tables_then_diff_and_as_of(
         assert f"{schema}.types: equal (3 rows" in out and f"{schema}.pairs: equal (3 rows" in out
         first = versions(open_lake(f"{fmt}://{lake}"), (schema, "pairs"))[-1].checkpoint_ts
 
-        _sql(  # through the binlog now: updates (a key too), a delete, an insert
+        run_sql(  # through the binlog now: updates (a key too), a delete, an insert
             mariadb,
-            f"UPDATE `{schema}`.types SET vc = 'changed', d1 = -1.5, tsp = '2030-01-01 00:00:00' WHERE id = 1",
-            f"DELETE FROM `{schema}`.types WHERE id = 2",
-            f"UPDATE `{schema}`.pairs SET b = 9 WHERE a = 'x' AND b = 1",
-            f"INSERT INTO `{schema}`.pairs VALUES ('z', 5, 50)",
+            [
+                f"UPDATE `{schema}`.types SET vc = 'changed', d1 = -1.5, tsp = '2030-01-01 00:00:00' WHERE id = 1",
+                f"DELETE FROM `{schema}`.types WHERE id = 2",
+                f"UPDATE `{schema}`.pairs SET b = 9 WHERE a = 'x' AND b = 1",
+                f"INSERT INTO `{schema}`.pairs VALUES ('z', 5, 50)",
+            ],
         )
         assert run() == 0
         capsys.readouterr()
@@ -123,7 +121,7 @@ def test_run_into_lake_tables_then_diff_and_as_of(
         now = pq.read_table(tmp_path / "now.parquet").to_pylist()
         assert sorted((r["a"], r["b"]) for r in now) == [("x", 2), ("x", 9), ("y", 1), ("z", 5)]
 
-        _sql(mariadb, f"UPDATE `{schema}`.pairs SET v = 99 WHERE a = 'y'")  # no run carries it
+        run_sql(mariadb, [f"UPDATE `{schema}`.pairs SET v = 99 WHERE a = 'y'"])  # no run carries it
         code, out = _diff(mariadb, f"{fmt}://{lake}", schema, capsys)
         assert code == 1, out
         assert f"{schema}.pairs: DIFFERENT (1 changed" in out and f"{schema}.types: equal" in out
@@ -132,4 +130,4 @@ def test_run_into_lake_tables_then_diff_and_as_of(
             assert DeltaTable(str(lake / schema / "pairs")).to_pyarrow_table().num_rows == 4
         assert main(["diff", "--source", mariadb.url, "--target", f"{fmt}://{lake}", "--fix-sql", "x.sql"]) == 2
     finally:
-        _sql(mariadb, f"DROP DATABASE IF EXISTS `{schema}`")
+        run_sql(mariadb, [f"DROP DATABASE IF EXISTS `{schema}`"])
