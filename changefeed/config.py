@@ -30,7 +30,7 @@ by one rule (`_config_path`). docs/configuration.md lists the keys.
 from __future__ import annotations
 
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -304,9 +304,7 @@ class ChangefeedConfig:
         """What every event goes through before the sink (docs/routing.md): online DDL, event filters,
         the table router of ``[[routes]]`` (extract-source reads the changefeed id); None: nothing."""
         # A storage directory or lake table: the router coordinates a merged table's shard DDL (Router.shard_ddl).
-        router = Router.of(self.routes, self.changefeed_id, self.sink_uri.is_mysql or self.sink_uri.is_kafka)
-        if router is not None:
-            router.report = report_shard_ddl
+        router = _router(self.routes, self.changefeed_id, self.sink_uri.is_mysql or self.sink_uri.is_kafka)
         if router is not None and self.shard_mode == "pessimistic":
             router.shard_drops = True  # a dropped shard leaves the shard list the lock waits for
         return EventPipeline.of(
@@ -744,10 +742,17 @@ def load_pipeline(path: str | Path, source: str, shard_ddl: bool = True) -> Even
         rules, online_ddl = _event_rules(doc)
     except ConfigError as exc:
         raise ConfigError(exc.message, where=exc.where or str(path)) from None
+    return EventPipeline.of(
+        _router(routes, source, shard_ddl), EventFilter.of(rules), OnlineDDL() if online_ddl else None
+    )
+
+
+def _router(routes: Sequence[RouteRule], source: str, shard_ddl: bool) -> Router | None:
+    """`Router.of`, its shard DDL decisions reported to the metrics and ``changefeed status``."""
     router = Router.of(routes, source, shard_ddl)
     if router is not None:
         router.report = report_shard_ddl
-    return EventPipeline.of(router, EventFilter.of(rules), OnlineDDL() if online_ddl else None)
+    return router
 
 
 def report_shard_ddl(target: str, shard: str, query: str, outcome: str, commit_ts: int) -> None:

@@ -597,8 +597,8 @@ class Router:
         label = f"{target[0]}.{target[1]}"
         shards = self._shards.setdefault(target, set())
         shards.add(shard)
-        after: TableSchema | None = fields["table_schema"] if ddl.table_schema is not None else None
-        pre: TableSchema | None = fields["pre_table_schema"] if ddl.pre_table_schema is not None else None
+        after: TableSchema | None = fields["table_schema"]
+        pre: TableSchema | None = fields["pre_table_schema"]
         base = self.merged.get(target)
         if base is None and pre is not None:
             base = self.merged.fit(pre)  # the merged table as this shard knew it before
@@ -623,8 +623,9 @@ class Router:
             self._told(label, shard, ddl, f"skipped: done by another shard: {verdict.reason}")
             return None
         try:
-            new, grew = union(base, after, shard, label, ddl.commit_ts) if after is not None else (base, False)
-            if after is None:  # the source did not give the shape after it: the ALTER's columns, applied
+            if after is not None:
+                new, grew = union(base, after, shard, label, ddl.commit_ts)
+            else:  # the source did not give the shape after it: the ALTER's columns, applied
                 new = shape_after(base, fields["query"])
                 grew = new.columns != base.columns
         except ShardDDLConflictError as exc:

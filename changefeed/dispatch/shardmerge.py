@@ -172,18 +172,22 @@ class Projection:
     source: TableSchema
     merged: TableSchema
     picks: tuple[int | None, ...]
+    #: The shard already has the merged shape (same columns, same Arrow types, same order): the usual
+    #: case once every shard ran the DDL, where a row or a block only changes its schema.
+    identity: bool = False
 
     @classmethod
     def of(cls, source: TableSchema, merged: TableSchema) -> Projection:
         at = {c.name.lower(): i for i, c in enumerate(source.columns)}
-        missing = [c.name for c in source.columns if c.name.lower() not in columns_of(merged)]
+        names = {c.name.lower() for c in merged.columns}
+        missing = [c.name for c in source.columns if c.name.lower() not in names]
         if missing:
             raise ValueError(f"{merged.qualified_name} has no column(s) {missing} of {source.qualified_name}")
-        return cls(source, merged, tuple(at.get(c.name.lower()) for c in merged.columns))
-
-    @property
-    def identity(self) -> bool:
-        return self.picks == tuple(range(len(self.source.columns))) and len(self.picks) == len(self.source.columns)
+        picks = tuple(at.get(c.name.lower()) for c in merged.columns)
+        identity = picks == tuple(range(len(source.columns))) and all(
+            arrow_type(a) == arrow_type(b) for a, b in zip(source.columns, merged.columns, strict=True)
+        )
+        return cls(source, merged, picks, identity)
 
     def image(self, image: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
         if image is None:
@@ -192,8 +196,9 @@ class Projection:
 
     def row(self, row: RowChange) -> None:
         """``row`` onto the merged shape, in place (a batch's rows are routed once, where they are made)."""
-        row.new = self.image(row.new)
-        row.old = self.image(row.old)
+        if not self.identity:
+            row.new = self.image(row.new)
+            row.old = self.image(row.old)
         row.table_schema = self.merged
 
     def _array(self, rows: TableRows, j: int, before: bool) -> pa.Array:
@@ -218,6 +223,8 @@ class Projection:
     def rows(self, rows: TableRows) -> TableRows:
         """``rows`` onto the merged shape (changefeed/model/rowblock.py's layout): columns picked and
         reordered, NULL for the shard's missing ones, casts for widened types, present-column runs remapped."""
+        if self.identity:
+            return rows.with_schema(self.merged)
         w = len(self.merged.columns)
         main = [self._array(rows, j, False) for j in range(w)]
         before = [self._array(rows, j, True) for j in range(w)]
@@ -251,6 +258,7 @@ class MergedShapes:
 
     def __init__(self) -> None:
         self.shapes: dict[TableName, TableSchema] = {}
+        self._docs: list[Any] | None = None  # `state()` of the shapes as they are (None: to be made)
         self._projections: dict[tuple[int, int], tuple[TableSchema, TableSchema, Projection]] = {}
         self._fits: dict[int, tuple[TableSchema, TableSchema]] = {}  # id(routed) -> (routed, its merged shape)
 
@@ -259,6 +267,7 @@ class MergedShapes:
 
     def put(self, target: TableName, shape: TableSchema) -> None:
         self.shapes[target] = shape
+        self._docs = None
 
     def fit(self, routed: TableSchema) -> TableSchema:
         """The merged shape a shard's routed shape goes into, grown first when the shard has columns or
@@ -269,13 +278,13 @@ class MergedShapes:
         if hit is not None and hit[0] is routed and hit[1] is base:
             return base  # per row: the join of this shape is done until the merged shape changes
         if base is None:
-            self.shapes[target] = base = replace(routed, origin=None)
+            self.put(target, base := replace(routed, origin=None))
         else:
             shard = routed.origin or target
             version = max(base.version + 1, routed.version)
             grown, changed = union(base, routed, shard, f"{target[0]}.{target[1]}", version)
             if changed:
-                self.shapes[target] = base = grown
+                self.put(target, base := grown)
         if len(self._fits) > 4096:
             self._fits.clear()
         self._fits[id(routed)] = (routed, base)
@@ -293,8 +302,11 @@ class MergedShapes:
         return made
 
     def state(self) -> list[Any]:
-        """JSON: the merged shapes (the model's table schema JSON), sorted by target."""
-        return [table_schema_to_json(self.shapes[k]) for k in sorted(self.shapes)]
+        """JSON: the merged shapes (the model's table schema JSON), sorted by target (made once per change:
+        each batch restores and saves it)."""
+        if self._docs is None:
+            self._docs = [table_schema_to_json(self.shapes[k]) for k in sorted(self.shapes)]
+        return self._docs
 
     def restore(self, state: Sequence[Mapping[str, Any]] | None) -> None:
         """Back to a saved state (each batch starts from the one its predecessor left)."""
@@ -308,6 +320,7 @@ class MergedShapes:
                 f"unreadable merged table shape in the pipeline state ({clip(str(exc))}), kept with the checkpoint"
             ) from None
         self.shapes = {(s.schema, s.table): s for s in shapes}
+        self._docs = None
         self._projections.clear()
         self._fits.clear()
 

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import IO, Any, cast
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -275,7 +276,8 @@ class EventReader:
         arrays += [pa.array(["insert"] * n), pa.array([commit_ts] * n, pa.int64())]
         arrays += [pa.nulls(n, arrow_type(c)) for c in cols]
         batch = pa.RecordBatch.from_arrays(arrays, names=[str(i) for i in range(len(arrays))])
-        return RowBlock([TableRows(table, batch)], [Segment(0, n, commit_ts, obj.get("position"), None)])
+        rows = TableRows(table, batch, _ops=np.zeros(n, np.int8))  # every row an insert (`OP_CODES`)
+        return RowBlock([rows], [Segment(0, n, commit_ts, obj.get("position"), None)])
 
     def _event(self, obj: dict[str, Any]) -> Event:
         kind = obj.get("kind")

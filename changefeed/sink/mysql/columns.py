@@ -31,7 +31,7 @@ from ...codec.values import decimal_texts, value_bytes
 from ...model import Column, Position, RowChange, TypeCode
 from ...model.arrow import arrow_type
 from ...model.rowblock import Segment, TableRows, model_values
-from ...model.types import ENUM_SET_BIT_TYPES, STRING_TYPES, TEMPORAL_TYPES
+from ...model.types import TEXT_VALUE_TYPES, UINT_VALUE_TYPES
 
 if TYPE_CHECKING:
     from .sql import Literal
@@ -195,24 +195,34 @@ def _join(*parts: Any) -> pa.Array:
     return pc.binary_join_element_wise(*parts, _s(""))
 
 
-def _text_literals(values: pa.Array, literal: Literal) -> pa.Array:
-    """Quoted text: escapes only for the characters the column holds (one count over its bytes)."""
+def _escaped(values: pa.Array, escapes: Sequence[tuple[str, str]]) -> pa.Array:
+    """Text with ``escapes`` applied, only for the characters the column holds (one count over its bytes)."""
     values = values.cast(_TEXT)
     data = value_bytes(values)[1]
     if data.size:
         counts = np.bincount(data, minlength=256)
-        for char, escaped in _QUOTE_ESCAPES if literal.no_backslash_escapes else _BACKSLASH_ESCAPES:
+        for char, escaped in escapes:
             if counts[ord(char)]:
                 values = pc.replace_substring(values, char, escaped)
-    return _join(_s("'"), values, _s("'"))
+    return values
+
+
+def _text_literals(values: pa.Array, literal: Literal) -> pa.Array:
+    """Quoted text, escaped as the session's sql_mode reads it."""
+    escapes = _QUOTE_ESCAPES if literal.no_backslash_escapes else _BACKSLASH_ESCAPES
+    return _join(_s("'"), _escaped(values, escapes), _s("'"))
+
+
+def _hex_digits(values: pa.Array) -> pa.Array:
+    """Two hex digits per byte of binary values, by table lookup (a NULL's slot is empty)."""
+    offsets, data = value_bytes(values)
+    digits = _HEX_DIGITS[data].reshape(-1)
+    return pa.LargeStringArray.from_buffers(len(values), pa.py_buffer(offsets * 2), pa.py_buffer(digits))
 
 
 def _hex_literals(values: pa.Array) -> pa.Array:
-    """``X'..'`` of binary values: two hex digits per byte by table lookup."""
-    offsets, data = value_bytes(values)
-    digits = _HEX_DIGITS[data].reshape(-1)
-    hexed = pa.LargeStringArray.from_buffers(len(values), pa.py_buffer(offsets * 2), pa.py_buffer(digits))
-    out = _join(_s("X'"), hexed, _s("'"))
+    """``X'..'`` of binary values."""
+    out = _join(_s("X'"), _hex_digits(values), _s("'"))
     return pc.if_else(values.is_valid(), out, _s("NULL")) if values.null_count else out
 
 
@@ -355,11 +365,12 @@ def render_inserts(
 # terminators (tab, newline) must be escaped; NUL as \0 so no raw NUL reaches the parser.
 _LOAD_ESCAPES = (("\\", "\\\\"), ("\t", "\\t"), ("\n", "\\n"), ("\0", "\\0"))
 # Values stored as text: what the INSERT path sends as a quoted string literal (Field::store of text).
-_LOAD_TEXT_TYPES = STRING_TYPES | TEMPORAL_TYPES | {TypeCode.JSON}
+# VECTOR (text in the model) has no field storing what its INSERT literal stores: left out.
+_LOAD_TEXT_TYPES = TEXT_VALUE_TYPES - {TypeCode.VECTOR}
 # Types whose INSERT literal is a number although the column is not numeric (ENUM index, SET
 # bitmask, BIT value, YEAR 0 = 0000): a text field would be read as a member name, bytes or
 # year 2000, so they load into a variable stored as CAST(@v AS UNSIGNED), a number like the literal.
-_LOAD_NUMBER_TYPES = ENUM_SET_BIT_TYPES | {TypeCode.YEAR}
+_LOAD_NUMBER_TYPES = UINT_VALUE_TYPES
 
 #: How a field reaches its column: as is, ``UNHEX(@v)`` (bytes sent as hex) or ``CAST(@v AS UNSIGNED)``.
 AS_IS, UNHEX, UNSIGNED = "", "unhex", "unsigned"
@@ -374,21 +385,8 @@ class LoadFile:
     rows: int
 
 
-def _load_text(values: pa.Array) -> pa.Array:
-    values = values.cast(_TEXT)
-    data = value_bytes(values)[1]
-    if data.size:
-        counts = np.bincount(data, minlength=256)
-        for char, escaped in _LOAD_ESCAPES:
-            if counts[ord(char)]:
-                values = pc.replace_substring(values, char, escaped)
-    return values
-
-
 def _load_hex(values: pa.Array) -> pa.Array:
-    offsets, data = value_bytes(values)
-    digits = _HEX_DIGITS[data].reshape(-1)
-    out = pa.LargeStringArray.from_buffers(len(values), pa.py_buffer(offsets * 2), pa.py_buffer(digits))
+    out = _hex_digits(values)
     return pc.if_else(values.is_valid(), out, pa.scalar(None, _TEXT)) if values.null_count else out
 
 
@@ -445,7 +443,7 @@ def load_fields(column: Column, values: pa.Array) -> tuple[pa.Array, str] | None
     elif pa.types.is_string(t) and tc is TypeCode.DECIMAL:
         out = _decimal_text_literals(values)
     elif (pa.types.is_string(t) or pa.types.is_large_string(t)) and tc in _LOAD_TEXT_TYPES:
-        out = _load_text(values)
+        out = _escaped(values, _LOAD_ESCAPES)
     elif pa.types.is_binary(t) or pa.types.is_large_binary(t):
         out, kind = _load_hex(values), UNHEX
     if out is None:

@@ -109,17 +109,17 @@ class PessimisticShards:
         if shard is None:
             return False
         self.held.append((shard, row))
-        self.sink._buffer_rows += 1
-        self.sink._pending_ts = max(self.sink._pending_ts, row.commit_ts)
-        if row.position is not None:
-            self.sink._pending_pos = row.position
+        self.sink._count_pending(1, row.commit_ts, row.position)
         return True
 
     def hold_segment(self, rows: TableRows, start: int, seg: Segment) -> bool:
-        if self.held_shard(rows.table_schema) is None:
+        """`hold` for a segment of a row block (one table, one shard): all its rows or none."""
+        shard = self.held_shard(rows.table_schema)
+        if shard is None:
             return False
-        for row in expand([BlockRows(rows, start, seg)]):
-            self.hold(row)
+        entry = BlockRows(rows, start, seg)
+        self.held.extend((shard, row) for row in expand([entry]))
+        self.sink._count_pending(seg.rows, seg.commit_ts, entry.last_position)
         return True
 
     def ddl(self, ddl: ShardDDL) -> bool:
@@ -130,9 +130,7 @@ class PessimisticShards:
         action = ddl.action
         if action == ActionType.CREATE_TABLE:
             # DM: a shard created later joins its merged table's shard group (the lock waits for it).
-            self.sink._with_retry(
-                self.sink._coordinator, "register shard", lambda c: store.add_member(c, target, shard)
-            )
+            self._coordinated("register shard", lambda c: store.add_member(c, target, shard))
             return False
         checkpoint = self.sink._ddl_checkpoint(ddl)
         lock = self.locks.get(target)
@@ -229,12 +227,8 @@ class PessimisticShards:
             return
         self.sink._drain()  # the held rows of transactions in flight are stored first
         self.sink._keys.forget()
-        held = self.sink._with_retry(
-            self.sink._coordinator, "read held rows", lambda c: store.held_rows(c, target, source)
-        )
-        rows = [
-            replace(r, table_schema=self.sink._keys.shape(r.table_schema, self.sink._read_unique_indexes)) for r in held
-        ]
+        held = self._coordinated("read held rows", lambda c: store.held_rows(c, target, source))
+        rows = [self._shaped(r) for r in held]
         self.sink._apply_transaction(self.sink._workers[0], rows, None, lambda c: store.clear(c, target, source))
         lock = self.locks.pop(target)
         # Rows of this batch held for the table: all its shards had run the DDL, so none of its rows is in
@@ -243,9 +237,7 @@ class PessimisticShards:
         for shard, row in self.held:
             ts = row.table_schema
             if (ts.schema, ts.table) == target:
-                self.sink._buffer.append(
-                    replace(row, table_schema=self.sink._keys.shape(ts, self.sink._read_unique_indexes))
-                )
+                self.sink._buffer.append(self._shaped(row))
             else:
                 keep.append((shard, row))
         self.held = keep

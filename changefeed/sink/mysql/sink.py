@@ -623,10 +623,7 @@ class MySQLSink(SinkContext):
             if shape is not event.table_schema:
                 event = replace(event, table_schema=shape)
             self._buffer.append(event)
-            self._buffer_rows += 1
-            self._pending_ts = max(self._pending_ts, ts)
-            if event.position is not None:
-                self._pending_pos = event.position
+            self._count_pending(1, ts, event.position)
         elif isinstance(event, Resolved):
             ts = event.commit_ts  # everything at or below the resolved ts has been emitted
             self._guard.saw(ts)
@@ -686,11 +683,14 @@ class MySQLSink(SinkContext):
                 shaped[seg.table] = rows
             entry = BlockRows(rows, start, seg)
             self._buffer.append(entry)
-            self._buffer_rows += seg.rows
-            self._pending_ts = max(self._pending_ts, ts)
-            position = entry.last_position
-            if position is not None:
-                self._pending_pos = position
+            self._count_pending(seg.rows, ts, entry.last_position)
+
+    def _count_pending(self, rows: int, ts: int, position: Mapping[str, Any] | None) -> None:
+        """``rows`` rows at commit ts ``ts`` taken into the next transaction (buffered, or held by a shard lock)."""
+        self._buffer_rows += rows
+        self._pending_ts = max(self._pending_ts, ts)
+        if position is not None:
+            self._pending_pos = position
 
     def flush(self) -> int:
         """Apply every buffered row and make the checkpoint durable; returns its commit ts.
