@@ -102,3 +102,29 @@ def test_single_table_gives_typed_images(cf: SparkSession) -> None:
     first = next(r for r in nums.collect() if r.kind == "row" and r.after.id == 1)
     assert first.after.d65 == "12345678901234567890123456789012345.123456789012345678901234567890"
     assert first.after.d52 == Decimal("999.99")
+
+
+def _function_env(spark: SparkSession) -> set[str]:
+    """The keys of the registered data source function's environment map (the JVM's own object)."""
+    source = spark._jsparkSession.sessionState().dataSourceManager().lookupDataSource("changefeed")
+    return set(source.dataSourceCls().envVars().keySet())
+
+
+def test_a_streaming_start_never_grows_the_map_every_task_serializes(cf: SparkSession) -> None:
+    """Spark's streaming source runner puts keys into the registered function's environment map, the map
+    each task of the data source serializes: grown while another query's task was written, it failed
+    `changefeed pipeline`'s tasks (OptionalDataException). The keys are there before any query starts."""
+    register(cf)
+    before = _function_env(cf)
+    assert {"SPARK_LOCAL_DIRS", "SPARK_AUTH_SOCKET_TIMEOUT", "SPARK_BUFFER_SIZE", "SPARK_PYTHON_RUNTIME"} <= before
+    query = (
+        cf.readStream.format("changefeed")
+        .option("input", "binlog")
+        .load(str(BINLOG))
+        .writeStream.format("noop")
+        .trigger(availableNow=True)
+        .start()
+    )
+    assert query.awaitTermination(180) is not False
+    assert query.exception() is None
+    assert _function_env(cf) == before

@@ -150,7 +150,26 @@ class ChangefeedDataSource(DataSource):
 _REGISTERING = threading.Lock()
 
 
+#: Spark 4's PythonStreamingSourceRunner, when a streaming query's source starts, ``put``s these keys
+#: into the environment map of the registered data source's function: the very map every task of
+#: that data source serializes (each function made from one registration shares it). A HashMap that
+#: grows while another query's task is being written arrives as ``java.io.OptionalDataException``,
+#: and since the stage's task bytes are made once, every retry fails the same way (`changefeed
+#: pipeline`, two queries in one session). Present from the start, the keys are only ever replaced,
+#: so the map keeps its shape. The values are placeholders: every Python runner sets its own.
+_STREAMING_RUNNER_KEYS = {
+    "SPARK_LOCAL_DIRS": "",
+    "SPARK_AUTH_SOCKET_TIMEOUT": "15",
+    "SPARK_BUFFER_SIZE": "65536",
+    "SPARK_PYTHON_RUNTIME": "PYTHON_WORKER",
+}
+
+
 def register(spark: Any) -> None:
     """Make ``format("changefeed")`` available in this session (idempotent, thread-safe)."""
     with _REGISTERING:
+        context = getattr(spark, "_sc", None)  # a classic session's; Spark Connect makes the function on its server
+        if context is not None:
+            for key, value in _STREAMING_RUNNER_KEYS.items():
+                context.environment.setdefault(key, value)
         spark.dataSource.register(ChangefeedDataSource)
