@@ -40,6 +40,9 @@ MASK = "***"
 MYSQL_PWD = "MYSQL_PWD"
 # user:password@ in any scheme://; the password ends at the last '@' before the host.
 _URL_PASSWORD = re.compile(r"(?P<head>[a-z][a-z0-9+.-]*://[^:/@\s]*:)(?P<pw>[^\s]*)(?P<tail>@[^@\s]*)", re.I)
+# A bare http(s)://TOKEN@host: HTTP services (REST catalogs, object stores, git hosts) take a token
+# there as the basic-auth user. Other schemes keep a bare user (mysql://root@h): it is a name.
+_URL_TOKEN = re.compile(r"(?P<head>\bhttps?://)(?P<pw>[^:/@\s]+)(?P<tail>@[^@\s]*)", re.I)
 #: The words that name a secret: one vocabulary for text (``password=xxx``, below) and for the keys
 #: of structured data (a log record's ``extra``, a mapping argument: `is_secret_key`).
 SECRET_WORDS = r"pass(?:word|wd)?|pwd|secret|token|credentials?|api[_-]?key"
@@ -57,11 +60,13 @@ _MIN_LITERAL = 3
 
 
 def mask_secrets(text: str, known: Iterable[str] = ()) -> str:
-    """``text`` with URL passwords, ``password=`` style values and each ``known`` secret replaced by ``***``."""
+    """``text`` with URL passwords (and http(s) tokens), ``password=`` style values and each ``known``
+    secret replaced by ``***``."""
     for secret in sorted(known, key=len, reverse=True):
         if len(secret) >= _MIN_LITERAL:
             text = text.replace(secret, MASK)
-    text = _URL_PASSWORD.sub(lambda m: m.group("head") + MASK + m.group("tail"), text)
+    for pattern in (_URL_PASSWORD, _URL_TOKEN):
+        text = pattern.sub(lambda m: m.group("head") + MASK + m.group("tail"), text)
     return _SECRET_FIELD.sub(lambda m: m.group("key") + m.group("q") + MASK, text)
 
 

@@ -132,6 +132,13 @@ def test_one_masking_function() -> None:
     assert mask_secrets(text, url_passwords(argv)) == "bad 'mariadb://root:***@h/' and *** and MYSQL_PWD=***"
 
 
+def test_a_bare_http_token_is_masked_and_a_bare_user_name_is_not() -> None:
+    """HTTP services take a token as the basic-auth user (``https://TOKEN@host``); mysql://root@h names a user."""
+    text = "catalog https://s3cr3tT0ken@cat.example/v1 and HTTP://tok@h:8181 via mysql://root@h:3306/db"
+    assert mask_secrets(text) == "catalog https://***@cat.example/v1 and HTTP://***@h:8181 via mysql://root@h:3306/db"
+    assert mask_secrets("https://cat.example/v1/a@b") == "https://cat.example/v1/a@b"  # an @ in the path is no user
+
+
 @pytest.fixture
 def storage_dir(tmp_path: Path) -> Path:
     path = tmp_path / "storage"

@@ -29,7 +29,7 @@ import contextlib
 import functools
 import logging
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any
 
@@ -60,6 +60,7 @@ from pyiceberg.utils.properties import property_as_int
 
 from ...files.paths import encode_name
 from ...model import TableSchema
+from ...secrets import is_secret_key, mask_secrets
 from .common import (
     COMMIT_TS,
     DELETE,
@@ -155,7 +156,7 @@ class IcebergSink(LakeSink):
         try:
             return RestCatalog(CATALOG_NAME, **properties)
         except (RESTError, OSError, ValueError) as exc:
-            raise LakeError(f"iceberg REST catalog {_without_userinfo(uri)}: {type(exc).__name__}: {exc}") from None
+            raise _catalog_error(uri, "", exc, properties) from None
 
     def _props(self, version: int, maintenance: str | None = None) -> dict[str, str]:
         return {CHECKPOINT_KEY: str(version)} | ({} if maintenance is None else {MAINTENANCE_KEY: maintenance})
@@ -200,8 +201,8 @@ class IcebergSink(LakeSink):
                     if SCHEMA_KEY in props and TABLE_KEY in props:  # one of ours
                         out[(props[SCHEMA_KEY], props[TABLE_KEY])] = self._version(table)
         except RESTError as exc:  # a token refused, a server error: the first request of a run
-            uri = _without_userinfo(self.options.catalog_uri or "")
-            raise LakeError(f"iceberg REST catalog {uri}: listing its tables: {type(exc).__name__}: {exc}") from None
+            properties = self.catalog.properties
+            raise _catalog_error(self.options.catalog_uri or "", "listing its tables: ", exc, properties) from None
         return out
 
     def format_schema(self, schema: pa.Schema) -> pa.Schema:
@@ -494,11 +495,11 @@ class IcebergSink(LakeSink):
         )
 
 
-def _without_userinfo(uri: str) -> str:
-    """``uri`` for messages: a ``user:password@`` in it left out."""
-    scheme, sep, rest = uri.partition("://")
-    host, slash, path = rest.partition("/")
-    return f"{scheme}{sep}{host.rpartition('@')[2]}{slash}{path}"
+def _catalog_error(uri: str, doing: str, exc: Exception, properties: Mapping[str, Any]) -> LakeError:
+    """A REST catalog's failure, its URI's userinfo and the configured secrets (token, credential) masked
+    wherever they show, the server's own message included."""
+    known = [str(v) for k, v in properties.items() if is_secret_key(k) and v]
+    return LakeError(mask_secrets(f"iceberg REST catalog {uri}: {doing}{type(exc).__name__}: {exc}", known))
 
 
 def _maintained_at(table: Table) -> int:

@@ -253,15 +253,22 @@ class PessimisticShards:
         """DM: a shard's DROP TABLE is not run on the merged table; the shard leaves its shard group, and a
         lock that waited only for it is released."""
         target = (ddl.schema, ddl.table)
-        lock = self._coordinated("read shard DDL lock", lambda c: store.lock_of(c, target))
-        members = self._coordinated("read shard list", lambda c: store.members(c, target))
-        members.discard(shard)
-        release = lock is not None and lock.state != RELEASED and bool(lock.done) and not lock.waiting(members)
+        decided: list[tuple[ShardLock | None, bool]] = []
 
-        # Released: the checkpoint moves with the release (a crash before it replays this DROP).
-        self.sink._apply_transaction(
-            self.sink._workers[0], [], None if release else checkpoint, lambda c: store.remove_member(c, target, shard)
-        )
+        def leave(conn: Connection) -> None:
+            """Decided on the row-locked lock, as `_shard_lock_step` does: a source joining or running the
+            last shard's DDL at the same moment decides before or after this, never beside it."""
+            decided.clear()
+            lock = store.lock_of(conn, target, for_update=True)
+            members = store.members(conn, target) - {shard}
+            release = lock is not None and lock.state != RELEASED and bool(lock.done) and not lock.waiting(members)
+            store.remove_member(conn, target, shard)
+            if not release:  # released: the checkpoint moves with the release (a crash before it replays this DROP)
+                self.sink.checkpoint_table.save(conn, self.sink.config.changefeed_id, checkpoint)
+            decided.append((lock, release))
+
+        self.sink._apply_transaction(self.sink._workers[0], [], None, leave)
+        lock, release = decided[-1]
         report_shard_ddl(ddl, "skipped: a dropped shard leaves its merged table's shard list")
         if release and lock is not None:
             self._release(store, lock, replace(ddl, query=lock.ddl, ddl_type=int(ActionType.ADD_COLUMN)), checkpoint)

@@ -219,3 +219,9 @@ def test_bad_token_is_an_error_with_context(
     ) as raised:
         rest_sink(tmp_path, iceberg_rest)
     assert "wrong" not in str(raised.value)
+    # A token written into the URI as its user (``http://TOKEN@host``) never shows either.
+    monkeypatch.delenv("PYICEBERG_CATALOG__CHANGEFEED__TOKEN")
+    uri = iceberg_rest.uri.replace("http://", "http://lakana_pat_1111111111111111_inuri@")
+    with pytest.raises(LakeError, match=r"iceberg REST catalog http://\*\*\*@127\.0\.0\.1:\d+") as raised:
+        IcebergSink(tmp_path / "other", LakeOptions(catalog_uri=uri, catalog_namespace=("bronze",))).open()
+    assert "inuri" not in str(raised.value)
