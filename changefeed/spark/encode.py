@@ -36,6 +36,7 @@ from ..model.rowblock import RowBlock
 from ..sink.kafka.encode import KafkaEncoder, KafkaItem, MessageGroup, UnknownTopicError
 from ..sink.kafka.progress import FlushedPosition
 from ..sink.storage.writer import DataSegment, StorageItem
+from .collect import partitions_in_order
 from .envelope import ENVELOPE_DDL, unwrap, wrap
 
 if TYPE_CHECKING:
@@ -356,15 +357,19 @@ def _kafka_items(table: pa.Table) -> tuple[list[KafkaItem], list[str]]:
     return out, unknown
 
 
-def encode_kafka(df: DataFrame, sink: KafkaSink, events_of: PartitionEvents) -> list[KafkaItem]:
-    """One micro-batch routed and encoded in executors for ``sink``, in source order.
+def encode_kafka(df: DataFrame, sink: KafkaSink, events_of: PartitionEvents) -> Iterator[list[KafkaItem]]:
+    """One micro-batch routed and encoded in executors for ``sink``, in source order: one piece per
+    Spark partition, each handed out as soon as it and those before it are encoded, so the driver
+    produces while later partitions still encode (`changefeed.spark.collect`).
 
     ``df``'s partitions must be in commit order, as for `encode_storage`. Partition counts come
     from the sink; a topic it has not used yet is resolved (created when allowed) on the driver
-    and the batch is encoded again.
+    and the batch is encoded again, from the partition that needed it (encoding is deterministic:
+    the partitions before it came out the same and were handed out already).
     """
     encoder, last_resolved = sink.encoder, sink.last_resolved
     known = {topic: sink.topic_partitions(topic) for topic in (sink.config.topic, *sink.topics.topics)}
+    handed = 0  # partitions handed out
     for _ in range(3):
         frozen = dict(known)
 
@@ -372,9 +377,17 @@ def encode_kafka(df: DataFrame, sink: KafkaSink, events_of: PartitionEvents) -> 
             events = _partition_events(batches, events_of)
             yield from _batches(iter(_kafka_rows(encoder, events, frozen, last_resolved)), KAFKA_SCHEMA)
 
-        items, unknown = _kafka_items(_collect(df, encode, KAFKA_SCHEMA))
+        unknown: list[str] = []
+        for part, envelopes in partitions_in_order(df, encode):
+            if part < handed:
+                continue
+            items, unknown = _kafka_items(_in_order(envelopes, KAFKA_SCHEMA))
+            if unknown:
+                break
+            handed = part + 1
+            yield items
         if not unknown:
-            return items
+            return
         for topic in unknown:
             known[topic] = sink.topic_partitions(topic)
     raise SinkError(f"kafka: topics still unresolved after resolving them: {sorted(set(unknown))}")

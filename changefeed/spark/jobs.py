@@ -354,14 +354,15 @@ def _staged(spark: SparkSession, source: Mapping[str, str], stage: Stage, sink: 
     return Plan(stream, lambda df, batch_id: stage.chunks(df.toArrow(), batch_id), sink.write, stage)
 
 
-Encoder = tuple[Callable[["DataFrame", PartitionEvents], list[Any]], Callable[[list[Any]], None]]
-"""How executors encode for a sink (its own encoder, per Spark partition), and how the driver writes the items."""
+Encoder = tuple[Callable[["DataFrame", PartitionEvents], Iterable[list[Any]]], Callable[[list[Any]], None]]
+"""How executors encode for a sink (its own encoder, per Spark partition: the batch's items in pieces, in
+order), and how the driver writes the items."""
 
 
 def _encoder(sink: Sink) -> Encoder | None:
     """Executors encode for storage and Kafka; None: the driver writes events (MySQL, Parquet)."""
     if isinstance(sink, StorageWriter):
-        return (lambda df, events: encode_storage(df, sink, events)), sink.write_encoded
+        return (lambda df, events: (encode_storage(df, sink, events),)), sink.write_encoded
     if isinstance(sink, KafkaSink):
         return (lambda df, events: encode_kafka(df, sink, events)), sink.write_encoded
     return None
@@ -409,7 +410,7 @@ def plan(
             encode, write = encoder
             stream = _stream(spark, options, output=BINLOG_RANGES)
             events_of = partition_events(router, decoder.events)  # routed in the executors, before encoding
-            return Plan(stream, lambda df, batch_id: (encode(df, events_of),), write)
+            return Plan(stream, lambda df, batch_id: encode(df, events_of), write)
         # Ranges come in binlog order, each in commit order: no sort (a block may span commit ts).
         stage = OrderedStage(BINLOG_RANGES, lambda table: decoder.events(table.to_batches()), sort=False)
         return _routed(_staged(spark, options, stage, sink), router, store)
@@ -427,7 +428,7 @@ def plan(
     encode, write = encoder
     stream = _stream(spark, options, events="true")
     jsonl = partition_events(router, jsonl_events)
-    return Plan(stream, lambda df, batch_id: (encode(in_commit_order(df), jsonl),), write)
+    return Plan(stream, lambda df, batch_id: encode(in_commit_order(df), jsonl), write)
 
 
 def _routed(how: Plan, router: EventTransform | None, store: StateStore) -> Plan:
