@@ -57,7 +57,7 @@ def jsonl_capture(spark: object, binlog: Path, out: Path, checkpoint: Path) -> i
         .option("events", "true")
         .load()
     )
-    plan = Plan(stream, lambda df, _: (encode_storage(df.select("event"), writer, jsonl_events),), writer.write_encoded)
+    plan = Plan(stream, lambda df, _: encode_storage(df.select("event"), writer, jsonl_events), writer.write_encoded)
     runner = _BatchRunner("capture-jsonl", writer, plan, None)
     return _run_query(spark, stream, runner, checkpoint, None, True, "bench-jsonl").rows  # type: ignore[arg-type]
 

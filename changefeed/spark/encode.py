@@ -6,7 +6,8 @@ DataFrame: a ``mapInArrow`` task per Spark partition parses that partition's eve
 encoder on them (`StorageEncoder`, `KafkaEncoder`). Out come a few Arrow rows per partition:
 encoded data lines per data directory, or Kafka messages with their topic and partition, plus
 the DDL and Resolved events passed through. Every row carries (Spark partition index, sequence),
-and the driver puts them back in that order before the sink writes the bytes (``write_encoded``).
+and the driver puts them back in that order before the sink writes the bytes (``write_encoded``),
+a partition at a time as the partitions complete (changefeed/spark/collect.py).
 
 Why the order is the source's: a binlog range is split into partitions at transaction boundaries,
 so partition i holds commit ts below partition i+1's and concatenating them in index order is
@@ -37,7 +38,7 @@ from ..sink.kafka.encode import KafkaEncoder, KafkaItem, MessageGroup, UnknownTo
 from ..sink.kafka.progress import FlushedPosition
 from ..sink.storage.writer import DataSegment, StorageItem
 from .collect import partitions_in_order
-from .envelope import ENVELOPE_DDL, unwrap, wrap
+from .envelope import unwrap, wrap
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -168,15 +169,8 @@ def in_commit_order(df: DataFrame) -> DataFrame:
     )
 
 
-def _collect(
-    df: DataFrame, fn: Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]], schema: pa.Schema
-) -> pa.Table:
-    """Run ``fn`` over every partition in executors; its output rows in (partition, sequence) order."""
-    return _in_order(df.mapInArrow(fn, ENVELOPE_DDL).toArrow(), schema)
-
-
 def _in_order(envelopes: pa.Table, schema: pa.Schema) -> pa.Table:
-    """The rows of `_batches`' envelopes in (partition, sequence) order.
+    """The rows of `_batches`' envelopes (one partition's, or several) in (partition, sequence) order.
 
     An envelope is one partition's rows in sequence order, and a partition's envelopes come in
     the order it yielded them, so a stable sort of the few envelopes by partition orders the rows
@@ -244,8 +238,9 @@ def _storage_items(table: pa.Table) -> list[StorageItem]:
     return out
 
 
-def encode_storage(df: DataFrame, writer: StorageWriter, events_of: PartitionEvents) -> list[StorageItem]:
-    """One micro-batch encoded in executors for ``writer``, in source order (rows the writer published are skipped).
+def encode_storage(df: DataFrame, writer: StorageWriter, events_of: PartitionEvents) -> Iterator[list[StorageItem]]:
+    """One micro-batch encoded in executors for ``writer``, in source order (rows the writer published are
+    skipped): one piece per Spark partition, handed out as soon as it and those before it are encoded.
 
     ``df``'s partitions must be in commit order (a binlog input's ranges, or `in_commit_order`).
     """
@@ -255,7 +250,8 @@ def encode_storage(df: DataFrame, writer: StorageWriter, events_of: PartitionEve
         events = _partition_events(batches, events_of)
         yield from _batches(_storage_rows(encoder.encode(events, checkpoint_ts)), STORAGE_SCHEMA)
 
-    return _storage_items(_collect(df, encode, STORAGE_SCHEMA))
+    for _, envelopes in partitions_in_order(df, encode):
+        yield _storage_items(_in_order(envelopes, STORAGE_SCHEMA))
 
 
 # ---------------------------------------------------------------------------------------------- kafka

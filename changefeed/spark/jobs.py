@@ -362,7 +362,7 @@ order), and how the driver writes the items."""
 def _encoder(sink: Sink) -> Encoder | None:
     """Executors encode for storage and Kafka; None: the driver writes events (MySQL, Parquet)."""
     if isinstance(sink, StorageWriter):
-        return (lambda df, events: (encode_storage(df, sink, events),)), sink.write_encoded
+        return (lambda df, events: encode_storage(df, sink, events)), sink.write_encoded
     if isinstance(sink, KafkaSink):
         return (lambda df, events: encode_kafka(df, sink, events)), sink.write_encoded
     return None

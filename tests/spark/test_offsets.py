@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -90,3 +91,47 @@ def test_kafka_reads_a_bounded_backlog_per_batch_by_default() -> None:
     end = source.latest_offset(start, 10_000, target)
     assert end["offsets"] == {"0": 9_994, "1": 3, "2": 3}
     assert source.latest_offset(end, None, target)["offsets"] == target["offsets"]
+
+
+def _planned_ends(source: BinlogInput, limit: int) -> list[dict[str, Any]]:
+    start, ends = source.initial_offset(), []
+    while (end := source.latest_offset(start, limit, None)) != start:
+        ends.append(end)
+        start = end
+    return ends
+
+
+def test_the_next_batch_is_planned_ahead_with_the_same_offsets() -> None:
+    """A batch that ended at its limit starts the next batch's scan in a thread (`_ScanAhead`): the offsets are
+    the ones scanned in turn, each batch is scanned once, and a scan run ahead for other arguments is not used."""
+    opts = SourceOptions.parse({"input": "binlog", "path": str(BINLOG), "eventsperpartition": "2"})
+    ahead, plain = BinlogInput(opts), BinlogInput(opts)
+    plain._ahead.start = lambda *args: None  # type: ignore[method-assign]
+    scans: list[str] = []  # the thread of each scan
+    inner = ahead._scan
+    ahead._scan = lambda *args: scans.append(threading.current_thread().name) or inner(*args)  # type: ignore[method-assign]
+    ends = _planned_ends(ahead, 3)
+    assert ends == _planned_ends(plain, 3) and len(ends) > 3
+    # Scanned while Spark waited: the first batch, the last one (its scan ahead reached the binlog's end:
+    # more may have come since, so it is done again) and the call that found nothing new. Every other
+    # batch was scanned ahead.
+    assert scans.count("MainThread") == 3
+    assert scans.count("changefeed-scan-ahead") == len(ends) - 1
+    # The scan run ahead of the first batch's end is not taken for another limit.
+    first = ahead.initial_offset()
+    scans.clear()
+    one = ahead.latest_offset(first, 3, None)
+    running = ahead._ahead._thread
+    assert running is not None
+    running.join()
+    assert sorted(scans) == ["MainThread", "changefeed-scan-ahead"]
+    scans.clear()
+    assert ahead.latest_offset(one, 5, None) == plain.latest_offset(one, 5, None)
+    assert scans[0] == "MainThread"  # the scan run ahead for limit 3 dropped, this one's done here
+    # Pickled for the executors without the thread and its lock.
+    import pickle  # noqa: PLC0415
+
+    third = BinlogInput(opts)
+    assert third.latest_offset(first, 3, None) == one  # and a scan ahead is running
+    copy = pickle.loads(pickle.dumps(third))
+    assert copy.latest_offset(one, 5, None) == plain.latest_offset(one, 5, None)

@@ -569,6 +569,57 @@ class _Scan(NamedTuple):
     found: TableSchema | None
     keys: _KeyLog
     signals: list[Signal]
+    #: Ended by a limit or a signal, not by the end of the binlog: scanning again from the same start
+    #: with the same arguments gives the same result (the binlog before its end does not change).
+    stopped: bool = False
+
+
+class _ScanAhead:
+    """The next micro-batch's planning scan, run in a thread while Spark runs this one.
+
+    Why: Spark asks for the next batch's end (`latest_offset`) only after the batch before it
+    committed, and the scan behind it (~2 µs a row) ran alone then, every batch. A batch that
+    ended at a limit (a backlog) will be followed by one starting at its end with the same
+    limits, so that scan can run ahead; `take` hands it over only for exactly those arguments,
+    and only if it ended at a limit too (one that reached the binlog's end is redone: more may
+    have been written since). Scans never run side by side (`BinlogInput.scan` holds a lock).
+    """
+
+    def __init__(self) -> None:
+        self._args: tuple[Any, ...] | None = None
+        self._thread: threading.Thread | None = None
+        self._result: _Scan | BaseException | None = None
+
+    def start(self, scan: Callable[..., _Scan], start: BinlogPosition, *limits: Any) -> None:
+        self.discard()
+        self._args = (start.to_dict(), *limits)
+
+        def run() -> None:
+            try:
+                self._result = scan(start, *limits)
+            except BaseException as exc:  # the caller scans again and raises there, with its context
+                self._result = exc
+
+        self._thread = threading.Thread(target=run, name="changefeed-scan-ahead", daemon=True)
+        self._thread.start()
+
+    def take(self, start: BinlogPosition, *limits: Any) -> _Scan | None:
+        """The scan run ahead from ``start`` with ``limits``, or None (none, other arguments, or redone)."""
+        if self._thread is None:
+            return None
+        self._thread.join()
+        result, same = self._result, self._args == (start.to_dict(), *limits)
+        self._thread = self._args = self._result = None
+        if same and isinstance(result, _Scan) and result.stopped:
+            return result
+        if isinstance(result, BaseException):
+            log.info("binlog input: the scan run ahead failed (%s); scanning again", result)
+        return None
+
+    def discard(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+        self._thread = self._args = self._result = None
 
 
 class BinlogInput(Input):
@@ -626,6 +677,19 @@ class BinlogInput(Input):
         # catalog at boundaries planned here, and the key logs of planned batches by (start, end).
         self._catalogs: dict[PositionKey, DDLCatalog] = {}
         self._key_logs: dict[tuple[PositionKey, PositionKey], _KeyLog] = {}
+        self._scanning = threading.RLock()
+        self._ahead = _ScanAhead()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled for the executors' reads: without the planning thread and its lock (made anew there)."""
+        state = self.__dict__.copy()
+        del state["_scanning"], state["_ahead"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._scanning = threading.RLock()
+        self._ahead = _ScanAhead()
 
     def first(self) -> BinlogPosition:
         """Where reading starts without a checkpoint (resolved once: ``latest`` must not move)."""
@@ -795,8 +859,20 @@ class BinlogInput(Input):
         Both limits are soft, as Spark's own read limits: the batch ends at the first boundary at
         or after ``max_events`` rows (+ DDLs) or ``max_bytes`` bytes of binlog, so it holds at
         least one whole transaction. A transaction holding a snapshot signal ends the scan: the
-        snapshot it asks for starts right after it.
+        snapshot it asks for starts right after it. One scan at a time (`_ScanAhead` runs them in
+        a thread too): the catalogs they remember are shared.
         """
+        with self._scanning:
+            return self._scan(start, max_events, until, max_bytes, stop_at_signal)
+
+    def _scan(
+        self,
+        start: BinlogPosition,
+        max_events: int | None,
+        until: tuple[str, int] | None,
+        max_bytes: int | None,
+        stop_at_signal: bool,
+    ) -> _Scan:
         catalog = self.catalog_at(start).copy()
         capture = _capture(
             _ScanCapture,
@@ -813,6 +889,7 @@ class BinlogInput(Input):
         ddls = 0
         since_split = 0
         consumed, at = 0, (start.file, start.pos)
+        stopped = False
         events = capture.events()
         try:
             for ev in events:
@@ -822,18 +899,19 @@ class BinlogInput(Input):
                 if not isinstance(ev, Resolved) or ev.position is None:
                     continue
                 end = BinlogPosition.from_dict(ev.position)
-                if capture.signals and stop_at_signal:
-                    break
                 count = capture.rows + ddls
                 if count - since_split >= self.split_every:
                     splits.append(end.to_dict())
                     since_split = count
-                if max_events is not None and count >= max_events:
-                    break
                 # Binlog bytes read: position deltas within a file; a new file's position counts from its start.
                 consumed += end.pos - at[1] if end.file == at[0] else end.pos
                 at = (end.file, end.pos)
-                if max_bytes is not None and consumed >= max_bytes:
+                stopped = (
+                    bool(capture.signals and stop_at_signal)
+                    or (max_events is not None and count >= max_events)
+                    or (max_bytes is not None and consumed >= max_bytes)
+                )
+                if stopped:
                     break
         finally:
             events.close()
@@ -842,7 +920,7 @@ class BinlogInput(Input):
         if end is not None:
             key = _pkey(end.file, end.pos)
             self._remember(key, capture.keys.at(key))
-        return _Scan(end, splits, capture.found, capture.keys, capture.signals)
+        return _Scan(end, splits, capture.found, capture.keys, capture.signals, stopped)
 
     def table_schema(self) -> TableSchema | None:
         if self.opts.table is None:
@@ -875,13 +953,10 @@ class BinlogInput(Input):
         until = _until(target, handover)
         if until is not None and begin.file and reached(begin.file, begin.pos, until):
             return start
-        scan = self.scan(begin, max_events, until, self.opts.max_bytes)
-        end = scan.end
-        if end is None or (end.file, end.pos) == (begin.file, begin.pos):
+        scan = self._planned(begin, (max_events, until, self.opts.max_bytes), ahead=handover is None)
+        if scan is None or scan.end is None:
             return start
-        self._key_logs[(_pkey(begin.file, begin.pos), _pkey(end.file, end.pos))] = scan.keys
-        while len(self._key_logs) > _REMEMBERED:
-            del self._key_logs[next(iter(self._key_logs))]
+        end = scan.end
         out = {**end.to_dict(), "splits": scan.splits}
         if handover is not None and not handover.passed(end.file, end.pos):
             out["handover"] = handover.to_dict()  # later ranges still overlap the snapshot
@@ -894,6 +969,20 @@ class BinlogInput(Input):
         elif incremental is not None:
             out[INCREMENTAL] = incremental  # asked for during the hand-over: it starts after it
         return out
+
+    def _planned(self, begin: BinlogPosition, limits: tuple[Any, ...], ahead: bool) -> _Scan | None:
+        """The scan planning a batch from ``begin`` (None: nothing new), its key log kept for `partitions`;
+        with ``ahead``, the next batch's scan started (`_ScanAhead`) when this one ended at a limit."""
+        scan = self._ahead.take(begin, *limits) or self.scan(begin, *limits)
+        end = scan.end
+        if end is None or (end.file, end.pos) == (begin.file, begin.pos):
+            return None
+        if ahead and scan.stopped and not scan.signals:
+            self._ahead.start(self.scan, end, *limits)  # the next batch's, while Spark runs this one
+        self._key_logs[(_pkey(begin.file, begin.pos), _pkey(end.file, end.pos))] = scan.keys
+        while len(self._key_logs) > _REMEMBERED:
+            del self._key_logs[next(iter(self._key_logs))]
+        return scan
 
     # ------------------------------------------------------------------ snapshots on demand (docs/snapshot.md)
 
