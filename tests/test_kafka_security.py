@@ -240,8 +240,9 @@ def test_a_failing_sasl_sink_shows_the_password_nowhere(
     from changefeed.capture.binlog import file_capture  # noqa: PLC0415
 
     events = list(file_capture(Path(__file__).parent / "fixtures" / "binlog" / "full").events())[:20]
-    with pytest.raises(ChangefeedError) as failure, KafkaSink(config) as sink:
-        sink.topics.timeout_s = 3  # the admin client's SASL handshake cannot succeed: fail in 3 s, not 30
+    sink = KafkaSink(config)
+    sink.topics.timeout_s = 3  # before `open` looks the topic up: the SASL handshake cannot succeed; 3 s, not 30
+    with pytest.raises(ChangefeedError) as failure, sink:
         sink.write(events)
         sink.flush()
     text = str(failure.value)
