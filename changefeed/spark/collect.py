@@ -13,7 +13,8 @@ temporary name and renamed: a file that exists is whole) and hands Spark only a 
 runs the job in a thread and reads partition k's file as soon as it and those before it exist,
 while later tasks still run. The envelope bytes also skip the JVM (no conversion to rows and back).
 A task attempt that is retried writes the same file again (encoding is deterministic), so reading
-either copy is the same. Elsewhere (a cluster, Spark Connect) the output is collected whole and
+either copy is the same. A killed driver's directory is removed by the next driver on the machine
+(its name holds the process id). Elsewhere (a cluster, Spark Connect) the output is collected whole and
 handed over partition by partition, as before.
 """
 
@@ -55,12 +56,36 @@ def partitions_in_order(df: DataFrame, fn: TaskOutput) -> Iterator[tuple[int, pa
     if context is None or not is_local_master(context.master or ""):
         yield from _split(df.mapInArrow(fn, ENVELOPE_DDL).toArrow())
         return
-    directory = Path(tempfile.mkdtemp(prefix="changefeed-collect-"))
+    _sweep_once()
+    directory = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-"))
     try:
         job = _Job(df.mapInArrow(_to_file(fn, str(directory)), ENVELOPE_DDL))
         yield from _files_in_order(directory, job)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
+
+
+_PREFIX = "changefeed-collect-"
+_swept = False
+
+
+def _sweep_once() -> None:
+    """Remove what a killed driver left (its batch's files: up to a batch of envelopes), once a process:
+    directories named after a process id that no longer runs. A live process with that id keeps them."""
+    global _swept  # noqa: PLW0603 - once per process
+    if _swept:
+        return
+    _swept = True
+    for path in Path(tempfile.gettempdir()).glob(f"{_PREFIX}*-*"):
+        pid = path.name[len(_PREFIX) :].partition("-")[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except OSError:  # another user's process: alive
+            continue
 
 
 def _split(table: pa.Table) -> Iterator[tuple[int, pa.Table]]:

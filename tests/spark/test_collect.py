@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -105,3 +108,19 @@ def test_unreadable_task_output_names_the_partition(tmp_path: Path) -> None:
     with pytest.raises(collect.CaptureError, match="unreadable task output") as raised:
         collect._read(tmp_path / "part-000000.arrow", 0)
     assert "partition 0" in str(raised.value)
+
+
+def test_a_killed_drivers_directory_is_swept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(collect.tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(collect, "_swept", False)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    dead = tmp_path / f"changefeed-collect-{gone.pid}-abc"
+    alive = tmp_path / "changefeed-collect-1-abc"  # init runs
+    mine = tmp_path / f"changefeed-collect-{os.getpid()}-abc"
+    other = tmp_path / "changefeed-collect-x-abc"
+    for path in (dead, alive, mine, other):
+        path.mkdir()
+        (path / "part-000000.arrow").write_bytes(b"x")
+    collect._sweep_once()
+    assert not dead.exists() and alive.exists() and mine.exists() and other.exists()
