@@ -18,6 +18,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .classarchive import with_archive
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -147,6 +149,8 @@ def spark_session(
     if jar_list:
         conf["spark.jars"] = ",".join(jar_list)
     conf.update(extra_conf or {})
+    # The driver JVM's Spark classes mapped from a class-data-sharing archive, when scripts/setup built one.
+    conf["spark.driver.extraJavaOptions"] = with_archive(str(conf.get("spark.driver.extraJavaOptions") or ""))
 
     builder = SparkSession.builder.master(local_with_retries(master)).appName(app_name)
     for key, value in conf.items():
