@@ -27,6 +27,8 @@ __all__ = ["archive_path", "build", "with_archive"]
 
 #: Bumped when what goes into an archive changes.
 _VERSION = 1
+#: Archives of other environments kept besides the one built.
+_KEEP = 2
 #: A refused archive (another JDK build, a changed classpath) is a warning on the JVM's stdout: not ours.
 _QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
 
@@ -52,12 +54,14 @@ def archive_path() -> Path | None:
 
     jars = Path(pyspark.__file__).parent / "jars"
     key = hashlib.sha256()
-    key.update(f"{_VERSION}\n{java}\n{pyspark.__version__}\n".encode())
+    # The JVM checks the archive against its class path (where each jar is, and its size and time).
+    key.update(f"{_VERSION}\n{java}\n{pyspark.__version__}\n{jars.resolve()}\n".encode())
     release = java.parent.parent / "release"
     if release.is_file():
         key.update(release.read_bytes())
     for jar in sorted(jars.glob("*.jar")):
-        key.update(f"{jar.name}:{jar.stat().st_size}\n".encode())
+        stat = jar.stat()
+        key.update(f"{jar.name}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
     return _cache_dir() / f"spark-driver-{key.hexdigest()[:16]}.jsa"
 
 
@@ -98,4 +102,8 @@ def build(force: bool = False) -> Path | None:
     if not temporary.is_file():
         return None
     os.replace(temporary, path)
+    # Older archives (other virtualenvs, JDKs, PySpark versions): the newest few stay, ~160 MB each.
+    others = sorted((p for p in path.parent.glob("spark-driver-*.jsa") if p != path), key=lambda p: p.stat().st_mtime)
+    for old in others[:-_KEEP]:
+        old.unlink(missing_ok=True)
     return path
