@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -33,6 +32,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import CaptureError
+from ..files.tempdirs import process_temp_dir
 from .envelope import ENVELOPE_DDL, ENVELOPE_SCHEMA
 from .ship import is_local_master
 
@@ -56,8 +56,7 @@ def partitions_in_order(df: DataFrame, fn: TaskOutput) -> Iterator[tuple[int, pa
     if context is None or not is_local_master(context.master or ""):
         yield from _split(df.mapInArrow(fn, ENVELOPE_DDL).toArrow())
         return
-    _sweep_once()
-    directory = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-"))
+    directory = Path(process_temp_dir(_PREFIX))
     try:
         job = _Job(df.mapInArrow(_to_file(fn, str(directory)), ENVELOPE_DDL))
         yield from _files_in_order(directory, job)
@@ -66,26 +65,6 @@ def partitions_in_order(df: DataFrame, fn: TaskOutput) -> Iterator[tuple[int, pa
 
 
 _PREFIX = "changefeed-collect-"
-_swept = False
-
-
-def _sweep_once() -> None:
-    """Remove what a killed driver left (its batch's files: up to a batch of envelopes), once a process:
-    directories named after a process id that no longer runs. A live process with that id keeps them."""
-    global _swept  # noqa: PLW0603 - once per process
-    if _swept:
-        return
-    _swept = True
-    for path in Path(tempfile.gettempdir()).glob(f"{_PREFIX}*-*"):
-        pid = path.name[len(_PREFIX) :].partition("-")[0]
-        if not pid.isdigit() or int(pid) == os.getpid():
-            continue
-        try:
-            os.kill(int(pid), 0)
-        except ProcessLookupError:
-            shutil.rmtree(path, ignore_errors=True)
-        except OSError:  # another user's process: alive
-            continue
 
 
 def _split(table: pa.Table) -> Iterator[tuple[int, pa.Table]]:

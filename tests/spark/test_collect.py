@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,6 +14,7 @@ import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
 
+from changefeed.files import tempdirs
 from changefeed.spark import collect
 from changefeed.spark.collect import partitions_in_order
 from changefeed.spark.envelope import ENVELOPE_SCHEMA
@@ -40,7 +42,7 @@ def test_the_first_partition_is_handed_over_while_the_last_task_still_runs(
     after the last task, it would wait in vain (and say so after 60 s). Every partition comes whole, in order,
     its envelopes in the order the task yielded them, and none of the files is left behind."""
     flag = str(tmp_path / "got-partition-0")
-    monkeypatch.setattr(collect.tempfile, "tempdir", str(tmp_path))  # where the driver's directory goes
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the driver's directory goes
 
     def tasks(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         part = _part()
@@ -111,8 +113,8 @@ def test_unreadable_task_output_names_the_partition(tmp_path: Path) -> None:
 
 
 def test_a_killed_drivers_directory_is_swept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(collect.tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setattr(collect, "_swept", False)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.setattr(tempdirs, "_swept", set())
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
     dead = tmp_path / f"changefeed-collect-{gone.pid}-abc"
@@ -122,5 +124,5 @@ def test_a_killed_drivers_directory_is_swept(tmp_path: Path, monkeypatch: pytest
     for path in (dead, alive, mine, other):
         path.mkdir()
         (path / "part-000000.arrow").write_bytes(b"x")
-    collect._sweep_once()
+    tempdirs.sweep_dead(collect._PREFIX)
     assert not dead.exists() and alive.exists() and mine.exists() and other.exists()

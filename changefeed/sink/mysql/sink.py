@@ -30,7 +30,6 @@ import itertools
 import logging
 import os
 import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -57,6 +56,7 @@ from ...dispatch.route import ShardDDL
 from ...dispatch.shardddl import ShardDDLConflictError
 from ...dispatch.shardlock import ShardKey
 from ...errors import ConfigError, SinkError, positive_int, true_false
+from ...files.tempdirs import process_temp_dir
 from ...model import ActionType, DDLEvent, Event, Index, Resolved, RowChange, TableSchema
 from ...model.rowblock import RowBlock, TableRows
 from ..base import SinkContext
@@ -256,8 +256,7 @@ class _Session:
     def load_path(self) -> str:
         """The LOAD DATA file's path, in a directory only this process's user can enter (mkdtemp: 0700)."""
         if self._dir is None:
-            _sweep_load_dirs()
-            self._dir = tempfile.mkdtemp(prefix=f"{_LOAD_DIR_PREFIX}{os.getpid()}-")
+            self._dir = process_temp_dir(_LOAD_DIR_PREFIX)  # a killed process's directories swept first
         return os.path.join(self._dir, "rows.tsv")
 
     def load(self, sql: str, file: LoadFile, fault: FaultHook) -> None:
@@ -370,35 +369,6 @@ class _Session:
 
 
 _LOAD_DIR_PREFIX = "changefeed-load-"
-_swept = threading.Event()
-
-
-def _sweep_load_dirs() -> None:
-    """Once per process: remove LOAD DATA directories a killed process of this user left behind.
-
-    A directory is ``changefeed-load-<pid>-XXXX``; it is removed only when it is this user's, a
-    real directory, and its process is gone (a reused pid keeps it: the safe way to be wrong).
-    """
-    if _swept.is_set():
-        return
-    _swept.set()
-    base = tempfile.gettempdir()
-    try:
-        names = [n for n in os.listdir(base) if n.startswith(_LOAD_DIR_PREFIX)]
-    except OSError:
-        return
-    for name in names:
-        pid = name[len(_LOAD_DIR_PREFIX) :].split("-", 1)[0]
-        path = os.path.join(base, name)
-        try:
-            st = os.lstat(path)
-            if not pid.isdigit() or st.st_uid != os.getuid() or not os.path.isdir(path) or os.path.islink(path):
-                continue
-            os.kill(int(pid), 0)  # raises ProcessLookupError when the process is gone
-        except ProcessLookupError:
-            shutil.rmtree(path, ignore_errors=True)
-        except OSError:
-            continue
 
 
 class _Applier:

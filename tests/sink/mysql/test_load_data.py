@@ -15,7 +15,6 @@ import os
 import random
 import subprocess
 import tempfile
-import threading
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
@@ -32,6 +31,7 @@ from changefeed.clients.mysql import (
     parse_mysql_url,
 )
 from changefeed.errors import ConfigError, SinkError
+from changefeed.files import tempdirs
 from changefeed.model import Column, Index, Op, Resolved, TableSchema, TypeCode
 from changefeed.model.gofloat import to_float32
 from changefeed.model.rowblock import RowBlock, Segment, expand_blocks
@@ -407,7 +407,7 @@ def test_the_file_lives_in_a_private_directory_and_is_removed(
 def test_directories_of_killed_processes_are_swept(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """A kill -9 mid-LOAD leaves the session's directory: the next process of the user removes it."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setattr(sink_module, "_swept", threading.Event())
+    monkeypatch.setattr(tempdirs, "_swept", set())
     gone = subprocess.Popen(["true"])
     gone.wait()
     dead = tmp_path / f"changefeed-load-{gone.pid}-abc"
