@@ -97,6 +97,7 @@ _NEEDS_TLS = frozenset({"REQUIRED", "VERIFY_CA", "VERIFY_IDENTITY"})
 _CR_SSL_CONNECTION_ERROR = 2026  # PyMySQL: "SSL is required but the server doesn't support it"
 # libmysqlclient's code for a LOCAL INFILE request it will not serve (outside --local-infile-dir).
 CR_LOAD_DATA_LOCAL_INFILE_REJECTED = 2068
+CR_COMMANDS_OUT_OF_SYNC = 2014  # the client library's error for a reply out of the protocol's order
 
 log = logging.getLogger(__name__)
 _lock = threading.Lock()
@@ -212,10 +213,14 @@ if TYPE_CHECKING:
 
         def write_packet(self, payload: bytes) -> None: ...
 
+        def _write_bytes(self, data: bytes) -> None: ...
+
     class PyMySQLResult(MySQLResult):
         """PyMySQL's result reader with the LOCAL INFILE step (not in types-PyMySQL)."""
 
         def _read_load_local_packet(self, first_packet: Any) -> None: ...
+
+        def _read_ok_packet(self, packet: Any) -> None: ...
 
 else:
     PyMySQLConnection = Connection
@@ -257,12 +262,48 @@ class _GuardedResult(PyMySQLResult):
             except MySQLError:
                 log.debug("server answer to a refused LOCAL INFILE request", exc_info=True)
             raise
-        super()._read_load_local_packet(first_packet)
+        data = getattr(conn, "_cf_data", None)
+        if data is None:
+            super()._read_load_local_packet(first_packet)
+            return
+        _send_local_data(conn, data)
+        ok_packet = conn._read_packet()  # raises the statement's error (a duplicate key, ...)
+        if not ok_packet.is_ok_packet():
+            raise OperationalError(CR_COMMANDS_OUT_OF_SYNC, "Commands Out of Sync")
+        self._read_ok_packet(ok_packet)
+
+
+#: Bytes of file data per LOCAL INFILE packet: PyMySQL's (and the C client's) size, which every
+#: server's ``max_allowed_packet`` admits.
+_LOCAL_PACKET = 16 * 1024
+
+
+def _send_local_data(conn: Any, data: bytes | memoryview) -> None:
+    """``data`` as LOCAL INFILE packets and the empty packet that ends them (the MySQL protocol's
+    file transfer), in one socket write.
+
+    Why one write: the sink's applier thread shares the GIL with the thread that decodes the next
+    rows, and every socket write gives the GIL up and waits to get it back (up to the 5 ms switch
+    interval); PyMySQL's own transfer writes each 16 KB packet by itself.
+    """
+    size = min(conn.max_allowed_packet, _LOCAL_PACKET)
+    seq = conn._next_seq_id
+    view = memoryview(data)
+    parts: list[bytes] = []
+    for at in range(0, len(data), size):
+        chunk = view[at : at + size]
+        parts.append(len(chunk).to_bytes(3, "little") + bytes((seq,)))
+        parts.append(chunk.tobytes())
+        seq = (seq + 1) % 256
+    parts.append(b"\0\0\0" + bytes((seq,)))  # the empty packet: the file ends
+    conn._write_bytes(b"".join(parts))
+    conn._next_seq_id = (seq + 1) % 256
 
 
 class _Connection(PyMySQLConnection):
     _cf_tls: TLSOptions | None = None
     _cf_offered: bytes | None = None  # the file `load_local_infile` offers while its statement runs
+    _cf_data: bytes | memoryview | None = None  # its contents, sent from memory (None: read from the file)
 
     def _read_query_result(self, unbuffered: bool = False) -> Any:
         # PyMySQL's own, with the guarded result reader (every statement's reply may be a LOCAL request).
@@ -335,22 +376,26 @@ class LoadResult:
 _LOAD_INFO = re.compile(rb"Records: *(\d+) +Deleted: *(\d+) +Skipped: *(\d+) +Warnings: *(\d+)")
 
 
-def load_local_infile(conn: Connection, sql: str, path: str) -> LoadResult:
+def load_local_infile(conn: Connection, sql: str, path: str, data: bytes | memoryview | None = None) -> LoadResult:
     """Run ``sql`` (a ``LOAD DATA LOCAL INFILE`` naming ``path``) offering the file at ``path`` only.
 
-    The connection must have been opened with ``local_infile=True``. Raises the statement's error,
+    ``data``: the file's contents, sent from memory (``path`` is then only the name the statement
+    and the server's request carry; nothing is read from or written to disk). The connection must
+    have been opened with ``local_infile=True``. Raises the statement's error,
     `LocalFileRefusedError` for a request of any other file, and InternalError when the server's
     reply has no LOAD DATA info.
     """
     if not isinstance(conn, _Connection):
         raise TypeError("load_local_infile needs a connection made by changefeed.clients.mysql.connect")
     conn._cf_offered = os.fsencode(path)
+    conn._cf_data = data
     try:
         with conn.cursor() as cur:
             cur.execute(sql)
         result = conn._result
     finally:
         conn._cf_offered = None
+        conn._cf_data = None
     message = bytes(getattr(result, "message", b"") or b"")
     found = _LOAD_INFO.search(message)
     if found is None:

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from ..errors import EventFormatError, clip
 from .arrow import arrow_type
-from .events import DDLEvent, Event, Op, Resolved, RowChange
+from .events import DDLEvent, Event, Op, Position, Resolved, RowChange
 from .gofloat import format_json
 from .rowblock import RowBlock, Segment, TableRows
 from .schema import Column, Index, TableSchema
@@ -152,7 +152,12 @@ def dumps_event(event: Event) -> bytes:
     return orjson.dumps(event_to_json(event), option=orjson.OPT_APPEND_NEWLINE)
 
 
-def dumps_inserts(table: TableSchema, commit_ts: int, images: Sequence[tuple[Any, ...]]) -> bytes:
+def dumps_inserts(
+    table: TableSchema,
+    commit_ts: int,
+    images: Sequence[tuple[Any, ...]],
+    positions: Sequence[Position | None] | None = None,
+) -> bytes:
     """Many INSERTs of one table at one commit ts as ONE line (kind ``inserts``): the schema once, then
     each row's values in column order.
 
@@ -160,7 +165,8 @@ def dumps_inserts(table: TableSchema, commit_ts: int, images: Sequence[tuple[Any
     and ~30 µs a 10-column row to write, as much to read: bench/RESULTS.md). Values are written as
     in a row line, except FLOAT/DOUBLE: orjson's own shortest round-trip digits instead of Go's
     formatting (~4 µs a value less; the value read back is the same). `EventReader.read` gives
-    back the same `RowChange`s a row line each would.
+    back the same `RowChange`s a row line each would. ``positions``: each row's, written as one
+    ``position`` where all are the same, else as ``positions`` (one per row).
     """
     cols = table.columns
     as_is = [c.type_code in FLOAT_TYPES for c in cols]
@@ -172,6 +178,14 @@ def dumps_inserts(table: TableSchema, commit_ts: int, images: Sequence[tuple[Any
         for image in images
     ]
     obj = {"kind": "inserts", "commit_ts": commit_ts, "table_schema": table_schema_to_json(table), "rows": rows}
+    if positions:
+        if len(positions) != len(images):
+            raise ValueError(f"{len(positions)} positions for {len(images)} rows")
+        first = positions[0]
+        if any(q != first for q in positions):
+            obj["positions"] = [None if q is None else dict(q) for q in positions]
+        elif first is not None:
+            obj["position"] = dict(first)
     return orjson.dumps(obj, option=orjson.OPT_APPEND_NEWLINE)
 
 
@@ -243,7 +257,15 @@ class EventReader:
         cols = table.columns
         if not isinstance(rows, list) or not all(isinstance(r, list) and len(r) == len(cols) for r in rows):
             raise EventFormatError(f"an inserts line needs 'rows': lists of {len(cols)} values")
-        position = obj.get("position")
+        positions = obj.get("positions")
+        if positions is None:
+            positions = [obj.get("position")] * len(rows)
+        elif not (
+            isinstance(positions, list)
+            and len(positions) == len(rows)
+            and all(q is None or isinstance(q, dict) for q in positions)
+        ):
+            raise EventFormatError(f"an inserts line's 'positions' must be {len(rows)} objects or nulls")
         return [
             RowChange(
                 Op.INSERT,
@@ -252,7 +274,7 @@ class EventReader:
                 new=tuple(_value_from_json(c, v) for c, v in zip(cols, r, strict=True)),
                 position=position,
             )
-            for r in rows
+            for r, position in zip(rows, positions, strict=True)
         ]
 
     def _inserts_block(self, obj: dict[str, Any]) -> RowBlock | None:
@@ -265,6 +287,8 @@ class EventReader:
         if not isinstance(rows, list) or not rows or not all(type(r) is list and len(r) == len(cols) for r in rows):
             return None
         if commit_ts > _I64_MAX or ("position" in obj and not isinstance(obj["position"], dict | None)):
+            return None
+        if "positions" in obj:  # a position per row: read row by row
             return None
         arrays: list[pa.Array] = []
         for column, values in zip(cols, zip(*rows, strict=True), strict=True):

@@ -39,7 +39,7 @@ from .ship import is_local_master
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-__all__ = ["TaskOutput", "partitions_in_order"]
+__all__ = ["Arrivals", "TaskOutput", "partitions_in_order"]
 
 TaskOutput = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 """A ``mapInArrow`` function whose output rows are envelopes (`ENVELOPE_SCHEMA`), ``part`` its partition."""
@@ -52,16 +52,92 @@ def partitions_in_order(df: DataFrame, fn: TaskOutput) -> Iterator[tuple[int, pa
     each as soon as it and those before it are done (on this machine's executors; see the module doc).
 
     Leaving the iteration early is allowed: the job is waited for and its files removed."""
-    context = getattr(df.sparkSession, "_sc", None)  # None: Spark Connect
-    if context is None or not is_local_master(context.master or ""):
-        yield from _split(df.mapInArrow(fn, ENVELOPE_DDL).toArrow())
-        return
-    directory = Path(process_temp_dir(_PREFIX))
+    arrivals = Arrivals(df, fn)
     try:
-        job = _Job(df.mapInArrow(_to_file(fn, str(directory)), ENVELOPE_DDL))
-        yield from _files_in_order(directory, job)
+        while (item := arrivals.next()) is not None:
+            yield item
     finally:
-        shutil.rmtree(directory, ignore_errors=True)
+        arrivals.close()
+
+
+class Arrivals:
+    """`partitions_in_order` for a reader that has other work while it waits: `poll` never waits.
+
+    ``close`` must follow (it waits for the job and removes its files), also after an error."""
+
+    def __init__(self, df: DataFrame, fn: TaskOutput) -> None:
+        self._part = 0
+        self._ended = False
+        self._job: _Job | None = None
+        self._directory: Path | None = None
+        self._whole: list[tuple[int, pa.Table]] = []
+        context = getattr(df.sparkSession, "_sc", None)  # None: Spark Connect
+        if context is None or not is_local_master(context.master or ""):
+            self._whole = list(_split(df.mapInArrow(fn, ENVELOPE_DDL).toArrow()))
+            return
+        self._directory = Path(process_temp_dir(_PREFIX))
+        self._job = _Job(df.mapInArrow(_to_file(fn, str(self._directory)), ENVELOPE_DDL))
+
+    def poll(self) -> tuple[int, pa.Table] | None:
+        """The next partition's output if it is there now; None if not (yet or any more)."""
+        if self._ended:
+            return None
+        if self._job is None:
+            return self._from_whole()
+        assert self._directory is not None
+        path = self._directory / _name(self._part)
+        if not path.exists():
+            return None
+        self._part += 1
+        return self._part - 1, _read(path, self._part - 1)
+
+    def next(self) -> tuple[int, pa.Table] | None:
+        """The next partition's output, waiting for it; None once every partition was handed over
+        (the job's error, or markers that disagree with what was read, raised then)."""
+        if self._job is None:
+            item = self._from_whole()
+            self._ended = item is None
+            return item
+        pause = _POLL[0]
+        while not self._ended:
+            finished = self._job.done()  # before the look: a job done by then wrote every file it will write
+            item = self.poll()
+            if item is not None:
+                return item
+            if finished:
+                self._ended = True
+                self._check(self._job)
+                break
+            time.sleep(pause)
+            pause = min(pause * 2, _POLL[1])
+        return None
+
+    def _from_whole(self) -> tuple[int, pa.Table] | None:
+        if self._part >= len(self._whole):
+            return None
+        self._part += 1
+        return self._whole[self._part - 1]
+
+    def _check(self, job: _Job) -> None:
+        job.wait()
+        if job.error is not None:
+            raise job.error
+        assert job.markers is not None
+        parts = sorted(job.markers.column("part").to_pylist())
+        if parts != list(range(len(parts))) or len(parts) != self._part:
+            raise CaptureError(
+                f"collect: the tasks reported partitions {parts[:5]}... ({len(parts)}), {self._part} were read",
+                where="the collect",
+            )
+
+    def close(self) -> None:
+        """Wait for the job (left early: its remaining tasks end first) and remove its files."""
+        self._ended = True
+        self._whole = []
+        if self._job is not None:
+            self._job.wait()
+        if self._directory is not None:
+            shutil.rmtree(self._directory, ignore_errors=True)
 
 
 _PREFIX = "changefeed-collect-"
@@ -137,30 +213,3 @@ def _read(path: Path, part: int) -> pa.Table:
     if table.schema != ENVELOPE_SCHEMA:
         raise CaptureError(f"collect: task output of {table.schema}, expected envelopes", where=f"partition {part}")
     return table
-
-
-def _files_in_order(directory: Path, job: _Job) -> Iterator[tuple[int, pa.Table]]:
-    part, pause = 0, _POLL[0]
-    try:
-        while True:
-            path = directory / _name(part)
-            finished = job.done()  # before the look: a job done by then wrote every file it will write
-            if path.exists():
-                yield part, _read(path, part)
-                part, pause = part + 1, _POLL[0]
-                continue
-            if finished:
-                break
-            time.sleep(pause)
-            pause = min(pause * 2, _POLL[1])
-    finally:
-        job.wait()
-    if job.error is not None:
-        raise job.error
-    assert job.markers is not None
-    parts = sorted(job.markers.column("part").to_pylist())
-    if parts != list(range(len(parts))) or len(parts) != part:
-        raise CaptureError(
-            f"collect: the tasks reported partitions {parts[:5]}... ({len(parts)}), {part} were read",
-            where="the collect",
-        )

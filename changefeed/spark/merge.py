@@ -11,8 +11,11 @@ either way they are fed to a `PartitionMerger`. The merger's state is saved as d
 batch, keyed by batch id, into the job's checkpoint directory (`save_state` / `load_state`).
 
 State file ``merge-<batch id>.jsonl``: line 1 is a JSON header (format, version, batch, topic,
-partitions and `PartitionMerger.snapshot`'s numbers); each further line is one unreleased event
-in the project's JSONL form (changefeed/model/jsonl.py). Only pending events are there (rows
+partitions and `PartitionMerger.snapshot`'s numbers); the further lines are the unreleased events
+in the project's JSONL form (changefeed/model/jsonl.py), in order: one event a line, or a run of
+plain INSERTs of one table at one commit ts as one ``inserts`` line (version 3: the table's
+definition once, ~3 µs a 10-column row to write against ~30 for a row line; a batch ends with up
+to a resolved interval of rows waiting, and the file is written every batch). Only pending events are there (rows
 waiting for other partitions' resolved ts, DDLs waiting for every partition): released rows are
 never saved. Written to a temporary file, fsynced and renamed, so a crash leaves either the old
 or the new file.
@@ -26,23 +29,29 @@ never commits batch N's offsets without the rows it left pending being saved.
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import orjson
+import pyarrow as pa
 
 from ..consume import PartitionMerger
 from ..errors import ChangefeedError, ascii_digits
 from ..files.store import StateStore, open_store
-from ..model import Event, Resolved, RowChange, TableSchema
-from ..model.jsonl import EventReader, dumps_event
+from ..model import Event, Op, Resolved, RowChange, TableSchema
+from ..model.jsonl import EventReader, dumps_event, dumps_inserts
 from ..model.rowblock import RowBlock
+from ..model.values import ABSENT
+from .collect import Arrivals
+from .datasource.decoded import DECODED, DECODED_SCHEMA
 from .encode import event_order
+from .envelope import ENVELOPE_SCHEMA, wrap
 
 if TYPE_CHECKING:
-    import pyarrow as pa
+    from pyspark.sql import DataFrame
 
     from .datasource.decoded import DecodedReader
     from .datasource.kafka import MessageDecoder
@@ -50,10 +59,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _KEEP = 3  # state files kept (the newest is what the next batch needs; older ones help debugging)
-# Version 2 adds undecided replays (``replays`` per partition, changefeed/consume/merge.py); this
-# changefeed reads version 1 too (a state without them). A version 1 reader refuses version 2.
-_FORMAT, _VERSION = "changefeed-merge-state", 2
-_READS = (1, 2)
+# Version 2 adds undecided replays (``replays`` per partition, changefeed/consume/merge.py), version
+# 3 ``inserts`` lines; this changefeed reads versions 1 and 2 too. An older reader refuses a newer one.
+_FORMAT, _VERSION = "changefeed-merge-state", 3
+_READS = (1, 2, 3)
 _PREFIX, _SUFFIX = "merge-", ".jsonl"
 
 Decoded = Iterable[tuple[int, int, Sequence[Event | RowBlock]] | tuple[int, int, Sequence[Event | RowBlock], int]]
@@ -62,6 +71,32 @@ Decoded = Iterable[tuple[int, int, Sequence[Event | RowBlock]] | tuple[int, int,
 CHUNK_ROWS = 16384
 #: What the merge may hold for partitions waiting on a slower one, in message bytes, at least.
 MIN_PENDING_BYTES = 512 << 20
+
+
+def _envelopes(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A task's ``output=messages`` rows as they are: envelopes already (`Arrivals`' task function)."""
+    for batch in batches:
+        yield pa.RecordBatch.from_arrays(batch.columns, schema=ENVELOPE_SCHEMA)
+
+
+def _as_envelopes(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """A task's ``output=decoded`` rows, each Arrow batch as one envelope (`Arrivals`' task function)."""
+    for batch in batches:
+        if batch.num_rows:
+            part = batch.column(0)[0].as_py()
+            yield wrap(pa.RecordBatch.from_arrays(batch.columns, schema=DECODED_SCHEMA), part)
+
+
+class Arriving(Protocol):
+    """Task outputs handed over one Spark partition at a time (`Arrivals`)."""
+
+    def poll(self) -> tuple[int, pa.Table] | None:
+        """The next partition's envelopes if here now, else None."""
+        ...
+
+    def next(self) -> tuple[int, pa.Table] | None:
+        """The next partition's envelopes, waiting for them; None when every one was handed over."""
+        ...
 
 
 class SchemaInterner:
@@ -180,8 +215,47 @@ def save_state(
         "merger": state,
     }
     parts = [orjson.dumps(header, option=orjson.OPT_APPEND_NEWLINE)]
-    parts.extend(dumps_event(event) for event in events)
+    parts.extend(_event_lines(events))
     store.write(name, b"".join(parts))
+
+
+def _plain_insert(event: Event) -> RowChange | None:
+    """``event`` if it is an INSERT an ``inserts`` line carries as it is (a whole new image, nothing
+    else a row line has), else None."""
+    if (
+        isinstance(event, RowChange)
+        and event.op is Op.INSERT
+        and event.old is None
+        and event.new is not None
+        and not (event.start_ts or event.partition_id or event.row_id)
+        and ABSENT not in event.new
+    ):
+        return event
+    return None
+
+
+def _event_lines(events: Sequence[Event]) -> Iterator[bytes]:
+    """``events`` as JSONL lines, in order: each run of plain INSERTs of one table at one commit ts as
+    one ``inserts`` line (their positions kept), anything else a line each."""
+    run: list[RowChange] = []
+    for event in events:
+        row = _plain_insert(event)
+        if run and (row is None or row.table_schema is not run[0].table_schema or row.commit_ts != run[0].commit_ts):
+            yield _run_line(run)
+            run = []
+        if row is not None:
+            run.append(row)
+        else:
+            yield dumps_event(event)
+    if run:
+        yield _run_line(run)
+
+
+def _run_line(run: list[RowChange]) -> bytes:
+    if len(run) == 1:
+        return dumps_event(run[0])
+    images = [cast("tuple[Any, ...]", row.new) for row in run]
+    return dumps_inserts(run[0].table_schema, run[0].commit_ts, images, [row.position for row in run])
 
 
 def load_state(store: StateStore, name: str, topic: str, partitions: Sequence[int]) -> PartitionMerger:
@@ -203,7 +277,9 @@ def load_state(store: StateStore, name: str, topic: str, partitions: Sequence[in
                 f"version {header.get('version')!r}, this changefeed reads versions {', '.join(map(str, _READS))}"
             )
         reader = EventReader(source=str(path))
-        events = [reader.parse(line, where=f"{path}:{n}") for n, line in enumerate(lines[1:], 2) if line.strip()]
+        events = [
+            e for n, line in enumerate(lines[1:], 2) if line.strip() for e in reader.parse_all(line, f"{path}:{n}")
+        ]
         merger = PartitionMerger.restore(header["merger"], events)
         if sorted(merger.partitions) != header["partitions"]:  # type: ignore[type-var]
             raise ValueError(f"the header names partitions {header['partitions']}, the state {merger.partitions}")
@@ -282,21 +358,77 @@ class MergeStage:
         """`run` in pieces: the partitions' messages decoded a few at a time, round robin, and what
         each piece lets the merge release handed on at once, so the sink applies it while the next
         piece is decoded."""
+        decoder = self._decoder()
+        return self._merged(lambda _: decoder.chunks(messages), batch_id)
+
+    def stream(self, batch: DataFrame, batch_id: int) -> Iterator[list[Event | RowBlock]]:
+        """`chunks` of a batch DataFrame whose Spark partitions are handed over one at a time as
+        their tasks end (`Arrivals`, changefeed/spark/collect.py; see `merge_arrivals`)."""
+        arrivals = Arrivals(batch, _as_envelopes if self.output == DECODED else _envelopes)
+        try:
+            yield from self.merge_arrivals(arrivals, batch_id)
+        finally:
+            arrivals.close()
+
+    def merge_arrivals(self, arrivals: Arriving, batch_id: int) -> Iterator[list[Event | RowBlock]]:
+        """`chunks` of a batch whose Spark partitions (a range of one Kafka partition's messages each,
+        a partition's ranges in offset order) come one at a time: those already here are decoded
+        while later ones are still read, a few messages at a time, the Kafka partition that holds
+        the global resolved ts back first (a turn of one far ahead only adds to what waits; ties
+        take turns). Unreleased rows wait in the merger for the partitions not yet here; past half
+        of `max_pending_bytes` the driver waits for them instead of decoding further, so it never
+        holds more than when the batch came whole."""
+        decoder = self._decoder()
+        bound = self.max_pending_bytes // 2
+
+        def pieces(merger: PartitionMerger) -> Iterator[Decoded]:
+            turns: dict[int, Iterator[Decoded]] = {}  # Kafka partition -> its pieces still to decode
+            last: dict[int, int] = {}  # Kafka partition -> when it last had a turn
+            clock = itertools.count()
+
+            def take(item: tuple[int, pa.Table] | None) -> bool:
+                if item is not None and item[1].num_rows:
+                    key, more = item[1].column("part")[0].as_py(), iter(decoder.chunks(item[1]))
+                    turns[key] = itertools.chain(turns[key], more) if key in turns else more
+                return item is not None
+
+            waiting = True  # partitions still to come
+            while waiting or turns:
+                while waiting and take(arrivals.poll()):
+                    pass
+                if waiting and (not turns or merger.held_bytes > bound):
+                    waiting = take(arrivals.next())
+                    continue
+                resolved = merger.resolved()
+                key = min(turns, key=lambda k: (resolved.get(k, 0), last.get(k, -1)))
+                piece = next(turns[key], None)
+                if piece is None:
+                    del turns[key]
+                    continue
+                last[key] = next(clock)
+                yield piece
+
+        return self._merged(pieces, batch_id)
+
+    def _decoder(self) -> MessageDecoder | DecodedReader:
         if self.decoder is None:
             raise ChangefeedError("the merge stage has no message decoder")
-        return self._merged(self.decoder.chunks(messages), batch_id)
+        return self.decoder
 
     def merge(self, messages: Decoded, batch_id: int) -> list[Event | RowBlock]:
         """The events now released in commit-ts order, ending with a Resolved when the global ts advanced."""
-        return [event for chunk in self._merged((messages,), batch_id) for event in chunk]
+        return [event for chunk in self._merged(lambda _: (messages,), batch_id) for event in chunk]
 
-    def _merged(self, pieces: Iterable[Decoded], batch_id: int) -> Iterator[list[Event | RowBlock]]:
-        """What each piece of decoded messages releases; the merger is kept for `commit` once all are fed."""
+    def _merged(
+        self, pieces_of: Callable[[PartitionMerger], Iterable[Decoded]], batch_id: int
+    ) -> Iterator[list[Event | RowBlock]]:
+        """What each piece of decoded messages releases; the merger is kept for `commit` once all are fed.
+        ``pieces_of`` gives the pieces; it may look at how much the merger holds."""
         merger = self._restore(batch_id)
         known = set(self.partitions)
         merger.max_pending_bytes = self.max_pending_bytes
         released = 0
-        for piece in pieces:
+        for piece in pieces_of(merger):
             for message in piece:
                 partition, offset, events = message[:3]
                 if partition not in known:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal
+from typing import Any
 
 import orjson
 import pytest
@@ -57,6 +58,30 @@ def test_an_inserts_line_gives_the_rows_row_lines_give(event: RowChange) -> None
     assert len(line) < sum(len(dumps_event(r)) for r in rows)
     with pytest.raises(EventFormatError, match="not one"):
         EventReader().parse(line)
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    row_changes(), st.lists(st.sampled_from([None, {"offset": 1}, {"offset": 2, "topic": "t"}]), min_size=1, max_size=5)
+)
+def test_an_inserts_line_keeps_each_rows_position(event: RowChange, positions: list[Any]) -> None:
+    """Positions as row lines keep them: one ``position`` where all rows share it, else ``positions``."""
+    if event.op is not Op.INSERT or event.new is None or ABSENT in event.new:
+        return
+    rows = [RowChange(Op.INSERT, event.table_schema, event.commit_ts, new=event.new, position=q) for q in positions]
+    line = dumps_inserts(event.table_schema, event.commit_ts, [event.new] * len(rows), positions)
+    assert list(EventReader().read([line])) == [EventReader().parse(dumps_event(r)) for r in rows]
+    assert ("positions" in orjson.loads(line)) == (len(set(map(repr, positions))) > 1)
+    assert list(expand_blocks(EventReader().read_blocks([line]))) == list(EventReader().read([line]))
+
+
+@pytest.mark.parametrize("positions", ['[{"offset":1}]', '{"offset":1}', "[1,2]", '[null,"x"]'])
+def test_an_inserts_line_with_bad_positions_is_an_error(positions: str) -> None:
+    table = TableSchema("s", "t", (Column("i", TypeCode.BIGINT),))
+    line = dumps_inserts(table, 7, [(1,), (2,)], [{"offset": 1}, {"offset": 2}])
+    line = line.replace(b'"positions":[{"offset":1},{"offset":2}]', b'"positions":' + positions.encode())
+    with pytest.raises(EventFormatError, match="'positions' must be 2 objects or nulls"):
+        list(EventReader(source="f").read([line]))
 
 
 @settings(max_examples=100, deadline=None)

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import replace
+from pathlib import Path
 
+import orjson
 import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
@@ -31,6 +33,7 @@ from changefeed.spark.datasource.kafka import (
     unwrap_messages,
 )
 from changefeed.spark.envelope import ENVELOPE_SCHEMA
+from changefeed.spark.merge import MergeStage
 from changefeed.testing import Broker
 
 from .helpers import captured
@@ -111,6 +114,81 @@ def test_messages_output_yields_exactly_the_ranges_messages(
     ]
     assert table.to_pylist() == expected
 
+    # Split into ranges of about 7 messages (eventsPerPartition): the same messages, on 10 Spark partitions.
+    split = spark.read.format("changefeed").options(**_source(broker, topic, output="messages", eventsPerPartition="7"))
+    df = split.load()
+    assert df.rdd.getNumPartitions() == 10
+    again = unwrap_messages(df.toArrow()).sort_by([("partition", "ascending"), ("offset", "ascending")])
+    assert again.to_pylist() == expected
+
+
+def _captured_topic(broker: Broker, codec: CodecOptions, name: str, partitions: int) -> str:
+    """A new topic holding the test capture's events, written by our Kafka sink."""
+    topic = f"cf-msg-{name}-{uuid.uuid4().hex[:8]}"
+    sink = KafkaSink(KafkaSinkConfig(broker.bootstrap_servers, topic, codec, partition_num=partitions))
+    try:
+        sink.write(list(captured()))
+        sink.flush()
+    finally:
+        sink.close()
+    return topic
+
+
+def _ranges(protocol: str = "open-protocol", **extra: str) -> list[tuple[int, int, int]]:
+    opts = SourceOptions.parse(
+        {"input": "kafka", "bootstrap.servers": "h:1", "topic": "t", "protocol": protocol, **extra}
+    )
+    ranges = KafkaInput(opts).partitions(
+        {"offsets": {"0": 2, "1": 0}}, {"offsets": {"0": 12, "1": 5, "2": 7}}, ChangelogRows()
+    )
+    return [(r.partition, r.start, r.end) for r in ranges]  # type: ignore[attr-defined]
+
+
+def test_a_partitions_range_is_split_into_spark_partitions_first_pieces_first() -> None:
+    """Each partition's first piece, then each one's second...: the apply job merges partitions as
+    their pieces arrive in this order; equal pieces of about ``eventsPerPartition`` messages."""
+    first, second, third = [(0, 2, 5), (1, 0, 2), (2, 0, 3)], [(0, 5, 8), (1, 2, 5), (2, 3, 7)], [(0, 8, 12)]
+    assert _ranges(eventsPerPartition="4") == first + second + third
+    assert _ranges() == [(0, 2, 12), (1, 0, 5), (2, 0, 7)]  # default 2048
+    # Simple's decoder may hold a DML for a schema a later message brings: a range ends only where a batch does.
+    assert _ranges("simple", eventsPerPartition="4") == [(0, 2, 12), (1, 0, 5), (2, 0, 7)]
+    for bad in ("0", "-3", "x"):
+        with pytest.raises(ConfigError, match="eventsPerPartition"):
+            _ranges(eventsPerPartition=bad)
+
+
+def test_ranges_handed_over_as_they_end_merge_as_the_whole_batch(
+    spark: SparkSession, broker: Broker, tmp_path: Path
+) -> None:
+    """`MergeStage.stream` (ranges of ``eventsPerPartition`` messages handed over as their tasks end)
+    releases what `MergeStage.chunks` does over the batch collected whole."""
+    codec = PROTOCOLS["open-protocol"]
+    topic = _captured_topic(broker, codec, "stream", partitions=3)
+    register(spark)
+    source = _source(broker, topic, output="messages", eventsPerPartition="3")
+    df = spark.read.format("changefeed").options(**source).load()
+    assert df.rdd.getNumPartitions() > 6
+    released = {}
+    for how in ("whole", "stream"):
+        kafka = KafkaInput(SourceOptions.parse(source))
+        decoder = MessageDecoder(broker.bootstrap_servers, topic, codec, ChangelogRows())
+        stage = MergeStage(tmp_path / how, topic, kafka.partition_ids(), decoder)
+        pieces = stage.chunks(df.toArrow(), 0) if how == "whole" else stage.stream(df, 0)
+        released[how] = _lines([e for piece in pieces for e in piece])
+        stage.close()
+        kafka.close()
+    # The same events in the same order, released in more steps (a resolved event after each). A DDL
+    # is on every partition: the copy the merge meets first gives its position.
+    stream, whole = released["stream"], released["whole"]
+    rows = [
+        [{k: v for k, v in obj.items() if k != "position" or obj["kind"] != "ddl"} for obj in map(orjson.loads, lines)]
+        for lines in (stream, whole)
+    ]
+    rows = [[obj for obj in objs if obj["kind"] != "resolved"] for objs in rows]
+    assert len(rows[0]) > 20 and rows[0] == rows[1]
+    marks = [orjson.loads(line)["commit_ts"] for line in stream if b'"kind":"resolved"' in line]
+    assert len(marks) > 2 and marks == sorted(marks) and stream[-1] == whole[-1]
+
 
 def test_messages_output_is_kafka_only() -> None:
     with pytest.raises(ConfigError, match="option output of input storage must be one of changelog"):
@@ -133,13 +211,7 @@ def _old_path(broker: Broker, topic: str, partition: int, end: int, codec: Codec
 @pytest.mark.parametrize("protocol", list(PROTOCOLS))
 def test_driver_side_decode_gives_the_events_of_the_changelog_path(broker: Broker, protocol: str) -> None:
     codec = PROTOCOLS[protocol]
-    topic = f"cf-msg-{protocol}-{uuid.uuid4().hex[:8]}"
-    sink = KafkaSink(KafkaSinkConfig(broker.bootstrap_servers, topic, codec, partition_num=2))
-    try:
-        sink.write(list(captured()))
-        sink.flush()
-    finally:
-        sink.close()
+    topic = _captured_topic(broker, codec, protocol, partitions=2)
     ends = _ends(broker, topic)
     rules = ["*.*", "!cf.nums"]
     for partition, end in ends.items():

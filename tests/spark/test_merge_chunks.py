@@ -7,9 +7,12 @@ No Spark or broker needed: the messages are encoded here, as the capture job's s
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from changefeed.codec import CodecOptions, make_encoder
 from changefeed.files.store import LocalStore
@@ -17,6 +20,7 @@ from changefeed.model import Column, Index, Op, Resolved, RowChange, TableSchema
 from changefeed.model.rowblock import RowBlock, expand_blocks
 from changefeed.spark.changelog import ChangelogRows
 from changefeed.spark.datasource.kafka import MESSAGE_SCHEMA, MessageDecoder
+from changefeed.spark.envelope import wrap
 from changefeed.spark.merge import MergeStage, load_state
 
 TOPIC = "cf"
@@ -94,7 +98,7 @@ def test_merge_pieces_release_early_and_add_up_to_one_piece(tmp_path: Path) -> N
 
     many = _stage(tmp_path / "many")
     pieces = MessageDecoder("unused:1", TOPIC, CODEC, ChangelogRows()).chunks(table, per_partition=4)
-    released = list(many._merged(pieces, 1))
+    released = list(many._merged(lambda _: pieces, 1))
     many.commit(1)
     assert len(released) > 5  # released piece by piece, before the batch is fully decoded
     flat = [e for piece in released for e in piece]
@@ -110,3 +114,105 @@ def test_merge_pieces_release_early_and_add_up_to_one_piece(tmp_path: Path) -> N
     a = load_state(LocalStore(tmp_path / "one"), "merge-000000000001.jsonl", TOPIC, range(PARTITIONS))
     b = load_state(LocalStore(tmp_path / "many"), "merge-000000000001.jsonl", TOPIC, range(PARTITIONS))
     assert a.snapshot() == b.snapshot()
+
+
+class _Recording(MessageDecoder):
+    """Small pieces (3 messages), and the partition of each piece in the order they were decoded."""
+
+    def __init__(self) -> None:
+        super().__init__("unused:1", TOPIC, CODEC, ChangelogRows())
+        self.decoded: list[int] = []
+
+    def chunks(self, messages: pa.Table, per_partition: int = 3) -> Iterator[list[Any]]:
+        for piece in super().chunks(messages, per_partition=3):
+            self.decoded.append(piece[0][0])
+            yield piece
+
+
+class _Arriving:
+    """Envelope tables in order; table i can be polled once ``delays[i]`` polls have passed since
+    the one before it arrived. ``next`` always has it (the wait), and is recorded."""
+
+    def __init__(self, tables: list[pa.Table], delays: list[int], decoder: _Recording) -> None:
+        self.tables, self.delays, self.decoder = tables, delays, decoder
+        self.polls = 0
+        self.waits: list[int] = []  # pieces decoded when each wait began
+
+    def poll(self) -> tuple[int, pa.Table] | None:
+        if not self.tables:
+            return None
+        self.polls += 1
+        return self._take() if self.polls > self.delays[0] else None
+
+    def next(self) -> tuple[int, pa.Table] | None:
+        if not self.tables:
+            return None
+        self.waits.append(len(self.decoder.decoded))
+        return self._take()
+
+    def _take(self) -> tuple[int, pa.Table]:
+        table, self.tables, self.delays, self.polls = self.tables[0], self.tables[1:], self.delays[1:], 0
+        return -1, table
+
+
+def _ranges(table: pa.Table, per_partition: int) -> list[pa.Table]:
+    """The batch as the source hands it over: ranges of each partition's messages as envelopes,
+    each partition's first range, then each one's second... (`KafkaInput.partitions`)."""
+    out = []
+    for p in range(PARTITIONS):
+        mine = table.filter(pc.equal(table.column("partition"), p))
+        for n, at in enumerate(range(0, mine.num_rows, per_partition)):
+            batch = mine.slice(at, per_partition).combine_chunks().to_batches()[0]
+            out.append((n, p, pa.Table.from_batches([wrap(batch, p)])))
+    return [t for _, _, t in sorted(out, key=lambda x: x[:2])]
+
+
+def test_partitions_merged_as_they_arrive_release_what_the_whole_batch_does(tmp_path: Path) -> None:
+    table = messages(txns=60, rows=12, resolved_every=4)
+    one = _stage(tmp_path / "one")
+    whole = one.merge(MessageDecoder("unused:1", TOPIC, CODEC, ChangelogRows()).decode(table), 1)
+    one.commit(1)
+
+    decoder = _Recording()
+    stage = MergeStage(tmp_path / "arriving", TOPIC, range(PARTITIONS), decoder)
+    ranges = _ranges(table, per_partition=25)
+    arriving = _Arriving(ranges, [0] + [4] * (len(ranges) - 1), decoder)
+    released = list(stage.merge_arrivals(arriving, 1))
+    stage.commit(1)
+    assert len(released) > 5  # released piece by piece while later ranges were still to come
+    flat = [e for piece in released for e in piece]
+    assert [ts for ts, _ in rows_of(flat)] == [ts for ts, _ in rows_of(whole)]
+    assert sorted(rows_of(flat)) == sorted(rows_of(whole))
+    assert [e.commit_ts for e in flat if isinstance(e, Resolved)][-1] == whole[-1].commit_ts
+    a = load_state(LocalStore(tmp_path / "one"), "merge-000000000001.jsonl", TOPIC, range(PARTITIONS))
+    b = load_state(LocalStore(tmp_path / "arriving"), "merge-000000000001.jsonl", TOPIC, range(PARTITIONS))
+    assert a.snapshot()[0] == b.snapshot()[0]
+
+
+def test_the_partition_holding_the_merge_back_is_decoded_first(tmp_path: Path) -> None:
+    """Partition 0 arrives whole first; once the others are here, their pieces go first until their
+    watermarks catch up: rows are released early instead of waiting behind partition 0's backlog."""
+    table = messages(txns=60, rows=12, resolved_every=2)
+    decoder = _Recording()
+    stage = MergeStage(tmp_path, TOPIC, range(PARTITIONS), decoder)
+    ranges = _ranges(table, per_partition=10_000)  # one range a partition
+    arriving = _Arriving(ranges, [0, 6, 0], decoder)
+    released = list(stage.merge_arrivals(arriving, 1))
+    order = decoder.decoded
+    ahead = order.index(1)  # partition 0's pieces decoded while waiting for partition 1
+    assert ahead >= 5 and set(order[:ahead]) == {0}
+    # Then the late ones catch up before partition 0 gets another turn.
+    assert order[ahead : ahead + 2 * ahead - 2].count(0) <= 2
+    assert len(released) > 3 and arriving.waits == []
+
+
+def test_past_half_the_bound_the_driver_waits_for_the_missing_partitions(tmp_path: Path) -> None:
+    table = messages(txns=60, rows=12, resolved_every=2)
+    decoder = _Recording()
+    stage = MergeStage(tmp_path, TOPIC, range(PARTITIONS), decoder)
+    stage.max_pending_bytes = 2 * 3_000  # ~6 pieces of partition 0 held: then it waits for partition 1
+    ranges = _ranges(table, per_partition=10_000)
+    arriving = _Arriving(ranges, [0, 10_000, 10_000], decoder)
+    list(stage.merge_arrivals(arriving, 1))
+    pieces_of_0 = decoder.decoded.count(0)
+    assert arriving.waits and 0 < arriving.waits[0] < pieces_of_0  # waited before decoding all of partition 0

@@ -129,7 +129,7 @@ def _saved(tmp_path: Path) -> Path:
         (lambda text: b"", "not a changefeed merge state"),
         (lambda text: text[: len(text) // 3], "corrupt"),
         (lambda text: b"\x80\x81garbage\n" + text, "corrupt"),
-        (lambda text: text.replace(b'"version":2', b'"version":99'), "version 99"),
+        (lambda text: text.replace(b'"version":3', b'"version":99'), "version 99"),
         (lambda text: text.replace(b'"seq":', b'"seq":-5,"x":'), "seq must be an integer"),
         (lambda text: text.replace(b'"kind":"row"', b'"kind":"nope"'), "unknown event kind"),
         (lambda text: text.replace(b'"commit_ts":150', b'"commit_ts":"150"'), "commit_ts"),
@@ -152,7 +152,7 @@ def test_state_of_version_1_is_read(tmp_path: Path) -> None:
     path = _saved(tmp_path)
     header, _, rest = path.read_bytes().partition(b"\n")
     doc = orjson.loads(header)
-    assert doc["version"] == 2
+    assert doc["version"] == 3
     doc["version"] = 1
     for part in doc["merger"]["partitions"]:
         assert part.pop("replays") == []
@@ -160,6 +160,75 @@ def test_state_of_version_1_is_read(tmp_path: Path) -> None:
     _saved(tmp_path / "v2")
     want = _lines(_stage(tmp_path / "v2").merge(_batches()[1], 1))
     assert want and _lines(_stage(tmp_path).merge(_batches()[1], 1)) == want
+
+
+def _wide_batch(n: int) -> list[tuple[int, int, list[Event]]]:
+    """Messages of partition 0 holding ``n`` inserts over two commit ts (two messages each), and one
+    update; partition 1 without a watermark, so all of it waits."""
+    msgs = []
+    for offset in range(4):
+        ts = 100 if offset < 2 else 200
+        msgs.append(_msg(0, offset, *(_row(ts, offset * n + i) for i in range(n))))
+    old, new = _row(200, 1).new, _row(200, 2).new
+    msgs.append(_msg(0, 4, RowChange(Op.UPDATE, T, 200, new=new, old=old)))
+    return msgs
+
+
+def test_runs_of_inserts_are_saved_as_inserts_lines_and_read_back_the_same(tmp_path: Path) -> None:
+    """A batch ends with up to a resolved interval of rows waiting: INSERTs of one table at one commit
+    ts go as one ``inserts`` line (the definition once), each row's position kept."""
+    stage = _stage(tmp_path)
+    assert stage.merge(_wide_batch(3), 0) == []
+    stage.commit(0)
+    lines = (tmp_path / "merge" / "merge-000000000000.jsonl").read_bytes().splitlines()[1:]
+    kinds = [(obj["kind"], len(obj.get("rows", [1])), obj["commit_ts"]) for obj in map(orjson.loads, lines)]
+    assert kinds == [("inserts", 6, 100), ("inserts", 6, 200), ("row", 1, 200)]
+    assert [p["offset"] for p in orjson.loads(lines[0])["positions"]] == [0, 0, 0, 1, 1, 1]
+    restored = load_state(LocalStore(tmp_path / "merge"), "merge-000000000000.jsonl", TOPIC, [0, 1])
+    assert _lines(restored.snapshot()[1]) == _lines(stage._saved[1].snapshot()[1])  # type: ignore[index]
+
+    # A new process releases what the one that saved it would have.
+    def watermarks() -> list[tuple[int, int, list[Event]]]:
+        return [_msg(0, 5, Resolved(300)), _msg(1, 0, Resolved(300))]
+
+    want = _lines(stage.merge(watermarks(), 1))
+    got = _lines(_stage(tmp_path).merge(watermarks(), 1))
+    assert len(want) == 14 and got == want
+    offsets = [orjson.loads(line)["position"]["offset"] for line in got[:13]]
+    assert offsets == [0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3, 4]
+
+
+def test_a_version_2_state_of_row_lines_is_read(tmp_path: Path) -> None:
+    stage = _stage(tmp_path)
+    stage.merge(_wide_batch(2), 0)
+    stage.commit(0)
+    path = tmp_path / "merge" / "merge-000000000000.jsonl"
+    header, _, _ = path.read_bytes().partition(b"\n")
+    doc = orjson.loads(header)
+    doc["version"] = 2
+    rows = _lines(stage._saved[1].snapshot()[1])  # type: ignore[index]
+    path.write_bytes(orjson.dumps(doc) + b"\n" + b"".join(rows))
+    got = load_state(LocalStore(path.parent), path.name, TOPIC, [0, 1])
+    assert _lines(got.snapshot()[1]) == rows
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda text: text.replace(b'"positions":[', b'"positions":[null,', 1), "'positions' must be 6 objects"),
+        (lambda text: text.replace(b'"rows":[[', b'"rows":[[1],[', 1), "lists of 4 values"),
+        (lambda text: text.replace(b'"kind":"inserts"', b'"kind":"row"', 1), "corrupt"),
+    ],
+)
+def test_a_damaged_inserts_line_is_a_clear_error_naming_it(tmp_path: Path, damage, message: str) -> None:
+    stage = _stage(tmp_path)
+    stage.merge(_wide_batch(3), 0)
+    stage.commit(0)
+    path = tmp_path / "merge" / "merge-000000000000.jsonl"
+    path.write_bytes(damage(path.read_bytes()))
+    with pytest.raises(ChangefeedError, match=message) as caught:
+        _stage(tmp_path).merge([], 1)
+    assert f"{path}:2" in str(caught.value)
 
 
 def test_state_of_another_topic_or_partition_count_is_refused(tmp_path: Path) -> None:

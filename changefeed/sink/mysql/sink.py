@@ -14,8 +14,9 @@ Flow (docs/mysql-sink.md has the whole story):
   routed by causality (causality.py), each worker commits its share, and the checkpoint is
   written only after every worker committed (at least once; safe mode makes the replay converge);
 * runs of whole-row inserts (block rows or row images) are sent as ``LOAD DATA LOCAL INFILE`` of
-  a file built from Arrow columns (``load-data=auto``, where the server allows LOCAL), inside the
-  same transaction; the server's reply is checked so the result is the INSERT's, errors included;
+  rows built from Arrow columns and sent from memory (``load-data=auto``, where the server allows
+  LOCAL; no file is written), inside the same transaction; the server's reply is checked so the
+  result is the INSERT's, errors included;
 * DDL is a barrier: flush, run the DDL alone, save the checkpoint at its commit ts;
 * DM's pessimistic shard DDL mode (shardlock.py): the rows of shards that ran a merged table's
   pending DDL (and their later DDL, queued in order) are stored in a held table with the checkpoint,
@@ -28,8 +29,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import os
-import shutil
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -56,7 +55,6 @@ from ...dispatch.route import ShardDDL
 from ...dispatch.shardddl import ShardDDLConflictError
 from ...dispatch.shardlock import ShardKey
 from ...errors import ConfigError, SinkError, positive_int, true_false
-from ...files.tempdirs import process_temp_dir
 from ...model import ActionType, DDLEvent, Event, Index, Resolved, RowChange, TableSchema
 from ...model.rowblock import RowBlock, TableRows
 from ..base import SinkContext
@@ -160,6 +158,10 @@ _URI_PARAMS = {
 _LOAD_DATA_MODES = ("auto", "off")
 # Plan kinds a LOAD DATA can take: runs of whole-row INSERT/REPLACE, from columns or from images.
 _LOAD_KINDS = frozenset({"insert", "replace", "insert_columns", "replace_columns"})
+LoadStatement = tuple[str, LoadFile]
+"""A LOAD DATA statement and its rows."""
+Prepared = tuple[list[PlannedOp], list[LoadStatement | None]]
+"""A transaction's statements (`plan_rows`) and the LOAD DATA of each that has one (`MySQLSink._prepare`)."""
 
 
 def _session_time_zone(name: str) -> str:
@@ -194,7 +196,6 @@ class _Session:
         self.want_load = multi_statements and config.load_data == "auto"
         self.loads = False
         self._told_no_local = told or threading.Event()  # shared by a sink's workers: one log line
-        self._dir: str | None = None  # private (0700) directory of the LOAD DATA file
 
     def ensure(self) -> Connection:
         if self.conn is None or not self.conn.open:
@@ -243,9 +244,6 @@ class _Session:
 
     def discard(self) -> None:
         """Drop the connection without committing (the server rolls back, as after a crash)."""
-        if self._dir is not None:
-            shutil.rmtree(self._dir, ignore_errors=True)
-            self._dir = None
         conn, self.conn = self.conn, None
         if conn is not None:
             try:
@@ -253,38 +251,26 @@ class _Session:
             except Exception:  # already broken: nothing to roll back
                 log.debug("closing session=%s failed", self.name, exc_info=True)
 
-    def load_path(self) -> str:
-        """The LOAD DATA file's path, in a directory only this process's user can enter (mkdtemp: 0700)."""
-        if self._dir is None:
-            self._dir = process_temp_dir(_LOAD_DIR_PREFIX)  # a killed process's directories swept first
-        return os.path.join(self._dir, "rows.tsv")
-
     def load(self, sql: str, file: LoadFile, fault: FaultHook) -> None:
-        """Write ``file``, run its LOAD DATA offering only that file, remove it; the result must be
-        the INSERT's: every row stored, no warning (a value the server adjusted is a wrong row).
+        """Run ``file``'s LOAD DATA, its rows sent from memory (nothing is written to disk); the
+        result must be the INSERT's: every row stored, no warning (a value the server adjusted is a
+        wrong row).
 
         MySQL: without REPLACE/IGNORE a LOCAL load skips duplicate-key rows with a warning instead
         of failing, so a skipped row or any warning is raised as its own error (SHOW WARNINGS:
         1062 Duplicate entry, as the INSERT raises it).
         """
         conn = self.ensure()
-        path = self.load_path()
         fault("statement", {"session": self.name, "sent": 0})
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
-            with os.fdopen(fd, "wb") as out:
-                out.write(file.data)
-            try:
-                result = load_local_infile(conn, sql, path)
-                if result.skipped or result.warnings or result.records != file.rows:
-                    raise warning_error(conn) or InternalError(
-                        f"LOAD DATA read {result.records} of {file.rows} rows (skipped {result.skipped})"
-                    )
-            except MySQLError as exc:
-                exc.sql = sql  # type: ignore[attr-defined]
-                raise
-        finally:
-            os.unlink(path)
+            result = load_local_infile(conn, sql, LOAD_NAME, file.data)
+            if result.skipped or result.warnings or result.records != file.rows:
+                raise warning_error(conn) or InternalError(
+                    f"LOAD DATA read {result.records} of {file.rows} rows (skipped {result.skipped})"
+                )
+        except MySQLError as exc:
+            exc.sql = sql  # type: ignore[attr-defined]
+            raise
 
     def _packs(self, statements: Iterable[tuple[str, int]]) -> Iterator[tuple[list[str], int]]:
         pack: list[str] = []
@@ -368,7 +354,8 @@ class _Session:
         return rows
 
 
-_LOAD_DIR_PREFIX = "changefeed-load-"
+#: The name a LOAD DATA statement gives its rows; the server asks for it and gets them from memory.
+LOAD_NAME = "changefeed-rows.tsv"
 
 
 class _Applier:
@@ -693,7 +680,8 @@ class MySQLSink(SinkContext):
         pending = Checkpoint(self._pending_ts, self._pending_pos if self._pending_pos is not None else _last_pos(last))
         self._pending_ts, self._pending_pos = 0, None
         if self._applier is not None:
-            self._applier.submit(lambda: self._apply(rows, count, pending, held))
+            prepared = self._prepare(rows)
+            self._applier.submit(lambda: self._apply(rows, count, pending, held, prepared))
             self._claimed = pending
         else:
             try:
@@ -720,10 +708,16 @@ class MySQLSink(SinkContext):
         observer().sink_error("mysql", retried=False)
 
     def _apply(
-        self, rows: list[Entry], count: int, pending: Checkpoint, held: Sequence[tuple[ShardKey, RowChange]] = ()
+        self,
+        rows: list[Entry],
+        count: int,
+        pending: Checkpoint,
+        held: Sequence[tuple[ShardKey, RowChange]] = (),
+        prepared: Prepared | None = None,
     ) -> None:
         """One downstream transaction of ``rows`` reaching ``pending`` (the applier thread's work); ``held``:
-        rows a shard DDL lock holds, stored in the same transaction (DM's pessimistic mode)."""
+        rows a shard DDL lock holds, stored in the same transaction (DM's pessimistic mode);
+        ``prepared``: its statements, planned and rendered by `_prepare`."""
         started = time.monotonic()
         if self.config.workers == 1:
             store = self._shards.store if self._shards is not None else None
@@ -734,7 +728,7 @@ class MySQLSink(SinkContext):
                 def after(conn: Connection) -> None:
                     store.hold(conn, source, held)
 
-            self._apply_transaction(self._workers[0], rows, pending, after)
+            self._apply_transaction(self._workers[0], rows, pending, after, prepared)
         else:
             self._apply_parallel(expand(rows))
             self._fault("checkpoint", {"commit_ts": pending.commit_ts})
@@ -802,9 +796,10 @@ class MySQLSink(SinkContext):
         rows: Sequence[Entry],
         checkpoint: Checkpoint | None,
         after: Callable[[Connection], object] | None = None,
+        prepared: Prepared | None = None,
     ) -> None:
         """One downstream transaction: rows (+ ``after``'s statements, + the checkpoint upsert), re-run whole
-        on transient errors."""
+        on transient errors (planned again: only the first try takes ``prepared``)."""
         safe = self.safe_mode
         attempt = 0
         where = _where_rows(rows, checkpoint)
@@ -815,12 +810,16 @@ class MySQLSink(SinkContext):
                 if attempt and checkpoint is not None and self._already_committed(conn, checkpoint):
                     log.info("transaction had committed before the connection was lost where=%s", where)
                     return
-                try:
-                    ops = plan_rows(rows, safe, self._mysql_json)
-                except ValueError as exc:
-                    raise SinkError(str(exc), where=where) from None
+                if prepared is not None and not attempt:
+                    ops, loads = prepared
+                else:
+                    try:
+                        ops = plan_rows(rows, safe, self._mysql_json)
+                    except ValueError as exc:
+                        raise SinkError(str(exc), where=where) from None
+                    loads = [self._load_statement(session, op, session.loads) for op in ops]
                 conn.begin()
-                loaded = self._run_ops(session, ops, where)
+                loaded = self._run_ops(session, ops, loads, where)
                 if after is not None:
                     after(conn)
                 if checkpoint is not None:
@@ -849,9 +848,12 @@ class MySQLSink(SinkContext):
                 session.discard()  # a crash mid-transaction: the server rolls it back
                 raise
 
-    def _run_ops(self, session: _Session, ops: Sequence[PlannedOp], where: str) -> int:
-        """The plan's statements in order, runs of inserts as LOAD DATA where `_load_statement` gives
-        one; returns the rows loaded that way."""
+    def _run_ops(
+        self, session: _Session, ops: Sequence[PlannedOp], loads: Sequence[LoadStatement | None], where: str
+    ) -> int:
+        """The plan's statements in order, runs of inserts as LOAD DATA where `_load_statement` gave
+        one (``loads``, one per op) and the session's server allows LOCAL; returns the rows loaded
+        that way."""
         config = self.config
         waiting: list[PlannedOp] = []
         loaded = 0
@@ -862,9 +864,8 @@ class MySQLSink(SinkContext):
                 session.run(_rendered(statements, where), self._fault)
                 waiting.clear()
 
-        for op in ops:
-            load = self._load_statement(session, op)
-            if load is None:
+        for op, load in zip(ops, loads, strict=True):
+            if load is None or not session.loads:
                 waiting.append(op)
                 continue
             send_waiting()
@@ -873,22 +874,38 @@ class MySQLSink(SinkContext):
         send_waiting()
         return loaded
 
-    def _load_statement(self, session: _Session, op: PlannedOp) -> tuple[str, LoadFile] | None:
+    def _prepare(self, rows: Sequence[Entry]) -> Prepared | None:
+        """A transaction's statements planned and its LOAD DATA rows rendered by the caller's thread,
+        for the applier's first try (None: the applier plans, and raises what planning raises).
+
+        Why here: rendering is ~60 Arrow calls a run, and each gives the GIL up; in the applier
+        thread each call then waited for the GIL (up to the 5 ms switch interval) while this thread
+        decoded the next rows: ~3x its CPU in wall time (bench/RESULTS.md). The applier now only
+        sends and waits for the server. Rendered as if the server allows LOCAL (`want_load`); a
+        session that finds it does not sends those runs as INSERTs (`_run_ops`).
+        """
+        session = self._workers[0]
+        try:
+            ops = plan_rows(rows, self.safe_mode, self._mysql_json)
+        except ValueError:
+            return None
+        return ops, [self._load_statement(session, op, session.want_load) for op in ops]
+
+    def _load_statement(self, session: _Session, op: PlannedOp, local: bool) -> LoadStatement | None:
         """The LOAD DATA of a run of whole-row inserts rendered from columns, None for the INSERT path.
 
         The one rule: LOAD DATA only where every column has a field that stores what its INSERT
-        literal stores (`columns.load_fields`) and the server allows LOCAL; anything else, values
-        that fail to render included, goes the INSERT way, which stores or raises as before.
+        literal stores (`columns.load_fields`) and the server allows LOCAL (``local``: known, or
+        expected); anything else, values that fail to render included, goes the INSERT way, which
+        stores or raises as before.
         """
-        if not session.loads or op.kind not in _LOAD_KINDS:
+        if not local or op.kind not in _LOAD_KINDS:
             return None
         rows = op.items.num_rows if op.kind.endswith("_columns") else len(op.items)
         if rows < self.config.load_data_min_rows:
             return None
         try:
-            return op.tsql.load_data(
-                op.items, op.positions, op.kind.startswith("replace"), session.literal, session.load_path()
-            )
+            return op.tsql.load_data(op.items, op.positions, op.kind.startswith("replace"), session.literal, LOAD_NAME)
         except (ValueError, TypeError, ArithmeticError, pa.ArrowException):
             log.debug("LOAD DATA rendering failed, the INSERT path takes the run", exc_info=True)
             return None

@@ -41,7 +41,7 @@ from ...model import Event
 from ...model.jsonl import EventReader, dumps_event, table_schema_from_json, table_schema_to_json
 from ...model.rowblock import RowBlock, Runs, Segment, TableRows
 from ...model.schema import TableSchema
-from ..envelope import ipc_bytes
+from ..envelope import ipc_bytes, unwrap
 
 #: ``output=decoded``: a range's messages decoded in its task (see the module docstring).
 DECODED = "decoded"
@@ -224,6 +224,9 @@ class DecodedReader:
         self.codec = codec
 
     def decode(self, rows: pa.Table) -> list[Decoded]:
+        """The messages of ``output=decoded`` rows, or of envelopes holding them (`ENVELOPE_SCHEMA`)."""
+        if "ipc" in rows.schema.names:
+            rows = unwrap(rows, DECODED_SCHEMA, "kafka decoded")
         return unpack(rows, self.topic)
 
     def chunks(self, rows: pa.Table) -> Iterator[list[Decoded]]:

@@ -13,7 +13,6 @@ import itertools
 import logging
 import os
 import random
-import subprocess
 import tempfile
 from collections.abc import Callable
 from decimal import Decimal
@@ -24,6 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from changefeed.clients import mysql as mysql_client
 from changefeed.clients.mysql import (
     LocalFileRefusedError,
     check_local_request,
@@ -31,7 +31,6 @@ from changefeed.clients.mysql import (
     parse_mysql_url,
 )
 from changefeed.errors import ConfigError, SinkError
-from changefeed.files import tempdirs
 from changefeed.model import Column, Index, Op, Resolved, TableSchema, TypeCode
 from changefeed.model.gofloat import to_float32
 from changefeed.model.rowblock import RowBlock, Segment, expand_blocks
@@ -383,47 +382,78 @@ def test_no_local_infile_on_the_server_falls_back_to_insert(
     assert len(told) == 1, caplog.text
 
 
-def test_the_file_lives_in_a_private_directory_and_is_removed(
-    mariadb_downstream: MariaDBServer, db: str, make_sink: SinkFactory, monkeypatch: pytest.MonkeyPatch
+def test_the_rows_are_sent_from_memory_and_never_touch_the_disk(
+    mariadb_downstream: MariaDBServer,
+    db: str,
+    make_sink: SinkFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Any,
 ) -> None:
     kv = TableSchema(db, "kv", kv_table(db).columns, kv_table(db).indexes[:1])
     execute(mariadb_downstream, PK_DDL.format(name=quote_table(db, "kv")))
-    seen: list[tuple[str, int, int]] = []
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    seen: list[tuple[str, bytes]] = []
     real = sink_module.load_local_infile
 
-    def spy(conn: Any, sql: str, path: str) -> Any:
-        seen.append((path, os.stat(os.path.dirname(path)).st_mode & 0o777, os.stat(path).st_mode & 0o777))
-        return real(conn, sql, path)
+    def spy(conn: Any, sql: str, path: str, data: Any = None) -> Any:
+        seen.append((path, bytes(data)))
+        return real(conn, sql, path, data)
 
     monkeypatch.setattr(sink_module, "load_local_infile", spy)
     with make_sink(mariadb_downstream, **LOAD) as sink:
         sink.write([_block(kv, _kv_images(range(5)), 50), Resolved(50)])
         sink.flush()
-        assert seen and not os.path.exists(seen[0][0])
-    assert [(d, f) for _, d, f in seen] == [(0o700, 0o600)]
-    assert not os.path.exists(os.path.dirname(seen[0][0]))  # removed with the session
+    assert [(path, data.count(b"\n")) for path, data in seen] == [("changefeed-rows.tsv", 5)]
+    assert list(tmp_path.iterdir()) == []  # no file, no directory: not in TMPDIR, not in the working directory
+    assert len(read_model(mariadb_downstream, kv_table(db))) == 5
 
 
-def test_directories_of_killed_processes_are_swept(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A kill -9 mid-LOAD leaves the session's directory: the next process of the user removes it."""
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    monkeypatch.setattr(tempdirs, "_swept", set())
-    gone = subprocess.Popen(["true"])
-    gone.wait()
-    dead = tmp_path / f"changefeed-load-{gone.pid}-abc"
-    alive = tmp_path / f"changefeed-load-{os.getpid()}-def"
-    other = tmp_path / "changefeed-load-x-1"
-    for d in (dead, alive, other):
-        d.mkdir(mode=0o700)
-        (d / "rows.tsv").write_bytes(b"1\n")
-    session = sink_module._Session(
-        parse_mysql_url("mysql://root@127.0.0.1:1/"), MySQLSinkConfig(), "worker-0", False, True
-    )
-    path = session.load_path()
-    assert not dead.exists() and alive.exists() and other.exists()
-    assert path.startswith(str(tmp_path / f"changefeed-load-{os.getpid()}-")) and path.endswith("rows.tsv")
-    session.discard()
-    assert not os.path.exists(os.path.dirname(path))
+@pytest.mark.parametrize("size", [0, 1, 16 * 1024 - 1, 16 * 1024, 16 * 1024 + 1, 3 * 16 * 1024 + 7])
+def test_local_data_goes_as_the_protocols_packets_in_one_write(size: int) -> None:
+    """MySQL's LOCAL INFILE transfer: packets of at most 16 KB (3-byte length, sequence id), then an
+    empty one; the sequence ids go on from the connection's and wrap at 256."""
+    data = bytes(random.Random(size).randrange(256) for _ in range(size))
+
+    class Conn:
+        def __init__(self) -> None:
+            self.max_allowed_packet = 16 << 20
+            self._next_seq_id = 250
+            self.writes: list[bytes] = []
+
+        def _write_bytes(self, out: bytes) -> None:
+            self.writes.append(out)
+
+    conn = Conn()
+    mysql_client._send_local_data(conn, memoryview(data))
+    assert len(conn.writes) == 1
+    wire, payloads, seq = conn.writes[0], [], 250
+    while wire:
+        length, got = int.from_bytes(wire[:3], "little"), wire[3]
+        assert got == seq and length <= 16 * 1024
+        payloads.append(wire[4 : 4 + length])
+        wire, seq = wire[4 + length :], (seq + 1) % 256
+    assert payloads[-1] == b"" and all(payloads[:-1]) and b"".join(payloads) == data
+    assert conn._next_seq_id == seq
+
+
+def test_a_local_request_from_memory_sends_those_bytes(mariadb_downstream: MariaDBServer, db: str) -> None:
+    execute(mariadb_downstream, KV_DDL.format(name=quote_table(db, "kv")))
+    name = quote_table(db, "kv")
+    rows = b"".join(b"%d\t\\N\t%d\tfrom memory %d\n" % (i, i, i) for i in range(3000))  # ~80 KB: 5 packets
+    conn = parse_mysql_url(mariadb_downstream.url).connect(local_infile=True, autocommit=True)
+    try:
+        result = load_local_infile(conn, f"LOAD DATA LOCAL INFILE 'virtual.tsv' INTO TABLE {name}", "virtual.tsv", rows)
+        assert (result.records, result.skipped, result.warnings) == (3000, 0, 0)
+        # Rows already there: the server's reply (skipped with warnings, LOCAL's rule) is read as sent.
+        again = load_local_infile(conn, f"LOAD DATA LOCAL INFILE 'v.tsv' INTO TABLE {name}", "v.tsv", rows[:200])
+        assert (again.records, again.skipped, again.warnings) == (again.records, again.records, again.records)
+        assert again.records > 0
+        with conn.cursor() as cur:  # the connection is still in step
+            cur.execute(f"SELECT COUNT(*), MAX(s) FROM {name}")
+            assert cur.fetchone() == (3000, "from memory 999")
+    finally:
+        conn.close()
 
 
 def test_a_crash_before_commit_leaves_nothing_and_the_restart_applies_once(
