@@ -1,7 +1,7 @@
 """Private temporary directories named after their process, and the sweep of those a killed one left.
 
-Why: what a process keeps in a temporary directory while it works (the MySQL sink's LOAD DATA
-files, the capture driver's hand-over of a micro-batch) stays behind when it is killed. Naming the
+Why: what a process keeps in a temporary directory while it works (a job driver's hand-over of a
+micro-batch's task output, changefeed/spark/collect.py) stays behind when it is killed. Naming the
 directory after the process id lets the next process of the same user remove it once that
 process is gone.
 """
