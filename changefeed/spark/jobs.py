@@ -353,7 +353,7 @@ def _staged(spark: SparkSession, source: Mapping[str, str], stage: Stage, sink: 
     stream = _stream(spark, source, output=stage.output)
     if isinstance(stage, MergeStage) and is_local_master(spark.sparkContext.master or ""):
         # Executors on this machine: partitions handed over as their tasks end (changefeed/spark/collect.py).
-        return Plan(stream, stage.stream, sink.write, stage)
+        return Plan(stream, stage.collect, sink.write, stage)
     return Plan(stream, lambda df, batch_id: stage.chunks(df.toArrow(), batch_id), sink.write, stage)
 
 

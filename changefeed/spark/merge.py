@@ -47,6 +47,7 @@ from ..model.rowblock import RowBlock
 from ..model.values import ABSENT
 from .collect import Arrivals
 from .datasource.decoded import DECODED, DECODED_SCHEMA
+from .datasource.kafka import RANGE_MESSAGES
 from .encode import event_order
 from .envelope import ENVELOPE_SCHEMA, wrap
 
@@ -69,6 +70,9 @@ Decoded = Iterable[tuple[int, int, Sequence[Event | RowBlock]] | tuple[int, int,
 """Decoded messages: (partition, offset, events of that message[, its bytes]), in offset order per partition."""
 #: Rows per piece of a batch handed to the sink while the next is decoded (`Stage.chunks`).
 CHUNK_ROWS = 16384
+#: Messages of a batch from which the next is handed over as its tasks end (`MergeStage.collect`):
+#: one range's worth at the kafka input's default ``eventsPerPartition``.
+STREAM_MESSAGES = RANGE_MESSAGES
 #: What the merge may hold for partitions waiting on a slower one, in message bytes, at least.
 MIN_PENDING_BYTES = 512 << 20
 
@@ -318,6 +322,7 @@ class MergeStage:
         largest = decoder.codec.max_message_bytes if decoder is not None else 0
         self.max_pending_bytes = max(MIN_PENDING_BYTES, 16 * largest)
         self._merger: PartitionMerger | None = None  # batch in flight, saved by `commit`
+        self.last_messages: int | None = None  # messages of the last batch merged (None: none yet)
         self._saved: tuple[int, PartitionMerger] | None = None  # the newest state saved by this process
         self.intern = SchemaInterner()
 
@@ -360,6 +365,19 @@ class MergeStage:
         piece is decoded."""
         decoder = self._decoder()
         return self._merged(lambda _: decoder.chunks(messages), batch_id)
+
+    def collect(self, batch: DataFrame, batch_id: int) -> Iterator[list[Event | RowBlock]]:
+        """`stream` where the batch is likely large (the last one had at least `STREAM_MESSAGES`
+        messages, or none came yet: a job starts on its backlog), else `chunks` of it collected whole.
+
+        Why: handing partitions over as they end pays off where a batch's tasks take a while (a
+        backlog); a small batch (steady load, ~10k rows a second) is read in a blink and the
+        hand-over's own costs (a second Python stage per task, files, a thread) showed as lag:
+        `bench/e2e.py --modes steady` at 10k rows/s, p50 0.68 -> 0.86 s (bench/RESULTS.md).
+        """
+        if self.last_messages is None or self.last_messages >= STREAM_MESSAGES:
+            return self.stream(batch, batch_id)
+        return self.chunks(batch.toArrow(), batch_id)
 
     def stream(self, batch: DataFrame, batch_id: int) -> Iterator[list[Event | RowBlock]]:
         """`chunks` of a batch DataFrame whose Spark partitions are handed over one at a time as
@@ -427,9 +445,10 @@ class MergeStage:
         merger = self._restore(batch_id)
         known = set(self.partitions)
         merger.max_pending_bytes = self.max_pending_bytes
-        released = 0
+        released = messages = 0
         for piece in pieces_of(merger):
             for message in piece:
+                messages += 1
                 partition, offset, events = message[:3]
                 if partition not in known:
                     raise ChangefeedError(f"kafka topic {self.topic!r}: partition {partition} appeared mid-stream")
@@ -443,6 +462,7 @@ class MergeStage:
             if out:
                 yield out
         self._merger = merger
+        self.last_messages = messages
         log.debug(
             "kafka merge batch=%d released=%d buffered=%d global_resolved=%d",
             batch_id,

@@ -13,6 +13,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 
 from changefeed.codec import CodecOptions, make_encoder
 from changefeed.files.store import LocalStore
@@ -21,7 +22,7 @@ from changefeed.model.rowblock import RowBlock, expand_blocks
 from changefeed.spark.changelog import ChangelogRows
 from changefeed.spark.datasource.kafka import MESSAGE_SCHEMA, MessageDecoder
 from changefeed.spark.envelope import wrap
-from changefeed.spark.merge import MergeStage, load_state
+from changefeed.spark.merge import STREAM_MESSAGES, MergeStage, load_state
 
 TOPIC = "cf"
 PARTITIONS = 3
@@ -216,3 +217,24 @@ def test_past_half_the_bound_the_driver_waits_for_the_missing_partitions(tmp_pat
     list(stage.merge_arrivals(arriving, 1))
     pieces_of_0 = decoder.decoded.count(0)
     assert arriving.waits and 0 < arriving.waits[0] < pieces_of_0  # waited before decoding all of partition 0
+
+
+def test_batches_go_as_they_arrive_while_they_are_large(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`MergeStage.collect`: the first batch and those after a large one go as their ranges arrive;
+    after a small one (steady load) the batch is collected whole (the hand-over's costs showed as lag)."""
+    stage = _stage(tmp_path)
+    chose: list[str] = []
+    monkeypatch.setattr(stage, "stream", lambda batch, batch_id: chose.append("stream") or iter(()))
+    monkeypatch.setattr(stage, "chunks", lambda table, batch_id: chose.append("whole") or iter(()))
+
+    class Batch:
+        def toArrow(self) -> pa.Table:  # noqa: N802 - PySpark's name
+            return pa.table({})
+
+    for messages_before in (None, STREAM_MESSAGES, STREAM_MESSAGES - 1, 0, 10 * STREAM_MESSAGES):
+        stage.last_messages = messages_before
+        stage.collect(Batch(), 1)  # type: ignore[arg-type]
+    assert chose == ["stream", "stream", "whole", "whole", "stream"]
+    # What `_merged` counts: the messages fed in the batch.
+    stage.merge(MessageDecoder("unused:1", TOPIC, CODEC, ChangelogRows()).decode(messages(4, 3, 2)), 2)
+    assert stage.last_messages == messages(4, 3, 2).num_rows
