@@ -881,15 +881,18 @@ class MySQLSink(SinkContext):
         Why here: rendering is ~60 Arrow calls a run, and each gives the GIL up; in the applier
         thread each call then waited for the GIL (up to the 5 ms switch interval) while this thread
         decoded the next rows: ~3x its CPU in wall time (bench/RESULTS.md). The applier now only
-        sends and waits for the server. Rendered as if the server allows LOCAL (`want_load`); a
-        session that finds it does not sends those runs as INSERTs (`_run_ops`).
+        sends and waits for the server. Before the session's first connection, rendered as if the
+        server allows LOCAL (`want_load`); a session that finds it does not sends those runs as
+        INSERTs (`_run_ops`).
         """
         session = self._workers[0]
         try:
             ops = plan_rows(rows, self.safe_mode, self._mysql_json)
         except ValueError:
             return None
-        return ops, [self._load_statement(session, op, session.want_load) for op in ops]
+        # Connected: the session knows whether its server allows LOCAL (MySQL 8's default does not).
+        local = session.loads if session.conn is not None else session.want_load
+        return ops, [self._load_statement(session, op, local) for op in ops]
 
     def _load_statement(self, session: _Session, op: PlannedOp, local: bool) -> LoadStatement | None:
         """The LOAD DATA of a run of whole-row inserts rendered from columns, None for the INSERT path.

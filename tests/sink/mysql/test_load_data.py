@@ -368,16 +368,32 @@ def test_a_request_for_another_file_is_refused(mariadb_downstream: MariaDBServer
         assert fetch(check, f"SELECT id, s FROM {name}") == [(1, "ours")]
 
 
+@pytest.mark.parametrize("workers", [1, 2])
 def test_no_local_infile_on_the_server_falls_back_to_insert(
-    mariadb_factory: Callable[..., MariaDBServer], make_sink: SinkFactory, db: str, caplog: pytest.LogCaptureFixture
+    mariadb_factory: Callable[..., MariaDBServer],
+    make_sink: SinkFactory,
+    db: str,
+    caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+    workers: int,
 ) -> None:
     server = mariadb_factory(name="no-local-infile")
     execute(server, f"CREATE DATABASE `{db}`", PK_DDL.format(name=quote_table(db, "kv")), "SET GLOBAL local_infile=0")
     kv = TableSchema(db, "kv", kv_table(db).columns, kv_table(db).indexes[:1])
-    with caplog.at_level(logging.INFO, "changefeed.sink.mysql.sink"), make_sink(server, workers=2, **LOAD) as sink:
+    rendered: list[int] = []
+    real = TableSQL.load_data
+    monkeypatch.setattr(TableSQL, "load_data", lambda self, *a: rendered.append(1) or real(self, *a))
+    with (
+        caplog.at_level(logging.INFO, "changefeed.sink.mysql.sink"),
+        make_sink(server, workers=workers, **LOAD) as sink,
+    ):
         sink.write([_block(kv, _kv_images(range(5)), 50), Resolved(50)])
-    assert sink.stats["load_data_rows"] == 0 and sink.stats["rows"] == 5
-    assert len(read_model(server, kv_table(db))) == 5
+        sink.flush()
+        first = len(rendered)
+        sink.write([_block(kv, _kv_images(range(5, 10)), 60), Resolved(60)])
+    assert sink.stats["load_data_rows"] == 0 and sink.stats["rows"] == 10
+    assert len(read_model(server, kv_table(db))) == 10
+    assert first <= 1 and len(rendered) == first  # once the session knows, no LOAD DATA is rendered for nothing
     told = [r for r in caplog.records if "local_infile=0" in r.getMessage()]
     assert len(told) == 1, caplog.text
 
