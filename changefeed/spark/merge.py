@@ -12,12 +12,12 @@ batch, keyed by batch id, into the job's checkpoint directory (`save_state` / `l
 
 State file ``merge-<batch id>.jsonl``: line 1 is a JSON header (format, version, batch, topic,
 partitions and `PartitionMerger.snapshot`'s numbers); the further lines are the unreleased events
-in the project's JSONL form (changefeed/model/jsonl.py), in order: one event a line, or a run of
-plain INSERTs of one table at one commit ts as one ``inserts`` line (version 3: the table's
-definition once, ~3 µs a 10-column row to write against ~30 for a row line; a batch ends with up
-to a resolved interval of rows waiting, and the file is written every batch). Only pending events are there (rows
-waiting for other partitions' resolved ts, DDLs waiting for every partition): released rows are
-never saved. Written to a temporary file, fsynced and renamed, so a crash leaves either the old
+in the project's JSONL form (`model.jsonl.dumps_events`): one event a line, or a run of plain
+INSERTs of one table at one commit ts as one ``inserts`` line (version 3: the table's definition
+once, ~3 µs a 10-column row to write against ~30 for a row line; a batch ends with up to a
+resolved interval of rows waiting, and the file is written every batch). Only pending events are
+there (rows waiting for other partitions' resolved ts, DDLs waiting for every partition): released
+rows are never saved. Written to a temporary file, fsynced and renamed, so a crash leaves either the old
 or the new file.
 
 Exactly once: Spark re-runs a failed batch with the same id and offsets. `MergeStage.merge` starts
@@ -33,7 +33,7 @@ import itertools
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 import pyarrow as pa
@@ -41,10 +41,9 @@ import pyarrow as pa
 from ..consume import PartitionMerger
 from ..errors import ChangefeedError, ascii_digits
 from ..files.store import StateStore, open_store
-from ..model import Event, Op, Resolved, RowChange, TableSchema
-from ..model.jsonl import EventReader, dumps_event, dumps_inserts
+from ..model import Event, Resolved, RowChange, TableSchema
+from ..model.jsonl import EventReader, dumps_events
 from ..model.rowblock import RowBlock
-from ..model.values import ABSENT
 from .collect import Arrivals
 from .datasource.decoded import DECODED, DECODED_SCHEMA
 from .datasource.kafka import RANGE_MESSAGES
@@ -219,47 +218,8 @@ def save_state(
         "merger": state,
     }
     parts = [orjson.dumps(header, option=orjson.OPT_APPEND_NEWLINE)]
-    parts.extend(_event_lines(events))
+    parts.append(dumps_events(events))
     store.write(name, b"".join(parts))
-
-
-def _plain_insert(event: Event) -> RowChange | None:
-    """``event`` if it is an INSERT an ``inserts`` line carries as it is (a whole new image, nothing
-    else a row line has), else None."""
-    if (
-        isinstance(event, RowChange)
-        and event.op is Op.INSERT
-        and event.old is None
-        and event.new is not None
-        and not (event.start_ts or event.partition_id or event.row_id)
-        and ABSENT not in event.new
-    ):
-        return event
-    return None
-
-
-def _event_lines(events: Sequence[Event]) -> Iterator[bytes]:
-    """``events`` as JSONL lines, in order: each run of plain INSERTs of one table at one commit ts as
-    one ``inserts`` line (their positions kept), anything else a line each."""
-    run: list[RowChange] = []
-    for event in events:
-        row = _plain_insert(event)
-        if run and (row is None or row.table_schema is not run[0].table_schema or row.commit_ts != run[0].commit_ts):
-            yield _run_line(run)
-            run = []
-        if row is not None:
-            run.append(row)
-        else:
-            yield dumps_event(event)
-    if run:
-        yield _run_line(run)
-
-
-def _run_line(run: list[RowChange]) -> bytes:
-    if len(run) == 1:
-        return dumps_event(run[0])
-    images = [cast("tuple[Any, ...]", row.new) for row in run]
-    return dumps_inserts(run[0].table_schema, run[0].commit_ts, images, [row.position for row in run])
 
 
 def load_state(store: StateStore, name: str, topic: str, partitions: Sequence[int]) -> PartitionMerger:

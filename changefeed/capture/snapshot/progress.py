@@ -26,9 +26,8 @@ from typing import Any
 from ...errors import CaptureError
 from ...model import ActionType
 from ...model.events import DDLEvent, Event, Op, Resolved, RowChange
-from ...model.jsonl import column_definition, column_from_definition, dumps_event, dumps_inserts
+from ...model.jsonl import column_definition, column_from_definition, dumps_events
 from ...model.tso import CommitClock
-from ...model.values import ABSENT
 from ..binlog.position import BinlogPosition
 from .chunks import ranges
 from .handover import Handover, TableCut
@@ -272,34 +271,11 @@ class ReadChunk:
         """The chunk's events as JSONL: what a micro-batch spills and hands to its tasks (made once).
 
         The rows (INSERTs of one table at one commit ts) go as one ``inserts`` line
-        (`model.jsonl.dumps_inserts`): the table's definition once instead of once a row.
+        (`model.jsonl.dumps_events`): the table's definition once instead of once a row.
         """
         if self._jsonl is None:
-            parts: list[bytes] = []
-            run: list[RowChange] = []
-
-            def close() -> None:
-                if run:
-                    images = [r.new for r in run if r.new is not None]
-                    parts.append(dumps_inserts(run[0].table_schema, run[0].commit_ts, images))
-                    run.clear()
-
-            for e in self.events:
-                if isinstance(e, RowChange) and _plain_insert(e):
-                    if run and (e.table_schema is not run[0].table_schema or e.commit_ts != run[0].commit_ts):
-                        close()
-                    run.append(e)
-                    continue
-                close()
-                parts.append(dumps_event(e))
-            close()
-            self._jsonl = b"".join(parts)
+            self._jsonl = dumps_events(self.events)
         return self._jsonl
-
-
-def _plain_insert(row: RowChange) -> bool:
-    """An INSERT an ``inserts`` line can carry: every column present, no position of its own."""
-    return row.op is Op.INSERT and row.new is not None and row.position is None and ABSENT not in row.new
 
 
 class BatchReader:

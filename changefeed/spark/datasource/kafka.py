@@ -396,7 +396,7 @@ class _SchemaLookback:
             self._consumer = None
 
 
-def _split(low: int, high: int, every: int | None) -> list[tuple[int, int]]:
+def _offset_pieces(low: int, high: int, every: int | None) -> list[tuple[int, int]]:
     """[low, high) in consecutive pieces of about ``every`` offsets (equal sizes; None: one piece)."""
     if high <= low:
         return []
@@ -593,7 +593,7 @@ class KafkaInput(Input):
         pieces = [
             (n, int(p), low, high)
             for p, end_offset in end["offsets"].items()
-            for n, (low, high) in enumerate(_split(int(begin.get(p, 0)), int(end_offset), every))
+            for n, (low, high) in enumerate(_offset_pieces(int(begin.get(p, 0)), int(end_offset), every))
         ]
         # Each partition's first piece, then each one's second...: the apply job merges partitions as
         # their pieces arrive in this order, and rows wait until every partition's watermark has come.
