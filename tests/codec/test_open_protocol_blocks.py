@@ -92,8 +92,10 @@ def assert_same(messages: list[Message], options: CodecOptions | None = None) ->
         assert a == b
         if isinstance(a, RowChange):
             assert a.table_schema == b.table_schema and a.position == b.position
-            for x, y in zip(a.new or (), b.new or (), strict=True):
+            for x, y in [*zip(a.new or (), b.new or (), strict=True), *zip(a.old or (), b.old or (), strict=True)]:
                 assert type(x) is type(y)  # Decimal stays Decimal, bytes stay bytes
+                if type(x) is float:
+                    assert repr(x) == repr(y)  # -0.0 keeps its sign
     return columnar
 
 
@@ -163,6 +165,10 @@ ODD_VALUES = {
     "float -0": '{"u":{"a":{"t":5,"f":65,"v":-0}}}',
     "float32 -0 among others": '{"u":{"a":{"t":4,"f":65,"v":1.5},"b":{"t":4,"f":65,"v":-0}}}',
     "int -0": '{"u":{"a":{"t":3,"f":65,"v":-0}}}',
+    "float -0 in an update's old image": '{"u":{"a":{"t":5,"f":65,"v":1.5}},"p":{"a":{"t":5,"f":65,"v":-0}}}',
+    "float 0 beside -0.0": '{"u":{"a":{"t":5,"f":65,"v":0},"b":{"t":5,"f":65,"v":-0.0}}}',
+    "float -0 after a space": '{"u":{"a":{"t":5,"f":65,"v": -0}}}',
+    "float 0 beside int -0": '{"u":{"a":{"t":5,"f":65,"v":0},"b":{"t":3,"f":65,"v":-0}}}',
     "float given an integer": '{"u":{"a":{"t":5,"f":65,"v":3}}}',
     "float32 rounding": '{"u":{"a":{"t":4,"f":65,"v":0.1}}}',
     "float32 max": '{"u":{"a":{"t":4,"f":65,"v":3.4028235e38}}}',

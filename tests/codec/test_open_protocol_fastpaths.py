@@ -1,6 +1,7 @@
 """The Open Protocol encoder's fast paths give the bytes of the slow paths they stand in for.
 
-Covered: the per-value binary quoter's ASCII shortcut, the length-prefix framing, the columnar
+Covered: the per-value binary quoter's ASCII shortcut, the length-prefix framing (and the block
+decoder's unchecked walk of it against the checked one, on damaged frames too), the columnar
 base64/Go-quote/float texts (against the per-row encoder, over generated values), and the
 inlined `append_rendered` batching (against `append_row`, over batch limits and compression).
 """
@@ -14,11 +15,13 @@ from itertools import chain
 from typing import Any
 
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from changefeed.codec.gojson import go_quote, go_quote_json, quote_jsoniter, quote_std
 from changefeed.codec.open_protocol.encoder import _framed
+from changefeed.codec.open_protocol.framing import frame_lists, split_frames
 from changefeed.errors import MessageTooLargeError
 from changefeed.model import Column, Op, TypeCode
 from tests.codec.helpers import BIN, UTF8
@@ -49,6 +52,62 @@ def test_go_quote_json_is_the_json_text_of_go_quote(data: bytes) -> None:
 def test_framing_is_length_prefixed_parts(parts: list[bytes], head: bytes) -> None:
     want = head + b"".join(chain.from_iterable((struct.pack(">Q", len(p)), p) for p in parts))
     assert _framed(parts, head) == want
+
+
+def _walk(walker: Any, key: bytes | None, value: bytes | None) -> Any:
+    try:
+        return walker(key, value)
+    except ValueError as e:
+        return str(e)
+
+
+_PREFIX = st.one_of(st.integers(0, 40), st.integers(0, (1 << 64) - 1)).map(lambda n: struct.pack(">Q", n))
+
+
+@_SETTINGS
+@given(
+    st.lists(st.tuples(st.binary(max_size=30), st.binary(max_size=30)), max_size=12),
+    st.sampled_from(["intact", "cut key", "cut value", "prefix", "header", "none"]),
+    st.data(),
+)
+def test_the_unchecked_walk_splits_as_the_checked_one(pairs: list[tuple[bytes, bytes]], damage: str, data: Any) -> None:
+    key = _framed([k for k, _ in pairs], struct.pack(">Q", 1))
+    value: bytes | None = _framed([v for _, v in pairs], b"")
+    if damage == "cut key":
+        key = key[: data.draw(st.integers(0, len(key)))]
+    elif damage == "cut value":
+        assert value is not None
+        value = value[: data.draw(st.integers(0, len(value)))]
+    elif damage == "prefix" and pairs:  # one length prefix replaced, possibly beyond any slice index
+        which = data.draw(st.sampled_from(["key", "value"]))
+        framed = bytearray(key if which == "key" else value or b"")
+        at = 8 if which == "key" else 0
+        framed[at : at + 8] = data.draw(_PREFIX)
+        key, value = (bytes(framed), value) if which == "key" else (key, bytes(framed))
+    elif damage == "header":
+        key = struct.pack(">Q", data.draw(st.integers(0, 3))) + key[8:]
+    elif damage == "none":
+        value = None
+    want = _walk(split_frames, key, value)
+    got = _walk(frame_lists, key, value)
+    if isinstance(want, str):
+        assert got == want  # the same error, naming the same event
+    else:
+        assert got == ([k for k, _ in want], [v for _, v in want])
+
+
+@pytest.mark.parametrize("length", [41, (1 << 63) - 9, (1 << 63) - 1, (1 << 64) - 1])
+@pytest.mark.parametrize("which", ["key", "value"])
+def test_a_length_beyond_any_index_is_the_checked_walks_error(length: int, which: str) -> None:
+    parts = [b"a" * 10, b"b" * 10, b"c" * 10]
+    key, value = _framed(parts, struct.pack(">Q", 1)), _framed(parts, b"")
+    if which == "key":
+        key = key[:8] + struct.pack(">Q", length) + key[16:]
+    else:
+        value = struct.pack(">Q", length) + value[8:]
+    want = _walk(split_frames, key, value)
+    assert isinstance(want, str)  # a truncated prefix or an overrun, named by event
+    assert _walk(frame_lists, key, value) == want
 
 
 def _with_nulls(draw: st.DrawFn, values: list[Any]) -> list[Any]:
