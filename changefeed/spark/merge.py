@@ -5,10 +5,11 @@ rows read in one micro-batch may only be releasable in a later one (a partition 
 has not arrived yet). So the merge needs state that outlives a batch. The data source's offsets
 are plain per-partition Kafka offsets. Its rows are messages its range tasks decoded
 (``output=decoded``, protocols with a columnar decoder: `DecodedReader` only unpacks them), or
-the raw messages, which `MergeStage.run` decodes once on the driver (``output=messages``:
-`MessageDecoder`, one long-lived decoder per partition, which Simple's schema cache needs);
-either way they are fed to a `PartitionMerger`. The merger's state is saved as data after every
-batch, keyed by batch id, into the job's checkpoint directory (`save_state` / `load_state`).
+only the ranges' offsets, whose messages the driver reads itself (``output=ranges``,
+`DriverReads`) and decodes once (`MessageDecoder`, one long-lived decoder per partition, which
+Simple's schema cache needs); either way they are fed to a `PartitionMerger`. The merger's state
+is saved as data after every batch, keyed by batch id, into the job's checkpoint directory
+(`save_state` / `load_state`).
 
 State file ``merge-<batch id>.jsonl``: line 1 is a JSON header (format, version, batch, topic,
 partitions and `PartitionMerger.snapshot`'s numbers); the further lines are the unreleased events
@@ -46,7 +47,8 @@ from ..model.jsonl import EventReader, dumps_events
 from ..model.rowblock import RowBlock
 from .collect import Arrivals
 from .datasource.decoded import DECODED, DECODED_SCHEMA
-from .datasource.kafka import RANGE_MESSAGES
+from .datasource.driverreads import RANGES, DriverReads
+from .datasource.kafka import RANGE_MESSAGES, MessageDecoder
 from .encode import event_order
 from .envelope import ENVELOPE_SCHEMA, wrap
 
@@ -54,7 +56,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from .datasource.decoded import DecodedReader
-    from .datasource.kafka import MessageDecoder
 
 log = logging.getLogger(__name__)
 
@@ -323,6 +324,8 @@ class MergeStage:
         """`run` in pieces: the partitions' messages decoded a few at a time, round robin, and what
         each piece lets the merge release handed on at once, so the sink applies it while the next
         piece is decoded."""
+        if self.output == RANGES and "start" in messages.schema.names:
+            return self.read(messages, batch_id)
         decoder = self._decoder()
         return self._merged(lambda _: decoder.chunks(messages), batch_id)
 
@@ -335,9 +338,23 @@ class MergeStage:
         hand-over's own costs (a second Python stage per task, files, a thread) showed as lag:
         `bench/e2e.py --modes steady` at 10k rows/s, p50 0.68 -> 0.86 s (bench/RESULTS.md).
         """
+        if self.output == RANGES:
+            return self.read(batch.toArrow(), batch_id)  # tasks only named the ranges: nothing to stream
         if self.last_messages is None or self.last_messages >= STREAM_MESSAGES:
             return self.stream(batch, batch_id)
         return self.chunks(batch.toArrow(), batch_id)
+
+    def read(self, ranges: pa.Table, batch_id: int) -> Iterator[list[Event | RowBlock]]:
+        """`chunks` of a batch whose Kafka ranges (``output=ranges``) are read here, on the driver,
+        while what came is decoded and merged (`DriverReads`; the turns of `merge_arrivals`)."""
+        decoder = self._decoder()
+        if not isinstance(decoder, MessageDecoder):
+            raise ChangefeedError("kafka ranges need the driver's message decoder", where=self.topic)
+        reads = DriverReads(decoder.servers, self.topic, ranges, decoder.client_config)
+        try:
+            yield from self.merge_arrivals(reads, batch_id)
+        finally:
+            reads.close()
 
     def stream(self, batch: DataFrame, batch_id: int) -> Iterator[list[Event | RowBlock]]:
         """`chunks` of a batch DataFrame whose Spark partitions are handed over one at a time as
@@ -366,7 +383,9 @@ class MergeStage:
 
             def take(item: tuple[int, pa.Table] | None) -> bool:
                 if item is not None and item[1].num_rows:
-                    key, more = item[1].column("part")[0].as_py(), iter(decoder.chunks(item[1]))
+                    table = item[1]  # envelopes of a task (``part``), or messages read here (``partition``)
+                    key = table.column("part" if "part" in table.schema.names else "partition")[0].as_py()
+                    more = iter(decoder.chunks(table))
                     turns[key] = itertools.chain(turns[key], more) if key in turns else more
                 return item is not None
 

@@ -20,6 +20,8 @@ from changefeed.files.store import LocalStore
 from changefeed.model import Column, Index, Op, Resolved, RowChange, TableSchema, TypeCode
 from changefeed.model.rowblock import RowBlock, expand_blocks
 from changefeed.spark.changelog import ChangelogRows
+from changefeed.spark.datasource.decoded import DECODED
+from changefeed.spark.datasource.driverreads import RANGES
 from changefeed.spark.datasource.kafka import MESSAGE_SCHEMA, MessageDecoder
 from changefeed.spark.envelope import wrap
 from changefeed.spark.merge import STREAM_MESSAGES, MergeStage, load_state
@@ -220,18 +222,28 @@ def test_past_half_the_bound_the_driver_waits_for_the_missing_partitions(tmp_pat
 
 
 def test_batches_go_as_they_arrive_while_they_are_large(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """`MergeStage.collect`: the first batch and those after a large one go as their ranges arrive;
-    after a small one (steady load) the batch is collected whole (the hand-over's costs showed as lag)."""
+    """`MergeStage.collect` of messages decoded in tasks: the first batch and those after a large one
+    go as their ranges arrive; after a small one (steady load) the batch is collected whole (the
+    hand-over's costs showed as lag). Ranges the driver reads itself are always read as they come."""
     stage = _stage(tmp_path)
+    assert stage.output == RANGES  # the driver's decoder: its tasks only name the ranges
     chose: list[str] = []
     monkeypatch.setattr(stage, "stream", lambda batch, batch_id: chose.append("stream") or iter(()))
     monkeypatch.setattr(stage, "chunks", lambda table, batch_id: chose.append("whole") or iter(()))
+    monkeypatch.setattr(stage, "read", lambda table, batch_id: chose.append("read") or iter(()))
 
     class Batch:
         def toArrow(self) -> pa.Table:  # noqa: N802 - PySpark's name
             return pa.table({})
 
-    for messages_before in (None, STREAM_MESSAGES, STREAM_MESSAGES - 1, 0, 10 * STREAM_MESSAGES):
+    sizes = (None, STREAM_MESSAGES, STREAM_MESSAGES - 1, 0, 10 * STREAM_MESSAGES)
+    for messages_before in sizes:
+        stage.last_messages = messages_before
+        stage.collect(Batch(), 1)  # type: ignore[arg-type]
+    assert chose == ["read"] * len(sizes)
+    chose.clear()
+    stage.output = DECODED
+    for messages_before in sizes:
         stage.last_messages = messages_before
         stage.collect(Batch(), 1)  # type: ignore[arg-type]
     assert chose == ["stream", "stream", "whole", "whole", "stream"]

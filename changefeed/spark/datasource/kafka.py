@@ -24,6 +24,7 @@ from ...model.rowblock import RowBlock
 from ..changelog import ChangelogRows, EventFilter
 from ..envelope import ENVELOPE_DDL, unwrap, wrap
 from .decoded import DECODED, DECODED_DDL, Decoded, DecodedReader, columnar, pack, pack_error
+from .driverreads import RANGE_DDL, RANGES
 from .options import CHANGELOG, Input, SourceOptions
 
 if TYPE_CHECKING:
@@ -68,6 +69,9 @@ class KafkaRange(InputPartition):
     ``output=messages``: the raw messages, not decoded, in compressed Arrow envelopes (changefeed/spark/envelope.py):
     the apply job decodes each message once, on the driver (`MessageDecoder`), instead of
     decoding here and handing the events over as JSON.
+
+    ``output=ranges``: only ``(partition, start, end)``; the apply job's driver reads the messages
+    itself (`DriverReads`, changefeed/spark/datasource/driverreads.py).
     """
 
     servers: str
@@ -84,6 +88,8 @@ class KafkaRange(InputPartition):
         InputPartition.__init__(self, None)
 
     def rows(self) -> Iterator[Any]:
+        if self.output == RANGES:
+            return iter([(self.partition, self.start, self.end)])
         if self.output == MESSAGES:
             return self._raw()
         return self._decoded() if self.output == DECODED else self._changelog()
@@ -227,7 +233,8 @@ class _PartitionDecoder:
 
 
 class MessageDecoder:
-    """The apply job's side of ``output=messages``: every message decoded once, on the driver.
+    """The apply job's side of ``output=ranges`` (the driver reads them, `DriverReads`) and of
+    ``output=messages``: every message decoded once, on the driver.
 
     One long-lived `_PartitionDecoder` per Kafka partition across micro-batches (so Simple's schema
     cache survives batches and a look-back happens once per job run, not once per range), the
@@ -235,7 +242,7 @@ class MessageDecoder:
     are dropped: a replayed batch starts from fresh ones, as after a restart.
     """
 
-    output = MESSAGES
+    output = RANGES
 
     def __init__(
         self,
@@ -431,7 +438,7 @@ class KafkaInput(Input):
     OPTIONS = _KAFKA_KEYS
     ANY_CODEC_OPTION = True
     NO_PATH = True
-    OUTPUTS: ClassVar[Mapping[str, str]] = {MESSAGES: ENVELOPE_DDL, DECODED: DECODED_DDL}
+    OUTPUTS: ClassVar[Mapping[str, str]] = {MESSAGES: ENVELOPE_DDL, DECODED: DECODED_DDL, RANGES: RANGE_DDL}
     # Messages per micro-batch by default: a backlog read at once is collected on the apply
     # driver whole (a 1M-row Open Protocol backlog, ~40k messages in one batch, ran a 1 GB JVM
     # out of heap); 10,000 messages are up to 160k rows of Open Protocol, 10k of the others.
@@ -589,7 +596,8 @@ class KafkaInput(Input):
         begin = start.get("offsets", {})
         output = self.opts.output
         # Simple's decoder may hold a DML for a schema a later message brings: a range ends where a batch does.
-        every = self.split_every if self.codec.protocol != "simple" else None
+        # A range the driver reads itself needs no splitting: its task only names it.
+        every = self.split_every if self.codec.protocol != "simple" and output != RANGES else None
         pieces = [
             (n, int(p), low, high)
             for p, end_offset in end["offsets"].items()

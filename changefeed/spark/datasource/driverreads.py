@@ -1,0 +1,163 @@
+"""A micro-batch's Kafka ranges read on the driver itself (the kafka input's ``output=ranges``).
+
+Why: where the apply job decodes on the driver (`MessageDecoder`, local masters with few cores),
+the range tasks only carried bytes: each message went librdkafka -> a Python worker -> an
+LZ4-compressed Arrow envelope -> a file (through the JVM and a second Python stage) -> the
+driver, ~11 µs of CPU a row of Open Protocol in the JVM and the workers (bench/RESULTS.md) on
+cores the MariaDB server and the broker need too: as much as decoding, merging and rendering
+together. Spark still plans each batch's ranges (offsets, the commit log, exactly-once); its
+tasks hand over only (partition, start, end), and the driver reads those offsets here, one
+thread per Kafka partition (librdkafka fetches without the GIL), while it decodes what came.
+
+`DriverReads` hands the messages over as `MESSAGE_SCHEMA` tables of up to ``chunk`` messages,
+each partition's in offset order, the partition handed the fewest first (`Arriving`: ``poll``
+never waits, ``next`` does), so the apply job's merge (`MergeStage.merge_arrivals`) takes them
+as it takes task output. A batch holds at most the batch's messages (``maxEventsPerTrigger``),
+as the whole-batch collect did.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Mapping, Sequence
+
+import pyarrow as pa
+
+from ...consume.kafka import RANGE_CONSUMERS, read_range
+from ...errors import CaptureError
+
+#: ``output=ranges`` of the kafka input: what each range task hands the driver.
+RANGES = "ranges"
+RANGE_DDL = "partition int, start long, end long"
+#: Messages per table handed over: ~8k rows of Open Protocol, so decoding starts early.
+READ_MESSAGES = 512
+_WAIT_S = 0.05  # how long `next` sleeps between looks when nothing came (a reader also wakes it)
+
+
+def _schema() -> pa.Schema:
+    from .kafka import MESSAGE_SCHEMA  # noqa: PLC0415 (kafka.py imports this module)
+
+    return MESSAGE_SCHEMA
+
+
+class DriverReads:
+    """The messages of ``ranges`` ((partition, start, end) rows of a batch), read here by threads.
+
+    ``close`` must follow (it stops the readers and waits for them), also after an error."""
+
+    def __init__(
+        self,
+        servers: str,
+        topic: str,
+        ranges: pa.Table,
+        client_config: Mapping[str, str] | None = None,
+        chunk: int = READ_MESSAGES,
+    ) -> None:
+        self.topic = topic
+        self._schema = _schema()
+        self._chunk = chunk
+        per: dict[int, list[tuple[int, int]]] = {}
+        columns = (ranges.column(n).to_pylist() for n in ("partition", "start", "end"))
+        for partition, start, end in sorted(zip(*columns, strict=True)):
+            if end > start:
+                per.setdefault(partition, []).append((start, end))
+        self._ready: dict[int, deque[pa.Table]] = {p: deque() for p in per}
+        self._handed: dict[int, int] = dict.fromkeys(per, 0)
+        self._error: BaseException | None = None
+        self._stop = False
+        self._woken = threading.Condition()
+        self._threads = [
+            threading.Thread(
+                target=self._read,
+                args=(servers, dict(client_config or {}), p, spans),
+                name=f"changefeed-read-{topic}[{p}]",
+                daemon=True,
+            )
+            for p, spans in per.items()
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _read(
+        self, servers: str, client_config: dict[str, str], partition: int, spans: Sequence[tuple[int, int]]
+    ) -> None:
+        try:
+            with RANGE_CONSUMERS.consumer(servers, client_config) as consumer:
+                for start, end in spans:
+                    offsets: list[int] = []
+                    keys: list[bytes | None] = []
+                    values: list[bytes | None] = []
+                    for msg in read_range(consumer, self.topic, partition, start, end):
+                        offsets.append(msg.offset())
+                        keys.append(msg.key())
+                        values.append(msg.value())
+                        if len(offsets) >= self._chunk:
+                            if self._stop:
+                                return
+                            self._put(partition, offsets, keys, values)
+                            offsets, keys, values = [], [], []
+                    if offsets:
+                        self._put(partition, offsets, keys, values)
+        except BaseException as exc:  # raised on the driver's thread by `poll`/`next`
+            with self._woken:
+                if self._error is None:
+                    self._error = exc
+                self._woken.notify_all()
+        finally:
+            with self._woken:
+                self._woken.notify_all()
+
+    def _put(self, partition: int, offsets: list[int], keys: list[bytes | None], values: list[bytes | None]) -> None:
+        table = pa.Table.from_arrays(
+            [
+                pa.array([partition] * len(offsets), pa.int32()),
+                pa.array(offsets, pa.int64()),
+                pa.array(keys, pa.binary()),
+                pa.array(values, pa.binary()),
+            ],
+            schema=self._schema,
+        )
+        with self._woken:
+            self._ready[partition].append(table)
+            self._woken.notify_all()
+
+    def _take(self) -> tuple[int, pa.Table] | None:
+        """The next table of the partition handed over least so far that has one ready (caller holds the lock)."""
+        if self._error is not None:
+            error, self._error = self._error, None
+            self._stop = True
+            if isinstance(error, CaptureError):
+                raise error
+            raise CaptureError(f"kafka: reading the batch's ranges failed: {error}", where=self.topic) from error
+        ready = [p for p, tables in self._ready.items() if tables]
+        if not ready:
+            return None
+        partition = min(ready, key=lambda p: (self._handed[p], p))
+        self._handed[partition] += 1
+        return partition, self._ready[partition].popleft()
+
+    def poll(self) -> tuple[int, pa.Table] | None:
+        """A table that is here now, or None (none yet, or none any more)."""
+        with self._woken:
+            return self._take()
+
+    def next(self) -> tuple[int, pa.Table] | None:
+        """The next table, waiting for one; None once every range was read and handed over."""
+        with self._woken:
+            while True:
+                item = self._take()
+                if item is not None:
+                    return item
+                if not any(t.is_alive() for t in self._threads):
+                    item = self._take()  # a reader's last table or error, put before it ended
+                    return item
+                self._woken.wait(_WAIT_S)
+
+    def close(self) -> None:
+        """Stop the readers (left early: each ends at its next chunk) and wait for them."""
+        self._stop = True
+        for thread in self._threads:
+            thread.join()
+        with self._woken:
+            self._ready.clear()

@@ -1,0 +1,148 @@
+"""The kafka input's ``output=ranges`` and `DriverReads`: the apply job's driver reads the batch's
+ranges itself, on the tansu broker.
+
+Spark's tasks only name each range; the driver's readers must hand over exactly the range's
+messages, each partition's in offset order, and the merge over them must release what it
+releases over the messages the tasks read (``output=messages``).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from pathlib import Path
+
+import orjson
+import pyarrow as pa
+import pytest
+from pyspark.sql import SparkSession
+
+from changefeed.consume import kafka as consume_kafka
+from changefeed.errors import CaptureError, ChangefeedError
+from changefeed.spark.changelog import ChangelogRows
+from changefeed.spark.datasource import KafkaInput, SourceOptions, register
+from changefeed.spark.datasource.driverreads import RANGES, DriverReads
+from changefeed.spark.datasource.kafka import MESSAGE_SCHEMA, MessageDecoder
+from changefeed.spark.merge import MergeStage
+from changefeed.testing import Broker
+
+from .test_kafka_messages import PROTOCOLS, _captured_topic, _ends, _lines, _produce, _source
+
+
+def _ranges(rows: list[tuple[int, int, int]]) -> pa.Table:
+    columns = list(zip(*rows, strict=True)) if rows else [[], [], []]
+    return pa.table(
+        [pa.array(columns[0], pa.int32()), pa.array(columns[1], pa.int64()), pa.array(columns[2], pa.int64())],
+        names=["partition", "start", "end"],
+    )
+
+
+def _drain(reads: DriverReads, poll_first: bool = False) -> list[tuple[int, pa.Table]]:
+    out = []
+    try:
+        while True:
+            item = reads.poll() if poll_first else None
+            item = item or reads.next()
+            if item is None:
+                return out
+            out.append(item)
+    finally:
+        reads.close()
+
+
+def test_ranges_output_names_each_partitions_range_unsplit(spark: SparkSession, broker: Broker) -> None:
+    topic = f"cf-rng-{uuid.uuid4().hex[:8]}"
+    _produce(broker, topic)
+    register(spark)
+    df = spark.read.format("changefeed").options(**_source(broker, topic, output=RANGES, eventsPerPartition="4")).load()
+    assert df.schema.simpleString() == "struct<partition:int,start:bigint,end:bigint>"
+    assert sorted(map(tuple, df.collect())) == [(0, 0, 30), (1, 0, 30)]  # a task per partition: nothing to split
+
+
+def test_driver_reads_hand_over_exactly_the_ranges_messages(broker: Broker) -> None:
+    topic = f"cf-rng-{uuid.uuid4().hex[:8]}"
+    sent = _produce(broker, topic)
+    ranges = _ranges([(1, 3, 26), (0, 0, 30), (0, 30, 30)])  # an empty range is nothing to read
+    for poll_first in (False, True):
+        got = _drain(DriverReads(broker.bootstrap_servers, topic, ranges, chunk=7), poll_first)
+        assert all(t.schema == MESSAGE_SCHEMA for _, t in got)
+        assert [t.num_rows for p, t in got if p == 1] == [7, 7, 7, 2]
+        assert [t.num_rows for p, t in got if p == 0] == [7, 7, 7, 7, 2]
+        for partition, (start, end) in ((0, (0, 30)), (1, (3, 26))):
+            tables = [t for p, t in got if p == partition]
+            assert all(t.column("partition").to_pylist() == [partition] * t.num_rows for t in tables)
+            whole = pa.concat_tables(tables)
+            assert whole.column("offset").to_pylist() == list(range(start, end))
+            pairs = list(zip(whole.column("key").to_pylist(), whole.column("value").to_pylist(), strict=True))
+            assert pairs == sent[partition][start:end]
+    # Turns: of what is here, the partition handed over least goes first (ties: the lower one), so
+    # neither runs far ahead of the other in the merge.
+    reads = DriverReads(broker.bootstrap_servers, topic, ranges, chunk=7)
+    for thread in reads._threads:
+        thread.join()
+    assert [p for p, _ in _drain(reads, poll_first=True)] == [0, 1, 0, 1, 0, 1, 0, 1, 0]
+    assert _drain(DriverReads(broker.bootstrap_servers, topic, _ranges([]))) == []
+
+
+def test_closing_early_stops_the_readers(broker: Broker) -> None:
+    topic = f"cf-rng-{uuid.uuid4().hex[:8]}"
+    _produce(broker, topic)
+    reads = DriverReads(broker.bootstrap_servers, topic, _ranges([(0, 0, 30), (1, 0, 30)]), chunk=2)
+    assert reads.next() is not None
+    started = time.monotonic()
+    reads.close()
+    assert time.monotonic() - started < 5
+    assert not any(t.is_alive() for t in reads._threads)
+
+
+def test_a_range_past_the_end_is_an_error_naming_where(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+    topic = f"cf-rng-{uuid.uuid4().hex[:8]}"
+    _produce(broker, topic)
+    monkeypatch.setattr(consume_kafka, "KAFKA_TIMEOUT_S", 1.0)
+    reads = DriverReads(broker.bootstrap_servers, topic, _ranges([(0, 25, 40)]))
+    with pytest.raises(CaptureError, match="no message at offset 30 of \\[25, 40\\)") as caught:
+        _drain(reads)
+    assert caught.value.where == f"{topic}[0]"
+
+
+def test_merge_over_ranges_read_here_releases_what_task_output_does(broker: Broker, tmp_path: Path) -> None:
+    """`MergeStage.read` (the driver reads) against `MergeStage.chunks` over the same messages read
+    by the tasks' path (``output=messages``), on a topic the capture side wrote."""
+    codec = PROTOCOLS["open-protocol"]
+    topic = _captured_topic(broker, codec, "ranges", partitions=3)
+    ends = _ends(broker, topic)
+    released = {}
+    for how in ("read", "messages"):
+        kafka = KafkaInput(SourceOptions.parse(_source(broker, topic)))
+        decoder = MessageDecoder(broker.bootstrap_servers, topic, codec, ChangelogRows())
+        stage = MergeStage(tmp_path / how, topic, kafka.partition_ids(), decoder)
+        assert stage.output == RANGES
+        ranges = _ranges([(p, 0, end) for p, end in ends.items()])
+        if how == "read":
+            pieces = stage.chunks(ranges, 0)  # a ranges table: read here
+        else:
+            from .test_kafka_messages import _raw  # noqa: PLC0415
+
+            messages = pa.concat_tables([_raw(broker, topic, p, 0, end, codec) for p, end in ends.items()])
+            pieces = stage.chunks(messages, 0)
+        released[how] = _lines([e for piece in pieces for e in piece])
+        stage.commit(0)
+        stage.close()
+        kafka.close()
+    # Pieces may differ (what came when: a resolved event after each); the events and their order may
+    # not. A DDL is on every partition: the copy the merge meets first gives its position.
+    read, whole = released["read"], released["messages"]
+    rows = [
+        [{k: v for k, v in obj.items() if k != "position" or obj["kind"] != "ddl"} for obj in map(orjson.loads, lines)]
+        for lines in (read, whole)
+    ]
+    rows = [[obj for obj in objs if obj["kind"] != "resolved"] for objs in rows]
+    assert len(rows[0]) > 20 and rows[0] == rows[1]
+    assert read[-1] == whole[-1]  # the same last watermark, with the same offsets
+
+
+def test_ranges_need_the_drivers_decoder(tmp_path: Path) -> None:
+    stage = MergeStage(tmp_path, "t", [0])
+    stage.output = RANGES
+    with pytest.raises(ChangefeedError, match="message decoder"):
+        list(stage.read(_ranges([(0, 0, 1)]), 0))
