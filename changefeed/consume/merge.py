@@ -321,6 +321,10 @@ class PartitionMerger:
         """Take the events decoded from the message at ``offset`` of ``partition`` (in order).
 
         Rows may come as `RowChange`s or in `RowBlock`s, both on one partition (see the module doc).
+        A block's segment of a Kafka message (``skip`` None, a position with an ``offset``) counts at
+        that message: a columnar decoder hands a run of messages' rows over as one block, in the
+        run's first message's events (`DebeziumBlockDecoder.decode`); the later messages are fed
+        after it, with their own sizes.
         ``size``: the message's bytes, counted against ``max_pending_bytes`` while any of its
         events wait (`MergeBufferFullError` past it: one partition's resolved ts holds back a
         growing backlog of the others, and memory must not grow without bound).
@@ -336,7 +340,7 @@ class PartitionMerger:
             elif isinstance(event, RowBlock):
                 for seg, start in event.walk():
                     if seg.rows:
-                        self._segment(part, partition, event.tables[seg.table], seg, start, offset)
+                        self._segment(part, partition, event.tables[seg.table], seg, start, _offset(seg, offset))
             elif isinstance(event, DDLEvent):
                 self._ddl(part, partition, event, offset)
             elif isinstance(event, Resolved):
@@ -885,6 +889,17 @@ def _lazy_row(rows: TableRows, i: int, ts: int, row: RowChange | None) -> Callab
         return got
 
     return get
+
+
+def _offset(seg: Segment, offset: int) -> int:
+    """The offset of the message a block's segment holds rows of: its position's for a Kafka
+    message's rows (`Segment`: ``skip`` None), else the message the block was fed with."""
+    position = seg.position
+    if seg.skip is None and position is not None:
+        at = position.get("offset")
+        if type(at) is int:
+            return at
+    return offset
 
 
 def _block(run: list[tuple[int, _Piece]]) -> RowBlock:

@@ -26,7 +26,7 @@ from changefeed.codec.debezium.blocks import (
     DebeziumRows,
     _doubles_as_decimals,
     _doubles_as_text,
-    _message_blocks,
+    _run_blocks,
     _Slice,
 )
 from changefeed.codec.debezium.values import _decimal_parser
@@ -95,11 +95,17 @@ def by_blocks(
             )
         except CodecError as e:
             return e, columnar
+        covered = -1  # the last message whose row an earlier message's block holds
         for i, events in zip(part, decoded, strict=True):
+            assert i > covered or not events, "a message whose row is in an earlier message's block has no events"
             for ev in events:
                 if isinstance(ev, RowBlock):
                     columnar += ev.num_rows
-                    assert all(s.position == _position(i) for s in ev.segments)
+                    # A run's block: a one-row segment per message from this one on, each at its message.
+                    assert [s.position for s in ev.segments] == [_position(j) for j in range(i, i + ev.num_rows)]
+                    assert all(s.rows == 1 and s.skip is None for s in ev.segments)
+                    assert len(events) == 1
+                    covered = i + ev.num_rows - 1
                 else:
                     assert ev.position == _position(i)
             out.extend(expand_blocks(events))
@@ -381,34 +387,85 @@ def test_a_guessed_reader_of_another_table_is_not_trusted(monkeypatch: pytest.Mo
     assert typed and not any(typed)
 
 
-def test_message_blocks_are_the_dataclasses() -> None:
-    """`_message_blocks` builds `RowBlock`s and `Segment`s without their constructors: each is
-    the one the constructors give, and every slot of each object is set."""
-    options = opts(enable_tidb_extension=True)
+def _decoded_root(options: CodecOptions) -> DebeziumRows:
     messages, _ = fixture_messages(options)
     decoded = DebeziumBlockDecoder(DebeziumDecoder(options)).decode(
         messages, [_where(i) for i in range(len(messages))], [_position(i) for i in range(len(messages))]
     )
     root = next(ev for events in decoded for ev in events if isinstance(ev, RowBlock)).tables[0].origin[0]
     assert isinstance(root, DebeziumRows)
+    return root
+
+
+def test_run_blocks_are_the_dataclasses() -> None:
+    """`_run_blocks` builds `Segment`s without their constructor: each is the one the constructor
+    gives, and every slot is set. Two tables' rows interleaved, with a message between that is
+    not theirs: a block per run of consecutive messages, each table's rows of the run a slice."""
+    root = _decoded_root(opts(enable_tidb_extension=True))
     n = root.num_rows
-    positions = [_position(i) for i in range(2 * n)]
-    out: list[list[Event | RowBlock]] = [[] for _ in range(2 * n)]
-    _message_blocks(root, list(range(0, 2 * n, 2)), list(range(10, 10 + n)), positions, out)
-    assert out[1::2] == [[]] * n
-    for j, events in enumerate(out[::2]):
-        (block,) = events
-        assert type(block) is RowBlock
-        (rows,) = block.tables
-        assert type(rows) is _Slice
-        assert block.segments == [Segment(0, 1, 10 + j, positions[2 * j], None)]
-        assert block == RowBlock(block.tables, [Segment(0, 1, 10 + j, positions[2 * j], None)])
-        for obj in (block, block.segments[0], rows):
-            for klass in type(obj).__mro__:
-                for slot in getattr(klass, "__slots__", ()):
-                    if not slot.startswith("__"):
-                        getattr(obj, slot)  # unset: AttributeError
-        assert rows.origin == (root, j) and rows.row(0) == root.row(j)
+    assert n >= 4
+    other = root.slice(0, n)  # another table object, as a second table of the run would be
+    assert isinstance(other, DebeziumRows)
+    # Messages 0..n-1 alternate between the tables, message n is the row decoder's, n+1.. the first table's again.
+    a = [k for k in range(n) if k % 2 == 0]
+    b = [k for k in range(n) if k % 2]
+    tail = list(range(n + 1, n + 4))
+    a_rows = root.slice(0, len(a) + len(tail))
+    assert isinstance(a_rows, DebeziumRows)
+    positions = [_position(i) for i in range(n + 4)]
+    out: list[list[Event | RowBlock]] = [[] for _ in range(n + 4)]
+    commits = [100 + k for k in range(n + 4)]
+    taken = [(a_rows, [*a, *tail], [commits[k] for k in [*a, *tail]]), (other, b, [commits[k] for k in b])]
+    _run_blocks(taken, positions, out)
+    assert [len(events) for events in out] == [1] + [0] * n + [1, 0, 0]
+    first, second = out[0][0], out[n + 1][0]
+    assert type(first) is RowBlock and type(second) is RowBlock
+    assert first.segments == [Segment(k % 2, 1, commits[k], positions[k], None) for k in range(n)]
+    assert second.segments == [Segment(0, 1, commits[k], positions[k], None) for k in tail]
+    assert [t.origin for t in first.tables] == [(a_rows.origin[0], 0), (root, 0)]
+    assert [t.num_rows for t in first.tables] == [len(a), len(b)]
+    assert [t.origin for t in second.tables] == [(root, len(a))] and second.tables[0].num_rows == len(tail)
+    assert type(second.tables[0]) is _Slice  # lazy: no Arrow slice until asked for
+    for block in (first, second):
+        for obj in block.segments:
+            for slot in Segment.__slots__:
+                getattr(obj, slot)  # unset: AttributeError
+    # The block's rows are the tables' rows in message order.
+    want = [a_rows.row(a.index(k)) if k in a else other.row(b.index(k)) for k in range(n)]
+    assert [(r.new, r.old, r.commit_ts) for r in first.rows()] == [
+        (w.new, w.old, c) for w, c in zip(want, commits, strict=False)
+    ]
+    # One table's rows of consecutive messages: one block holding that table whole.
+    out = [[] for _ in range(n + 4)]
+    _run_blocks([(root, list(range(2, n + 2)), commits[2 : n + 2])], positions, out)
+    assert [len(events) for events in out] == [0, 0, 1] + [0] * (n + 1)
+    (block,) = out[2]
+    assert block.tables == [root] and block.segments == [
+        Segment(0, 1, commits[k], positions[k], None) for k in range(2, n + 2)
+    ]
+
+
+def test_a_run_broken_by_other_messages_is_a_block_per_piece() -> None:
+    """Rows of one table with a DDL, a tombstone and a row the fast path leaves to the row decoder
+    between them: a block per run of rows the fast path took, at its first message, each
+    row at its own message; the events are the row decoder's, in order (`assert_same`)."""
+    run = _one_table_run()  # 9 messages
+    # The row decoder's row (a commit ts beyond int64, which a block's int64 column cannot hold).
+    bad = _replace(run[1], b'"commit_ts":', b'"commit_ts":9223372036854775808,"x":')
+    others = [m for m in fixture_messages(GOOD)[0] if not m.value or b'"op":"c"' not in m.value]
+    tombstone = next(m for m in others if not m.value)
+    ddl = next(m for m in others if m.value and b'"ddl"' in m.value)
+    messages = [*run[:3], tombstone, *run[3:6], ddl, *run[6:8], bad, run[8]]
+    assert assert_same(messages, GOOD, runs=(4096, 5)) == 9
+    decoded = DebeziumBlockDecoder(DebeziumDecoder(GOOD)).decode(
+        messages, [_where(i) for i in range(len(messages))], [_position(i) for i in range(len(messages))]
+    )
+    firsts = [i for i, events in enumerate(decoded) if any(isinstance(ev, RowBlock) for ev in events)]
+    assert firsts == [0, 4, 8, 11]
+    sizes = [ev.num_rows for events in decoded for ev in events if isinstance(ev, RowBlock)]
+    assert sizes == [3, 3, 2, 1]
+    roots = {id(t.origin[0]) for events in decoded for ev in events if isinstance(ev, RowBlock) for t in ev.tables}
+    assert len(roots) == 1  # slices of the one decoded table
 
 
 def test_mutated_messages_are_the_row_decoders() -> None:
@@ -446,11 +503,10 @@ def test_blocks_give_one_row_per_message_with_its_start_ts() -> None:
     for events in decoded:
         for ev in events:
             if isinstance(ev, RowBlock):
-                assert ev.num_rows == 1
-                (row,) = ev.rows()
-                assert row.start_ts > 0
-                rows = ev.tables[0]
-                assert rows.batch.num_rows == 1 and rows.origin[0].num_rows >= 1
+                assert all(seg.rows == 1 for seg in ev.segments)
+                rows = list(ev.rows())
+                assert len(rows) == len(ev.segments) and all(row.start_ts > 0 for row in rows)
+                assert sum(t.batch.num_rows for t in ev.tables) == len(rows)
 
 
 def test_slices_and_reschemed_rows_keep_their_rows() -> None:
@@ -464,7 +520,14 @@ def test_slices_and_reschemed_rows_keep_their_rows() -> None:
     blocks = [ev for events in decoded for ev in events if isinstance(ev, RowBlock)]
     root = blocks[0].tables[0].origin[0]
     want = [root.row(i) for i in range(root.num_rows)]
-    assert [r.start_ts for r in want] == [r.start_ts for b in blocks if b.tables[0].origin[0] is root for r in b.rows()]
+    got = [
+        r.start_ts
+        for b in blocks
+        for seg, start in b.walk()
+        if b.tables[seg.table].origin[0] is root
+        for r in b.segment_rows(seg, start)
+    ]
+    assert [r.start_ts for r in want] == got
     for rows in (root, root.slice(1, root.num_rows - 1), root.slice(1, root.num_rows - 1).slice(1, 2)):
         first = rows.origin[1]
         again = rows.with_schema(rows.table_schema.__class__(**{**vars_of(rows.table_schema), "table_id": 99}))

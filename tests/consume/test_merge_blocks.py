@@ -522,3 +522,52 @@ def test_merge_stage_saves_pending_blocks_between_batches(tmp_path: Path) -> Non
         want = ref.ready()
         assert [e for e in expand_blocks(got) if isinstance(e, RowChange)] == want[:-1]
     assert stage._merger is None
+
+
+# ---------------------------------------------------------------- a block of a run of messages
+
+
+def _run_block(rows: list[RowChange], first: int) -> RowBlock:
+    """One row per message from offset ``first`` on, as one block (`DebeziumBlockDecoder.decode`'s
+    layout): a table per table, a one-row segment per message at that message's position."""
+    order = list(dict.fromkeys(r.table for r in rows))
+    tables = [table_rows([r for r in rows if r.table == name]) for name in order]
+    segments = [Segment(order.index(r.table), 1, r.commit_ts, position(0, first + k), None) for k, r in enumerate(rows)]
+    return RowBlock(tables, segments)
+
+
+@pytest.mark.parametrize(
+    "idents",
+    [
+        [(0, i) for i in range(6)],  # new rows only: each waits as a piece of its own message
+        [(0, 0), (1, 0), (0, 1), (0, 0), (1, 0), (0, 1)],  # the first three resent: a replay, a resend
+        [(0, 0), (0, 1), (0, 2), (0, 1), (0, 2), (0, 3)],  # a replay that goes on past what it repeats
+    ],
+)
+def test_a_block_of_a_run_of_messages_counts_each_row_at_its_message(idents: list[tuple[int, int]]) -> None:
+    """A block holding one row of each of a run of messages, in the run's first message's events
+    (the later messages fed with none), leaves the merger as feeding each message its own block:
+    the same stats, checkpoints, held bytes, state and released rows, each at its message."""
+    rows = [change(table, 10, ident) for table, ident in idents]
+    run, each = PartitionMerger([0]), PartitionMerger([0])
+    run.feed(0, [Resolved(5)], 0, 7)
+    each.feed(0, [Resolved(5)], 0, 7)
+    for k in range(len(rows)):
+        run.feed(0, [_run_block(rows, 1)] if k == 0 else [], 1 + k, 100 + k)
+        each.feed(0, [_run_block(rows[k : k + 1], 1 + k)], 1 + k, 100 + k)
+    for merger in (run, each):
+        merger.max_pending_bytes = None
+    assert run.stats == each.stats
+    assert run.checkpoint() == each.checkpoint() == {0: 1}
+    assert run.held_bytes == each.held_bytes and run._parts[0].sizes == each._parts[0].sizes
+    assert run.buffered() == each.buffered() and run.snapshot() == each.snapshot()
+    end = 1 + len(rows)
+    run.feed(0, [Resolved(10)], end)
+    each.feed(0, [Resolved(10)], end)
+    got, want = run.ready(), each.ready()
+    assert list(expand_blocks(got)) == list(expand_blocks(want))
+    assert [r.position for r in expand_blocks(got) if isinstance(r, RowChange)] == [
+        r.position for r in expand_blocks(want) if isinstance(r, RowChange)
+    ]
+    assert run.checkpoint() == each.checkpoint() == {0: end + 1}
+    assert run.held_bytes == each.held_bytes == 0

@@ -170,3 +170,22 @@ def test_partial_images_wide_tables_and_raw_bytes_survive_the_hand_over() -> Non
     want = [(r.op, r.commit_ts, r.new, r.old) for r in block.rows()]
     assert [(r.op, r.commit_ts, r.new, r.old) for r in rebuilt.rows()] == want
     assert [r.position for r in rebuilt.rows()] == [{"topic": "t", "partition": 3, "offset": 41}] * 2
+
+
+def test_a_block_of_a_run_of_messages_keeps_each_rows_message() -> None:
+    """A block holding a row of each of a run of messages (the Debezium block decoder's), in the
+    first message's events: each row comes back at its own message's position."""
+    schema = TableSchema("db", "t", (Column("id", TypeCode.BIGINT),))
+    ops, ts = pa.array(["insert"] * 3), pa.array([5, 6, 6], pa.int64())
+    batch = pa.RecordBatch.from_arrays([pa.array([1, 2, 3]), ops, ts, pa.nulls(3, pa.int64())], ["id", "op", "ts", "b"])
+    table = TableRows(schema, batch)
+    at = [{"topic": "t", "partition": 3, "offset": offset} for offset in (41, 42, 43)]
+    block = RowBlock([table], [Segment(0, 1, c, p, None) for c, p in zip((5, 6, 6), at, strict=True)])
+
+    got = unpack(pa.Table.from_batches([pack(3, [41, 42, 43], [10, 11, 12], [[block], [], []])]), "t")
+    assert [(p, o, len(events), size) for p, o, events, size in got] == [(3, 41, 1, 10), (3, 42, 0, 11), (3, 43, 0, 12)]
+    (rebuilt,) = got[0][2]
+    assert isinstance(rebuilt, RowBlock)
+    assert [(r.new, r.commit_ts, r.position) for r in rebuilt.rows()] == [
+        (r.new, r.commit_ts, r.position) for r in block.rows()
+    ]

@@ -9,11 +9,13 @@ time. A run of one table's messages (as TiCDC's table dispatcher makes them) is 
 a time, its images read with its heads by its first row's table's reader.
 
 The result is exactly what `DebeziumDecoder.decode` gives for each message (tests prove it on
-every type and on hostile input), start ts included: the fast path only takes messages it can
-prove ordinary — a row event (op ``c``/``r``/``u``/``d``) of a known table with full images, an
-update with its old image, values of the JSON type and range the row decoder accepts — and hands
-every other message (watermarks, DDLs, anything odd or wrong) to the row decoder, in message
-order, so events, errors and their order are the row decoder's. The fast path never raises.
+every type and on hostile input), start ts and positions included; the rows of a run of
+consecutive messages come as one block at the run's first message (`DebeziumBlockDecoder.decode`).
+The fast path only takes messages it can prove ordinary — a row event (op ``c``/``r``/``u``/``d``)
+of a known table with full images, an update with its old image, values of the JSON type and range
+the row decoder accepts — and hands every other message (watermarks, DDLs, anything odd or wrong)
+to the row decoder, in message order, so events, errors and their order are the row decoder's.
+The fast path never raises.
 """
 
 from __future__ import annotations
@@ -160,9 +162,10 @@ class DebeziumRows(TableRows):
 class _Slice(DebeziumRows):
     """Rows of a root `DebeziumRows` whose Arrow slice is made only when asked for.
 
-    Why: a Debezium message holds one row, so every message's block has its own one-row slice;
-    slicing a record batch costs ~3 µs (an Arrow array per column), more than decoding the row.
-    The merge and the sinks mostly address rows through ``origin``/``row``, which need no slice.
+    Why: a Debezium message holds one row, so a run's block broken by other messages, and each
+    piece the merge releases, is a slice of few rows; slicing a record batch costs ~3 µs (an Arrow
+    array per column), more than decoding a row. The merge and the sinks mostly address rows
+    through ``origin``/``row``, which need no slice.
     """
 
     __slots__ = ("_lazy", "_n")
@@ -519,7 +522,14 @@ class DebeziumBlockDecoder:
     def decode(
         self, messages: Sequence[Message], wheres: Sequence[str], positions: Sequence[Mapping[str, Any]]
     ) -> list[list[Event | RowBlock]]:
-        """Each message's events (a one-row `RowBlock` for each row the fast path took), in order.
+        """Each message's events, in order; the rows the fast path took as `RowBlock`s.
+
+        A run of consecutive messages the fast path took is one `RowBlock` in the run's first
+        message's list (the others' are empty), with a `Segment` per message at that message's
+        position (``skip`` None), so ``expand_blocks`` over the lists gives the row decoder's events
+        in order, positions included. Why not a block per message: a block, its segment, a one-row
+        slice and their lists cost ~0.5 µs a message and as much again in the GC (`PartitionMerger.feed`
+        counts each segment at its own message; `decoded.pack` keeps each one's offset).
 
         ``wheres`` name each message in errors; ``positions`` are given to its events (the row
         decoder's caller sets the same on each of its events).
@@ -530,7 +540,9 @@ class DebeziumBlockDecoder:
         if self.decoder._inflate is not None:
             slow.update(range(n))  # compressed messages: the row decoder inflates them
         else:
-            self._fast(messages, wheres, positions, out, slow)
+            taken: list[tuple[DebeziumRows, list[int], list[int]]] = []
+            self._fast(messages, wheres, taken, slow)
+            _run_blocks(taken, positions, out)
         for i in sorted(slow):
             events = self.decoder.decode(messages[i], wheres[i])
             for ev in events:
@@ -544,17 +556,18 @@ class DebeziumBlockDecoder:
         self,
         messages: Sequence[Message],
         wheres: Sequence[str],
-        positions: Sequence[Mapping[str, Any]],
-        out: list[list[Event | RowBlock]],
+        taken: list[tuple[DebeziumRows, list[int], list[int]]],
         slow: set[int],
     ) -> None:
+        """The rows the fast path takes, per table (rows, message of each, commit ts of each) into
+        ``taken``; the messages it leaves to the row decoder into ``slow``."""
         runs = self._one_table(messages, wheres) if messages else None
         if runs is not None:  # the common run: one table's messages, every tail as the last one's
             heads, keys = runs
             names = self._key_names(keys)
             whole, envelopes = self._whole_run(heads, names, wheres[0])
             if whole is not None:
-                self._group(whole, positions, out, slow)
+                self._group(whole, taken, slow)
                 return
             index = list(range(len(messages)))
             schemas = [self.decoder._last[1]] * len(messages)
@@ -565,7 +578,7 @@ class DebeziumBlockDecoder:
             envelopes = _decode_all(_HEADS, _HEAD, heads)
             names = self._key_names(keys)
         for group in self._groups(index, envelopes, names, schemas, wheres, slow).values():
-            self._group(group, positions, out, slow)
+            self._group(group, taken, slow)
 
     def _whole_run(self, heads: list[bytes], names: list[Any], where: str) -> tuple[_Group | None, list[Any]]:
         """A one-table run as one group (`_run_group`), else None and its heads parsed (for `_groups`).
@@ -858,13 +871,7 @@ class DebeziumBlockDecoder:
         self._plans[id(t)] = (t, plan)
         return plan
 
-    def _group(
-        self,
-        group: _Group,
-        positions: Sequence[Mapping[str, Any]],
-        out: list[list[Event | RowBlock]],
-        slow: set[int],
-    ) -> None:
+    def _group(self, group: _Group, taken: list[tuple[DebeziumRows, list[int], list[int]]], slow: set[int]) -> None:
         plan = self._plan(group.table)
         messages = group.messages
         if plan is None:
@@ -894,39 +901,78 @@ class DebeziumBlockDecoder:
                 bad |= {keep[k] for k in e.rows}
         slow.update(messages[k] for k in bad)
         if len(keep) == len(messages):
-            _message_blocks(table, messages, group.commits, positions, out)
+            taken.append((table, messages, group.commits))
         else:
             commits = group.commits
-            _message_blocks(table, [messages[k] for k in keep], [commits[k] for k in keep], positions, out)
+            taken.append((table, [messages[k] for k in keep], [commits[k] for k in keep]))
 
 
-def _message_blocks(
-    table: DebeziumRows,
-    messages: list[int],
-    commits: list[int],
+def _run_blocks(
+    taken: list[tuple[DebeziumRows, list[int], list[int]]],
     positions: Sequence[Mapping[str, Any]],
     out: list[list[Event | RowBlock]],
 ) -> None:
-    """Each row of ``table`` as the events of its message (``messages``, row by row): a
-    `RowBlock` of its own `_Slice`, one `Segment` at the message's position (a Debezium message
-    holds one row).
+    """The rows of ``taken`` (per table: its rows, the message of each, the commit ts of each) as
+    one `RowBlock` per run of consecutive messages, in the run's first message's list: a table
+    per table of the run (the decoded rows, or the slice of them the run holds), a `Segment` per
+    message (a Debezium message holds one row) at its position.
 
-    Why not the dataclasses' constructors: their generated ``__init__`` costs ~0.15 µs a message
-    here, as much as a column's conversion; the objects are built empty and every slot assigned
-    (`test_message_blocks_are_the_dataclasses` checks that no field is left out).
+    Why the segments are built without their constructor: its generated ``__init__`` costs ~0.15 µs
+    a message here, as much as a column's conversion; each is built empty and every slot assigned
+    (`test_run_blocks_are_the_dataclasses` checks that no field is left out).
     """
-    new, of = object.__new__, _Slice.of
-    for j, (at, commit) in enumerate(zip(messages, commits, strict=True)):
+    if not taken:
+        return
+    table, messages, commits = taken[0]
+    if len(taken) == 1 and messages[-1] - messages[0] == len(messages) - 1:  # the common run: all one table's
+        out[messages[0]] = [RowBlock([table], _segments([0] * len(messages), messages, commits, positions))]
+        return
+    rows_of: dict[int, tuple[int, int, int]] = {}  # message -> (its table in ``taken``, its row there, commit ts)
+    for t, (_, messages, commits) in enumerate(taken):
+        for row, (at, commit) in enumerate(zip(messages, commits, strict=True)):
+            rows_of[at] = (t, row, commit)
+    order = sorted(rows_of)
+    first = 0
+    for k in range(1, len(order) + 1):
+        if k < len(order) and order[k] == order[k - 1] + 1:
+            continue
+        run = order[first:k]
+        first = k
+        index: dict[int, int] = {}  # table in ``taken`` -> its index in the block
+        spans: list[list[int]] = []  # per block table: [table in ``taken``, first row, rows]
+        tables: list[int] = []
+        for at in run:
+            t, row, _ = rows_of[at]
+            i = index.get(t)
+            if i is None:
+                i = index[t] = len(spans)
+                spans.append([t, row, 0])
+            spans[i][2] += 1  # a table's rows in a run of consecutive messages are consecutive rows
+            tables.append(i)
+        picked = [taken[t][0] for t, _, _ in spans]
+        block_tables: list[TableRows] = [
+            rows if start == 0 and n == rows.num_rows else rows.slice(start, n)
+            for rows, (_, start, n) in zip(picked, spans, strict=True)
+        ]
+        segments = _segments(tables, run, [rows_of[at][2] for at in run], positions)
+        out[run[0]] = [RowBlock(block_tables, segments)]
+
+
+def _segments(
+    tables: list[int], messages: list[int], commits: list[int], positions: Sequence[Mapping[str, Any]]
+) -> list[Segment]:
+    """A one-row `Segment` per message: of block table ``tables[k]``, at ``commits[k]`` and the message's position."""
+    new = object.__new__
+    out = []
+    for table, at, commit in zip(tables, messages, commits, strict=True):
         segment = new(Segment)
-        segment.table = 0
+        segment.table = table
         segment.rows = 1
         segment.commit_ts = commit
         segment.position = positions[at]
         segment.skip = None
-        block = new(RowBlock)
-        block.tables = [of(table, j, 1)]
-        block.segments = [segment]
-        out[at] = [block]
+        out.append(segment)
+    return out
 
 
 def _build(

@@ -15,9 +15,10 @@ One row of `DECODED_SCHEMA` per run of up to 4096 messages of one partition:
   a digest of each row's bytes as received when the decoder kept them: the merge recognises a
   resent row by its bytes, and only compares them);
 * ``meta``: JSON with each message's offset, size (key + value bytes, for the merge's memory
-  bound) and events: a `RowBlock` as slices of those tables and its segments, any other event
-  (DDL, Resolved, a row the slow path decoded) as its JSONL line; and each table's schema and
-  image runs.
+  bound) and events: a `RowBlock` as slices of those tables and its segments (a segment of a later
+  message's rows, as a block of a run of messages holds them, with that message's offset), any
+  other event (DDL, Resolved, a row the slow path decoded) as its JSONL line; and each table's
+  schema and image runs.
 
 A decoding error in a task comes back as a row whose ``meta`` is the error (class, message,
 where) and is raised on the driver as that `ChangefeedError`, so the job ends with the same
@@ -90,7 +91,7 @@ def pack(
     tables: list[bytes] = []
     infos: list[dict[str, Any]] = []
     messages: list[list[Any]] = []
-    for events in decoded:
+    for offset, events in zip(offsets, decoded, strict=True):
         items: list[Any] = []
         for ev in events:
             if not isinstance(ev, RowBlock):
@@ -113,11 +114,20 @@ def pack(
                         }
                     )
                 slices.append([index, at, rows.num_rows])
-            segments = [[s.table, s.rows, s.commit_ts] for s in ev.segments]
+            segments = [_segment_json(s, offset) for s in ev.segments]
             items.append([slices, segments])
         messages.append(items)
     meta = {"offsets": list(offsets), "sizes": list(sizes), "tables": infos, "messages": messages}
     return _row(partition, offsets[0] if offsets else 0, orjson.dumps(meta), tables)
+
+
+def _segment_json(seg: Segment, offset: int) -> list[int]:
+    """[table, rows, commit ts], and the offset of the message whose rows these are when it is not
+    ``offset`` (the message whose events hold the block)."""
+    at = seg.position.get("offset") if seg.skip is None and seg.position is not None else None
+    if type(at) is int and at != offset:
+        return [seg.table, seg.rows, seg.commit_ts, at]
+    return [seg.table, seg.rows, seg.commit_ts]
 
 
 def pack_error(partition: int, offset: int, exc: ChangefeedError) -> pa.RecordBatch:
@@ -188,7 +198,10 @@ def _unpack_run(topic: str, partition: int, meta: dict[str, Any], ipcs: list[byt
                 continue
             slices, segments = item
             tables = [roots[index].slice(at, n) for index, at, n in slices]
-            segs = [Segment(table, rows, ts, position, skip=None) for table, rows, ts in segments]
+            segs = [
+                Segment(seg[0], seg[1], seg[2], position if len(seg) < 4 else {**position, "offset": seg[3]}, None)
+                for seg in segments
+            ]
             events.append(RowBlock(tables, segs))
         out.append((partition, offset, events, size))
 
