@@ -146,3 +146,18 @@ def test_ranges_need_the_drivers_decoder(tmp_path: Path) -> None:
     stage.output = RANGES
     with pytest.raises(ChangefeedError, match="message decoder"):
         list(stage.read(_ranges([(0, 0, 1)]), 0))
+
+
+def test_a_reader_stops_its_read_ahead_bound_ahead_of_the_merge(broker: Broker) -> None:
+    topic = f"cf-rng-{uuid.uuid4().hex[:8]}"
+    sent = _produce(broker, topic)
+    reads = DriverReads(broker.bootstrap_servers, topic, _ranges([(0, 0, 30)]), chunk=2, ahead=3)
+    deadline = time.monotonic() + 20
+    while len(reads._ready[0]) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)
+    assert len(reads._ready[0]) == 3 and 0 in reads._reading  # waiting for room, not reading on
+    got = _drain(reads)
+    assert len(got) == 15
+    offsets = [o for _, t in got for o in t.column("offset").to_pylist()]
+    assert offsets == list(range(30)) and len(sent[0]) == 30

@@ -24,7 +24,7 @@ from changefeed.spark.datasource.decoded import DECODED
 from changefeed.spark.datasource.driverreads import RANGES
 from changefeed.spark.datasource.kafka import MESSAGE_SCHEMA, MessageDecoder
 from changefeed.spark.envelope import wrap
-from changefeed.spark.merge import STREAM_MESSAGES, MergeStage, load_state
+from changefeed.spark.merge import STREAM_MESSAGES, MergeStage, load_state, state_bytes
 
 TOPIC = "cf"
 PARTITIONS = 3
@@ -250,3 +250,25 @@ def test_batches_go_as_they_arrive_while_they_are_large(tmp_path: Path, monkeypa
     # What `_merged` counts: the messages fed in the batch.
     stage.merge(MessageDecoder("unused:1", TOPIC, CODEC, ChangelogRows()).decode(messages(4, 3, 2)), 2)
     assert stage.last_messages == messages(4, 3, 2).num_rows
+
+
+def test_the_state_file_is_made_when_the_merge_ends_and_written_at_commit(tmp_path: Path) -> None:
+    """The state is serialized as the batch's last piece goes to the sink (overlapping its apply) and
+    only written at commit: the same bytes as made at commit; a commit of another batch makes its own."""
+    table = messages(6, 5, 2)
+    decoder = MessageDecoder("unused:1", TOPIC, CODEC, ChangelogRows())
+    stage = _stage(tmp_path / "a")
+    stage.merge(decoder.decode(table.slice(0, table.num_rows - 3)), 1)  # rows left waiting for a watermark
+    assert stage._prepared is not None and stage._prepared[0] == 1
+    made = stage._prepared[2]
+    assert made == state_bytes(stage._merger, batch_id=1, topic=TOPIC, partitions=range(PARTITIONS))  # type: ignore[arg-type]
+    assert b'"kind":"inserts"' in made
+    stage.commit(1)
+    assert (tmp_path / "a" / MergeStage._file(1)).read_bytes() == made and stage._prepared is None
+    # Prepared for another batch (a replay after a failed flush): commit makes the file anew.
+    stage.merge(decoder.decode(table.slice(table.num_rows - 3)), 2)
+    assert stage._prepared is not None
+    stage._prepared = (7, *stage._prepared[1:])
+    expected = state_bytes(stage._merger, batch_id=2, topic=TOPIC, partitions=range(PARTITIONS))  # type: ignore[arg-type]
+    stage.commit(2)
+    assert (tmp_path / "a" / MergeStage._file(2)).read_bytes() == expected

@@ -13,7 +13,7 @@ thread per Kafka partition (librdkafka fetches without the GIL), while it decode
 each partition's in offset order, the partition handed the fewest first (`Arriving`: ``poll``
 never waits, ``next`` does), so the apply job's merge (`MergeStage.merge_arrivals`) takes them
 as it takes task output. A batch holds at most the batch's messages (``maxEventsPerTrigger``),
-as the whole-batch collect did.
+as the whole-batch collect did, and each reader stops `READ_AHEAD` tables ahead of the merge.
 """
 
 from __future__ import annotations
@@ -32,6 +32,9 @@ RANGES = "ranges"
 RANGE_DDL = "partition int, start long, end long"
 #: Messages per table handed over: ~8k rows of Open Protocol, so decoding starts early.
 READ_MESSAGES = 512
+#: Tables a reader may have read ahead of the merge: a reader waits past it (memory stays bounded
+#: whatever ``maxEventsPerTrigger`` allows; the merge takes any partition's tables, so none waits forever).
+READ_AHEAD = 16
 _WAIT_S = 0.05  # how long `next` sleeps between looks when nothing came (a reader also wakes it)
 
 
@@ -53,10 +56,12 @@ class DriverReads:
         ranges: pa.Table,
         client_config: Mapping[str, str] | None = None,
         chunk: int = READ_MESSAGES,
+        ahead: int = READ_AHEAD,
     ) -> None:
         self.topic = topic
         self._schema = _schema()
         self._chunk = chunk
+        self._ahead = ahead
         per: dict[int, list[tuple[int, int]]] = {}
         columns = (ranges.column(n).to_pylist() for n in ("partition", "start", "end"))
         for partition, start, end in sorted(zip(*columns, strict=True)):
@@ -64,6 +69,7 @@ class DriverReads:
                 per.setdefault(partition, []).append((start, end))
         self._ready: dict[int, deque[pa.Table]] = {p: deque() for p in per}
         self._handed: dict[int, int] = dict.fromkeys(per, 0)
+        self._reading = set(per)  # partitions whose reader has not ended
         self._error: BaseException | None = None
         self._stop = False
         self._woken = threading.Condition()
@@ -93,12 +99,11 @@ class DriverReads:
                         keys.append(msg.key())
                         values.append(msg.value())
                         if len(offsets) >= self._chunk:
-                            if self._stop:
+                            if not self._put(partition, offsets, keys, values):
                                 return
-                            self._put(partition, offsets, keys, values)
                             offsets, keys, values = [], [], []
-                    if offsets:
-                        self._put(partition, offsets, keys, values)
+                    if offsets and not self._put(partition, offsets, keys, values):
+                        return
         except BaseException as exc:  # raised on the driver's thread by `poll`/`next`
             with self._woken:
                 if self._error is None:
@@ -106,9 +111,11 @@ class DriverReads:
                 self._woken.notify_all()
         finally:
             with self._woken:
+                self._reading.discard(partition)
                 self._woken.notify_all()
 
-    def _put(self, partition: int, offsets: list[int], keys: list[bytes | None], values: list[bytes | None]) -> None:
+    def _put(self, partition: int, offsets: list[int], keys: list[bytes | None], values: list[bytes | None]) -> bool:
+        """Hand a table over once the merge is fewer than ``ahead`` behind; False: stop reading."""
         table = pa.Table.from_arrays(
             [
                 pa.array([partition] * len(offsets), pa.int32()),
@@ -119,44 +126,55 @@ class DriverReads:
             schema=self._schema,
         )
         with self._woken:
+            while len(self._ready[partition]) >= self._ahead and not self._stop:
+                self._woken.wait()
+            if self._stop:
+                return False
             self._ready[partition].append(table)
             self._woken.notify_all()
+        return True
 
-    def _take(self) -> tuple[int, pa.Table] | None:
-        """The next table of the partition handed over least so far that has one ready (caller holds the lock)."""
+    def _raise(self) -> None:
+        """A reader's error, on the driver's thread (caller holds the lock)."""
         if self._error is not None:
             error, self._error = self._error, None
             self._stop = True
             if isinstance(error, CaptureError):
                 raise error
             raise CaptureError(f"kafka: reading the batch's ranges failed: {error}", where=self.topic) from error
-        ready = [p for p, tables in self._ready.items() if tables]
-        if not ready:
-            return None
-        partition = min(ready, key=lambda p: (self._handed[p], p))
+
+    def _hand(self, partition: int) -> tuple[int, pa.Table]:
         self._handed[partition] += 1
+        self._woken.notify_all()  # its reader may wait for room
         return partition, self._ready[partition].popleft()
 
     def poll(self) -> tuple[int, pa.Table] | None:
-        """A table that is here now, or None (none yet, or none any more)."""
+        """A table that is here now (of the partition handed over least), or None (none yet, or none any more)."""
         with self._woken:
-            return self._take()
+            self._raise()
+            ready = [p for p, tables in self._ready.items() if tables]
+            return self._hand(min(ready, key=lambda p: (self._handed[p], p))) if ready else None
 
     def next(self) -> tuple[int, pa.Table] | None:
-        """The next table, waiting for one; None once every range was read and handed over."""
+        """The next table of the partition handed over least of those with more to come, waiting for it
+        (as a batch's tasks end in order: no partition runs ahead while the merge waits for another);
+        None once every range was read and handed over."""
         with self._woken:
             while True:
-                item = self._take()
-                if item is not None:
-                    return item
-                if not any(t.is_alive() for t in self._threads):
-                    item = self._take()  # a reader's last table or error, put before it ended
-                    return item
+                self._raise()
+                more = [p for p, tables in self._ready.items() if tables or p in self._reading]
+                if not more:
+                    return None
+                partition = min(more, key=lambda p: (self._handed[p], p))
+                if self._ready[partition]:
+                    return self._hand(partition)
                 self._woken.wait(_WAIT_S)
 
     def close(self) -> None:
         """Stop the readers (left early: each ends at its next chunk) and wait for them."""
-        self._stop = True
+        with self._woken:
+            self._stop = True
+            self._woken.notify_all()
         for thread in self._threads:
             thread.join()
         with self._woken:
