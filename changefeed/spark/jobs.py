@@ -9,8 +9,8 @@ sink, how a micro-batch travels; no row travels between stages as a changelog ro
   range, dispatches and encodes it in one executor task and hands back encoded bytes in source
   order; the driver only writes them (``write_encoded``);
 * binlog -> MySQL or Parquet: the ranges are decoded on the driver into Arrow row blocks;
-* Kafka: raw messages (``output=messages``) or messages decoded in the range tasks
-  (``output=decoded``), merged across partitions on the driver (changefeed/spark/merge.py);
+* Kafka: ranges the driver reads and decodes itself (``output=ranges``) or messages decoded in the
+  range tasks (``output=decoded``), merged across partitions on the driver (changefeed/spark/merge.py);
 * storage: range descriptions (``output=ranges``), read and decoded on the driver in commit order;
 * any other input (the mounter's ``kv``): the changelog's JSONL events.
 

@@ -78,7 +78,8 @@ MIN_PENDING_BYTES = 512 << 20
 
 
 def _envelopes(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """A task's ``output=messages`` rows as they are: envelopes already (`Arrivals`' task function)."""
+    """A task's ``output=messages`` rows as they are: envelopes already (`Arrivals`' task function for a
+    batch of that output, e.g. a notebook's; the jobs read ``ranges`` or ``decoded``)."""
     for batch in batches:
         yield pa.RecordBatch.from_arrays(batch.columns, schema=ENVELOPE_SCHEMA)
 

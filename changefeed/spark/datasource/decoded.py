@@ -228,7 +228,7 @@ def unpack(rows: pa.Table, topic: str) -> list[Decoded]:
 
 
 class DecodedReader:
-    """The apply job's side of ``output=decoded``: what `MessageDecoder` is for ``output=messages``."""
+    """The apply job's side of ``output=decoded``: what `MessageDecoder` is for ``output=ranges``."""
 
     output = DECODED
 

@@ -48,7 +48,7 @@ _LOOKBACK_CHUNK = 2000
 #: Messages of each partition per piece of a decoded batch (`MessageDecoder.chunks`): ~8k rows at
 #: TiCDC's 16 rows per Open Protocol message, so the sink starts on the first piece early.
 CHUNK_MESSAGES = 512
-#: ``output=messages``: a range's raw messages, for a job that decodes them itself (the apply job).
+#: ``output=messages``: a range's raw messages (the apply job used it before ``output=ranges``; kept for readers).
 MESSAGES = "messages"
 MESSAGE_SCHEMA = pa.schema(
     [("partition", pa.int32()), ("offset", pa.int64()), ("key", pa.binary()), ("value", pa.binary())]
@@ -502,7 +502,7 @@ class KafkaInput(Input):
     def message_decoder(self, in_tasks: bool = True) -> MessageDecoder | DecodedReader:
         """What the apply job's driver reads this topic with: with ``in_tasks``, a protocol with a
         columnar decoder is decoded in the range tasks (``output=decoded``); any other, or without
-        ``in_tasks``, on the driver (``output=messages``)."""
+        ``in_tasks``, on the driver, which reads the ranges itself (``output=ranges``)."""
         if in_tasks and columnar(self.codec):
             return DecodedReader(self.topic, self.codec)
         return MessageDecoder(self.servers, self.topic, self.codec, self.opts.changelog(None), self.client_config)
