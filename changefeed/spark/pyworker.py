@@ -16,31 +16,10 @@ from __future__ import annotations
 
 import gc
 import importlib
-import os
 import runpy
 import sys
-from importlib.machinery import PathFinder
 
-
-def _installed(package: str, path: list[str]) -> str | None:
-    """The directory ``package`` is imported from when only plain directories are searched."""
-    spec = PathFinder.find_spec(package, path)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return os.path.dirname(os.path.realpath(next(iter(spec.submodule_search_locations))))
-
-
-def archives_to_drop(path: list[str]) -> list[str]:
-    """The zip/jar entries of ``path`` that only shadow the installed pyspark and py4j packages."""
-    plain = [p for p in path if not os.path.isfile(p)]
-    home = _installed("pyspark", plain)
-    if home is None or _installed("py4j", plain) is None:
-        return []
-    spark_home = os.path.join(home, "pyspark")
-    inside = spark_home + os.sep
-    # Only archives shipped inside the installed pyspark package (its python/lib zips and jars/).
-    return [p for p in path if os.path.isfile(p) and os.path.realpath(p).startswith(inside)]
-
+from ..sparkpath import archives_to_drop
 
 #: What the workers of our jobs import, imported once in the daemon so that every worker it forks
 #: starts with them: ~0.5-1 s of CPU per worker process otherwise (pyarrow imports pandas on first

@@ -1,8 +1,13 @@
-"""Python workers import PySpark from the installed package, not from pyspark.zip (see pyworker.py)."""
+"""Python workers import PySpark from the installed package, not from pyspark.zip (see pyworker.py
+and changefeed/sparkpath.py): the task workers through our daemon, every other Python process
+Spark starts (a data source's planners) through the ``.pth`` file scripts/setup installs."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+import sysconfig
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +16,8 @@ from typing import Any
 import pyarrow as pa
 import pyspark
 
-from changefeed.spark.pyworker import PRELOAD, archives_to_drop, preload
+from changefeed.spark.pyworker import PRELOAD, preload
+from changefeed.sparkpath import PTH_LINE, archives_to_drop, drop_shadowing_archives
 
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 ZIPS = sorted(str(p) for p in (SPARK_HOME / "python" / "lib").glob("*.zip"))
@@ -56,3 +62,30 @@ def _worker_modules(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatc
 def test_workers_start_with_the_preloaded_modules(spark: Any) -> None:
     (row,) = spark.range(0, 1, 1, 1).mapInArrow(_worker_modules, "loaded array<string>").collect()
     assert sorted(row.loaded) == sorted(PRELOAD)
+
+
+def test_any_python_started_with_the_archives_first_imports_the_installed_pyspark() -> None:
+    """What Spark does for a data source's planners (``python -m pyspark.daemon
+    pyspark.sql.worker.plan_data_source_read``, the streaming source runner): the archives first on
+    ``PYTHONPATH``. The ``.pth`` scripts/setup installs drops them at the interpreter's start."""
+    pth = Path(sysconfig.get_paths()["purelib"]) / "changefeed-sparkpath.pth"
+    assert pth.read_text() == PTH_LINE  # scripts/setup wrote it (the README's test command runs setup)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*ZIPS, CORE_JAR])}
+    probe = "import sys, pyspark, py4j; print(pyspark.__file__); print(py4j.__file__); print(sys.path)"
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    pyspark_file, py4j_file, path = out.stdout.splitlines()
+    assert Path(pyspark_file).resolve().is_relative_to(SPARK_HOME) and ".zip" not in pyspark_file + py4j_file
+    assert not any(archive in path for archive in [*ZIPS, CORE_JAR])
+    assert out.stderr == ""  # the .pth line raised nothing
+
+
+def test_dropping_never_raises_and_keeps_other_archives(monkeypatch: Any, tmp_path: Path) -> None:
+    other = str(tmp_path / "mine.zip")
+    with zipfile.ZipFile(other, "w") as z:
+        z.writestr("mine.py", "X = 1\n")
+    monkeypatch.setattr(sys, "path", [*ZIPS, other, *sys.path])
+    drop_shadowing_archives()
+    assert other in sys.path and not set(ZIPS) & set(sys.path)
+    monkeypatch.setattr(sys, "path", [None, *ZIPS])  # a path no scan expects: left as it is
+    drop_shadowing_archives()
+    assert sys.path == [None, *ZIPS]
