@@ -20,8 +20,12 @@ import os
 import sys
 from importlib.machinery import PathFinder
 
-#: The line of the ``.pth`` file scripts/setup writes into site-packages.
-PTH_LINE = "import changefeed.sparkpath as _cf; _cf.drop_shadowing_archives()\n"
+#: The line of the ``.pth`` file scripts/setup writes into site-packages (one line, as ``site`` reads
+#: it; a changefeed that is gone, e.g. while pip uninstalls it, is no error at every start).
+PTH_LINE = (
+    'import sys; exec("try:\\n    import changefeed.sparkpath as m\\nexcept ImportError:\\n    pass\\n'
+    'else:\\n    m.drop_shadowing_archives()", {})\n'
+)
 
 
 def _installed(package: str, path: list[str]) -> str | None:
