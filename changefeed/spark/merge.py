@@ -47,8 +47,8 @@ from ..model.jsonl import EventReader, dumps_events
 from ..model.rowblock import RowBlock
 from .collect import Arrivals
 from .datasource.decoded import DECODED, DECODED_SCHEMA
-from .datasource.driverreads import RANGES, DriverReads
-from .datasource.kafka import RANGE_MESSAGES, MessageDecoder
+from .datasource.driverreads import DriverReads
+from .datasource.kafka import RANGE_MESSAGES, RANGES, MessageDecoder
 from .encode import event_order
 from .envelope import ENVELOPE_SCHEMA, wrap
 
@@ -331,8 +331,10 @@ class MergeStage:
         return self._merged(lambda _: decoder.chunks(messages), batch_id)
 
     def collect(self, batch: DataFrame, batch_id: int) -> Iterator[list[Event | RowBlock]]:
-        """`stream` where the batch is likely large (the last one had at least `STREAM_MESSAGES`
-        messages, or none came yet: a job starts on its backlog), else `chunks` of it collected whole.
+        """The batch on executors of this machine: ranges the driver reads itself (``output=ranges``)
+        are read as they come (`read`); task output (``output=decoded``) is handed over as its tasks
+        end (`stream`) where the batch is likely large (the last one had at least `STREAM_MESSAGES`
+        messages, or none came yet: a job starts on its backlog), else collected whole (`chunks`).
 
         Why: handing partitions over as they end pays off where a batch's tasks take a while (a
         backlog); a small batch (steady load, ~10k rows a second) is read in a blink and the

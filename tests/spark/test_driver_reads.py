@@ -20,8 +20,8 @@ from changefeed.consume import kafka as consume_kafka
 from changefeed.errors import CaptureError, ChangefeedError
 from changefeed.spark.changelog import ChangelogRows
 from changefeed.spark.datasource import KafkaInput, SourceOptions, register
-from changefeed.spark.datasource.driverreads import RANGES, DriverReads
-from changefeed.spark.datasource.kafka import MESSAGE_SCHEMA, MessageDecoder
+from changefeed.spark.datasource.driverreads import DriverReads
+from changefeed.spark.datasource.kafka import MESSAGE_SCHEMA, RANGES, MessageDecoder
 from changefeed.spark.merge import MergeStage
 from changefeed.testing import Broker
 

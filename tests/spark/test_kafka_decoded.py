@@ -30,8 +30,7 @@ from changefeed.spark.datasource.decoded import (
     pack,
     unpack,
 )
-from changefeed.spark.datasource.driverreads import RANGES
-from changefeed.spark.datasource.kafka import KafkaRange, MessageDecoder
+from changefeed.spark.datasource.kafka import RANGES, KafkaRange, MessageDecoder
 from changefeed.spark.merge import MergeStage
 from changefeed.testing import Broker
 

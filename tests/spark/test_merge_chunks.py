@@ -21,8 +21,7 @@ from changefeed.model import Column, Index, Op, Resolved, RowChange, TableSchema
 from changefeed.model.rowblock import RowBlock, expand_blocks
 from changefeed.spark.changelog import ChangelogRows
 from changefeed.spark.datasource.decoded import DECODED
-from changefeed.spark.datasource.driverreads import RANGES
-from changefeed.spark.datasource.kafka import MESSAGE_SCHEMA, MessageDecoder
+from changefeed.spark.datasource.kafka import MESSAGE_SCHEMA, RANGES, MessageDecoder
 from changefeed.spark.envelope import wrap
 from changefeed.spark.merge import STREAM_MESSAGES, MergeStage, load_state, state_bytes
 

@@ -680,7 +680,8 @@ class MySQLSink(SinkContext):
         pending = Checkpoint(self._pending_ts, self._pending_pos if self._pending_pos is not None else _last_pos(last))
         self._pending_ts, self._pending_pos = 0, None
         if self._applier is not None:
-            prepared = self._prepare(rows)
+            # One worker applies the transaction as planned here; several plan their own shares.
+            prepared = self._prepare(rows) if self.config.workers == 1 else None
             self._applier.submit(lambda: self._apply(rows, count, pending, held, prepared))
             self._claimed = pending
         else:

@@ -26,22 +26,14 @@ import pyarrow as pa
 
 from ...consume.kafka import RANGE_CONSUMERS, read_range
 from ...errors import CaptureError
+from .kafka import MESSAGE_SCHEMA
 
-#: ``output=ranges`` of the kafka input: what each range task hands the driver.
-RANGES = "ranges"
-RANGE_DDL = "partition int, start long, end long"
 #: Messages per table handed over: ~8k rows of Open Protocol, so decoding starts early.
 READ_MESSAGES = 512
 #: Tables a reader may have read ahead of the merge: a reader waits past it (memory stays bounded
 #: whatever ``maxEventsPerTrigger`` allows; the merge takes any partition's tables, so none waits forever).
 READ_AHEAD = 16
 _WAIT_S = 0.05  # how long `next` sleeps between looks when nothing came (a reader also wakes it)
-
-
-def _schema() -> pa.Schema:
-    from .kafka import MESSAGE_SCHEMA  # noqa: PLC0415 (kafka.py imports this module)
-
-    return MESSAGE_SCHEMA
 
 
 class DriverReads:
@@ -59,7 +51,6 @@ class DriverReads:
         ahead: int = READ_AHEAD,
     ) -> None:
         self.topic = topic
-        self._schema = _schema()
         self._chunk = chunk
         self._ahead = ahead
         per: dict[int, list[tuple[int, int]]] = {}
@@ -123,7 +114,7 @@ class DriverReads:
                 pa.array(keys, pa.binary()),
                 pa.array(values, pa.binary()),
             ],
-            schema=self._schema,
+            schema=MESSAGE_SCHEMA,
         )
         with self._woken:
             while len(self._ready[partition]) >= self._ahead and not self._stop:

@@ -24,7 +24,6 @@ from ...model.rowblock import RowBlock
 from ..changelog import ChangelogRows, EventFilter
 from ..envelope import ENVELOPE_DDL, unwrap, wrap
 from .decoded import DECODED, DECODED_DDL, Decoded, DecodedReader, columnar, pack, pack_error
-from .driverreads import RANGE_DDL, RANGES
 from .options import CHANGELOG, Input, SourceOptions
 
 if TYPE_CHECKING:
@@ -50,6 +49,10 @@ _LOOKBACK_CHUNK = 2000
 CHUNK_MESSAGES = 512
 #: ``output=messages``: a range's raw messages (the apply job used it before ``output=ranges``; kept for readers).
 MESSAGES = "messages"
+#: ``output=ranges``: only each range, ``(partition, start, end)``; the apply job's driver reads the
+#: messages itself (`DriverReads`, changefeed/spark/datasource/driverreads.py).
+RANGES = "ranges"
+RANGE_DDL = "partition int, start long, end long"
 MESSAGE_SCHEMA = pa.schema(
     [("partition", pa.int32()), ("offset", pa.int64()), ("key", pa.binary()), ("value", pa.binary())]
 )
