@@ -96,6 +96,10 @@ def test_live_example_reads_a_server_into_mysql() -> None:
             'sink-uri = "file:///x?protocol=open-protocol"\n[source]\npath="p"',
             "a file:// sink writes canal-json, csv, not 'open-protocol'",
         ),
+        (  # TiCDC's storage sink has no Debezium protocol either
+            'sink-uri = "file:///x?protocol=debezium"\n[source]\npath="p"',
+            "a file:// sink writes canal-json, csv, not 'debezium'",
+        ),
         ('sink-uri = "file:///x?workers=4"\n[source]\npath="p"', "unknown file sink-uri parameter(s) workers"),
         ('sink-uri = "file:///x?protocol=csv"\n[source]\npath="p"\n[sink]\nprotocol="canal-json"', "give one"),
         ('[source]\npath="p"', "sink-uri is required"),
