@@ -309,6 +309,15 @@ def _await_marker(job: Job, downstream: MariaDBServer, schema: str, value: int, 
         time.sleep(0.3)
 
 
+def _await_snapshot_logged(job: Job, checkpoint: Path, timeout: float = 120) -> None:
+    """Wait until the offset Spark logged last is past the initial snapshot's chunks (the binlog's turn)."""
+    deadline = time.monotonic() + timeout
+    while _snapshot_pending(checkpoint):
+        job.check_alive()
+        assert time.monotonic() < deadline, job.tail()
+        time.sleep(0.2)
+
+
 def test_initial_only_copies_the_tables_and_exits(
     spark: object,
     mariadb_factory: Callable[..., MariaDBServer],
@@ -371,6 +380,7 @@ def test_snapshot_on_demand_resyncs_damaged_tables_while_the_run_goes_on(
 
     try:
         job.start()
+        _await_snapshot_logged(job, ck)  # a marker inserted before the first chunk's read would arrive with it
         marker(-1)
         arrived(-1)  # the initial snapshot and its hand-over are done
         _, finish = _background(upstream, schema, seed=31)
@@ -473,6 +483,7 @@ def test_snapshot_on_demand_killed_mid_way_resyncs_without_gap(
     kills: list[tuple[int, list[int], bool]] = []  # (run, the logged offset's next chunk, batch in flight) per kill
     try:
         job.start()
+        _await_snapshot_logged(job, ck)  # a marker inserted before the first chunk's read would arrive with it
         marker(-1)
         arrived(-1)  # the initial snapshot and its hand-over are done
         _, finish = _background(upstream, schema, seed=43, scale=scale)
