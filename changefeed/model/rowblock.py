@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
+from functools import cache
 from typing import Any, ClassVar
 
 import numpy as np
@@ -33,6 +34,24 @@ from .values import ABSENT
 OP_CODES = {"insert": 0, "update": 1, "delete": 2}
 """The integer code of each op in `TableRows.ops`."""
 OP_NAMES = ("insert", "update", "delete")
+
+
+@cache
+def _op_names() -> pa.Array:
+    # Made on first use: building an array from Python objects imports pandas (~0.2 s), which
+    # Spark's planner processes import this module without ever needing.
+    return pa.array(OP_NAMES, pa.string())
+
+
+def table_batch(
+    columns: Sequence[pa.Array], codes: np.ndarray, commit_ts: pa.Array, before: Sequence[pa.Array]
+) -> pa.RecordBatch:
+    """A `TableRows` batch (the layout above) from its columns, op codes (`OP_CODES`), commit ts and old images."""
+    w = len(columns)
+    names = [*(str(i) for i in range(w)), "\0op", "\0ts", *(f"\0b{i}" for i in range(w))]
+    op = pc.take(_op_names(), pa.array(codes))
+    return pa.RecordBatch.from_arrays([*columns, op, commit_ts, *before], names=names)
+
 
 Runs = Sequence[tuple[int, int]]
 """(present-column bitmap, rows) in row order; bitmap -1: the row has no such image."""

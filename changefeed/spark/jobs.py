@@ -71,6 +71,7 @@ from .merge import MergeStage, OrderedStage, Stage
 from .pyworker import quiet_gc
 from .session import checkpoint_conf
 from .ship import is_local_master
+from .warmup import warm_up
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -225,6 +226,7 @@ def _run_query(
     # the job: out of the cyclic GC's sight, its full collections during a micro-batch's decode
     # stop walking it (bench/apply_stage.py --freeze: ~10-20% of the driver's CPU per row).
     quiet_gc()
+    warm_up(spark)  # the first micro-batch finds Spark's Python processes started
     try:
         query = writer.start()
     except BaseException as exc:

@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 from ...errors import CodecError
 from ...model import Column, Event, RowChange, TableSchema, TypeCode
 from ...model.arrow import arrow_type
-from ...model.rowblock import RowBlock, Segment, TableRows
+from ...model.rowblock import RowBlock, Segment, TableRows, table_batch
 from ...model.types import DATE_TYPES, FLOAT_TYPES, INTEGER_TYPES, STRING_TYPES
 from ..base import Message
 from ..codegen import value_lists
@@ -45,7 +45,6 @@ _I64_MIN, _I64_MAX, _U64_MAX = -(1 << 63), (1 << 63) - 1, (1 << 64) - 1
 _EXACT_INT = 1 << 53  # the largest magnitude below which every integer is a float64
 _NULL = msgspec.Raw(b"null")
 _OP_CODES = {"c": 0, "r": 0, "u": 1, "d": 2}  # Debezium's ops; "r" (snapshot read) is an insert, as the row decoder
-_OP_NAMES = pa.array(["insert", "update", "delete"])
 _MIN_DAYS = (MIN_DT - EPOCH).days
 _MAX_DAYS = (MAX_DT - EPOCH).days
 _MIN_US = (MIN_DT - EPOCH) // EPOCH.resolution
@@ -1007,10 +1006,7 @@ def _build(
     ts = kept(group.commits)
     if max(ts) > _I64_MAX:
         raise _SlowPathError(frozenset(k for k, v in enumerate(ts) if v > _I64_MAX))
-    w = len(schema.columns)
-    names = [*(str(i) for i in range(w)), "\0op", "\0ts", *(f"\0b{i}" for i in range(w))]
-    op = pc.take(_OP_NAMES, pa.array(codes))
-    batch = pa.RecordBatch.from_arrays([*columns, op, pa.array(ts, pa.int64()), *before], names=names)
+    batch = table_batch(columns, codes, pa.array(ts, pa.int64()), before)
     return DebeziumRows(schema, batch, _ops=codes, start_ts=np.array(kept(group.starts), np.uint64))
 
 

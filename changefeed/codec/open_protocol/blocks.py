@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 from ...errors import CodecError
 from ...model import Event, Resolved, TypeCode
 from ...model.arrow import arrow_type
-from ...model.rowblock import RowBlock, Segment, TableRows
+from ...model.rowblock import RowBlock, Segment, TableRows, table_batch
 from ...model.schema import Column
 from ...model.types import BLOB_TYPES, CHAR_TYPES, FLOAT_TYPES, INTEGER_TYPES, UINT_VALUE_TYPES
 from ..base import Message
@@ -45,7 +45,6 @@ from .values import TEXT_TYPES
 
 _I64_MAX = (1 << 63) - 1
 _DECIMAL = f"^{DECIMAL_PATTERN}$"  # TiDB MyDecimal.String(): the decoders' shared rule (codec/values.py)
-_OP_NAMES = pa.array(["insert", "update", "delete"])
 _BYTE_ESCAPES = f"^{_BYTE_ESCAPES_ONLY.pattern}$"
 _KEY_CACHE = 65536
 _SHAPES = 256
@@ -242,10 +241,7 @@ class OpenProtocolBlockDecoder:
         _refuse_negative_zero(values, [a for j in shape.floats for a in (columns[j], before[j])])
         ts = np.array(group.ts, np.int64)
         codes = np.where(deletes, 2, np.where(updates, 1, 0)).astype(np.int8)
-        op = pc.take(_OP_NAMES, pa.array(codes))
-        w = len(schema.columns)
-        names = [*(str(i) for i in range(w)), "\0op", "\0ts", *(f"\0b{i}" for i in range(w))]
-        batch = pa.RecordBatch.from_arrays([*columns, op, pa.array(ts), *before], names=names)
+        batch = table_batch(columns, codes, pa.array(ts), before)
         return TableRows(schema, batch, raw=values, _ops=codes)
 
 
