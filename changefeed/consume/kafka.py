@@ -60,8 +60,11 @@ def new_consumer(
 #: Settings of a consumer that reads offset ranges: after a range it is unassigned while a fetch
 #: past the range's end may be in flight, and that fetch, at the log's end, is held by the broker
 #: for ``fetch.wait.max.ms`` (500 ms by default) before the consumer can fetch for its next range.
-#: Inside a range every offset is there already, so a short wait costs nothing.
-RANGE_SETTINGS = {"fetch.wait.max.ms": 10}
+#: Inside a range every offset is there already, so a short wait costs nothing. A backlog's range
+#: fills librdkafka's local queue (``queued.max.messages.kbytes``) past the range's end, and a full
+#: queue postpones the partition's next fetch by ``fetch.queue.backoff.ms`` (1000 ms by default),
+#: a timer the partition keeps through unassign: the next range's first fetch then waited up to 1 s.
+RANGE_SETTINGS = {"fetch.wait.max.ms": 10, "fetch.queue.backoff.ms": 10, "queued.max.messages.kbytes": 16384}
 #: Idle range consumers kept per (brokers, settings) in one process.
 POOL_SIZE = 4
 
