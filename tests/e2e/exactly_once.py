@@ -164,9 +164,12 @@ def _setup(server: MariaDBServer, schema: str) -> None:
         cur.execute(f"CREATE TABLE `{schema}`.tags (name VARCHAR(32) PRIMARY KEY, hits INT NOT NULL)")
 
 
-def _workload(server: MariaDBServer, schema: str, seed: int, stop: threading.Event, pause: float) -> None:
-    """Small random transactions of inserts, updates and deletes until ``stop``; e-mails are reused
-    after deletes so the unique key sees a value move between rows, the case that trips naive replays."""
+def _workload(
+    server: MariaDBServer, schema: str, seed: int, stop: threading.Event, pause: float, min_rows: int = 0
+) -> None:
+    """Small random transactions of inserts, updates and deletes until ``stop`` and until the tables hold
+    ``min_rows`` rows; e-mails are reused after deletes so the unique key sees a value move between
+    rows, the case that trips naive replays."""
     rng = random.Random(seed)
     accounts: set[int] = set()
     orders: set[int] = set()
@@ -174,7 +177,7 @@ def _workload(server: MariaDBServer, schema: str, seed: int, stop: threading.Eve
     free_emails: list[str] = []
     next_id = 1
     with server.connect(database=schema, autocommit=False) as conn, conn.cursor() as cur:
-        while not stop.is_set():
+        while not stop.is_set() or len(accounts) + len(orders) + len(tags) < min_rows:
             for _ in range(rng.randint(1, 5)):
                 op = rng.random()
                 if op < 0.45 or not accounts:
@@ -270,6 +273,9 @@ class Scenario:
     source: str = "files"
     #: Seconds the workload runs at least, kills or not (``scripts/soak --kills 0`` as a live demo).
     duration: float = 0.0
+    #: Rows the tables hold at least when the workload stops: the kills come as fast as the jobs
+    #: start, so a run's length alone does not say how much it wrote (one run ended with 49 rows).
+    min_rows: int = 60
     #: Each restart in another working directory (HOME, TMPDIR) with the checkpoints given as
     #: ``file://`` URIs of one shared directory: a job resumed on another host (docs/deploy.md).
     elsewhere: bool = False
@@ -395,7 +401,7 @@ def run_scenario(scenario: Scenario) -> Outcome:
 
     def write() -> None:
         try:
-            _workload(s.upstream, schema, s.seed, stop, s.pause)
+            _workload(s.upstream, schema, s.seed, stop, s.pause, s.min_rows)
         except BaseException as exc:  # re-raised in the calling thread
             failures.append(exc)
 
