@@ -17,9 +17,8 @@ from __future__ import annotations
 import gc
 import importlib
 import runpy
-import sys
 
-from ..sparkpath import archives_to_drop
+from ..sparkpath import drop_shadowing_archives
 
 #: What the workers of our jobs import, imported once in the daemon so that every worker it forks
 #: starts with them: ~0.5-1 s of CPU per worker process otherwise (pyarrow imports pandas on first
@@ -53,8 +52,7 @@ def quiet_gc() -> None:
 
 
 def main() -> None:
-    drop = set(archives_to_drop(sys.path))
-    sys.path[:] = [p for p in sys.path if p not in drop]
+    drop_shadowing_archives()  # where the .pth of scripts/setup is missing (changefeed/sparkpath.py)
     preload()
     quiet_gc()  # the forked workers inherit both: the preloaded modules are never walked again
     runpy.run_module("pyspark.daemon", run_name="__main__", alter_sys=True)

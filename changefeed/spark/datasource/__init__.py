@@ -165,11 +165,11 @@ _STREAMING_RUNNER_KEYS = {
 }
 
 
-def register(spark: Any) -> None:
-    """Make ``format("changefeed")`` available in this session (idempotent, thread-safe)."""
+def register(spark: Any, source: type[DataSource] | None = None) -> None:
+    """Make ``format("changefeed")`` (or ``source``'s format) available in this session (idempotent, thread-safe)."""
     with _REGISTERING:
         context = getattr(spark, "_sc", None)  # a classic session's; Spark Connect makes the function on its server
         if context is not None:
             for key, value in _STREAMING_RUNNER_KEYS.items():
                 context.environment.setdefault(key, value)
-        spark.dataSource.register(ChangefeedDataSource)
+        spark.dataSource.register(source or ChangefeedDataSource)
