@@ -177,10 +177,21 @@ def dumps_inserts(
         ]
         for image in images
     ]
+    return dumps_insert_values(table, commit_ts, rows, positions)
+
+
+def dumps_insert_values(
+    table: TableSchema,
+    commit_ts: int,
+    rows: Sequence[Sequence[Any]],
+    positions: Sequence[Position | None] | None = None,
+) -> bytes:
+    """`dumps_inserts` of rows whose values are in their JSON form already (what `_value_to_json`
+    makes of them: DECIMAL as fixed-point text, binary as base64; finite floats as they are)."""
     obj = {"kind": "inserts", "commit_ts": commit_ts, "table_schema": table_schema_to_json(table), "rows": rows}
     if positions:
-        if len(positions) != len(images):
-            raise ValueError(f"{len(positions)} positions for {len(images)} rows")
+        if len(positions) != len(rows):
+            raise ValueError(f"{len(positions)} positions for {len(rows)} rows")
         first = positions[0]
         if any(q != first for q in positions):
             obj["positions"] = [None if q is None else dict(q) for q in positions]

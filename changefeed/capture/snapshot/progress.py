@@ -26,10 +26,12 @@ from typing import Any
 from ...errors import CaptureError
 from ...model import ActionType
 from ...model.events import DDLEvent, Event, Op, Resolved, RowChange
-from ...model.jsonl import column_definition, column_from_definition, dumps_events
+from ...model.jsonl import column_definition, column_from_definition, dumps_event, dumps_events, dumps_insert_values
+from ...model.schema import TableSchema
 from ...model.tso import CommitClock
 from ..binlog.position import BinlogPosition
-from .chunks import ranges
+from .chunks import Row, ranges
+from .columns import ChunkColumns
 from .handover import Handover, TableCut
 from .order import Key, KeyOrder, PythonOrder, python_orderable
 from .reader import ChunkResult, Connect, DatabaseOrder, SnapshotReader, TablePlan, master_status, position_key
@@ -255,26 +257,45 @@ def begin(connect: Connect, keeps: Callable[[str, str], bool], clock: int = 0) -
 
 @dataclass
 class ReadChunk:
-    """A chunk read in a micro-batch: its events (DDL for a table's first chunk, rows, a `Resolved`)."""
+    """A chunk read in a micro-batch: the DDL before a table's first chunk, its rows as INSERTs at
+    ``commit_ts``, a `Resolved` (`events`)."""
 
     table: tuple[str, str]
     index: int
-    events: list[Event]
+    head: list[Event]
+    schema: TableSchema
+    commit_ts: int
+    selected: list[Row] | ChunkColumns
     _jsonl: bytes | None = field(default=None, repr=False)
 
     @property
     def rows(self) -> int:
-        return sum(isinstance(e, RowChange) for e in self.events)
+        return len(self.selected)
+
+    @property
+    def resolved(self) -> Resolved:
+        return Resolved(self.commit_ts, position={"snapshot": {"table": list(self.table), "chunk": self.index}})
+
+    @property
+    def events(self) -> list[Event]:
+        rows = self.selected.rows() if isinstance(self.selected, ChunkColumns) else self.selected
+        inserts = [RowChange(Op.INSERT, self.schema, self.commit_ts, new=row) for row in rows]
+        return [*self.head, *inserts, self.resolved]
 
     @property
     def jsonl(self) -> bytes:
         """The chunk's events as JSONL: what a micro-batch spills and hands to its tasks (made once).
 
         The rows (INSERTs of one table at one commit ts) go as one ``inserts`` line
-        (`model.jsonl.dumps_events`): the table's definition once instead of once a row.
+        (`model.jsonl.dumps_events`): the table's definition once instead of once a row; rows read
+        as columns are written from the columns (`model.jsonl.dumps_insert_values`), the same bytes.
         """
         if self._jsonl is None:
-            self._jsonl = dumps_events(self.events)
+            if isinstance(self.selected, ChunkColumns) and len(self.selected) > 1:
+                inserts = dumps_insert_values(self.schema, self.commit_ts, self.selected.json_rows())
+                self._jsonl = dumps_events(self.head) + inserts + dumps_event(self.resolved)
+            else:
+                self._jsonl = dumps_events(self.events)
         return self._jsonl
 
 
@@ -370,9 +391,7 @@ def events_of_chunk(
     if result.index == 0:  # each DDL at a ts of its own, before the rows' (a DDL's ts closes everything below)
         events += _ddl(reader, plan, first_of_schema, lambda: clock.next(ms))
     ts = clock.next(ms)
-    events += [RowChange(Op.INSERT, plan.schema, ts, new=row) for row in result.rows]
-    events.append(Resolved(ts, position={"snapshot": {"table": list(plan.name), "chunk": result.index}}))
-    return ReadChunk(plan.name, result.index, events)
+    return ReadChunk(plan.name, result.index, events, plan.schema, ts, result.selected)
 
 
 def _ddl(reader: SnapshotReader, plan: TablePlan, first_of_schema: bool, ts: Callable[[], int]) -> list[Event]:

@@ -33,6 +33,7 @@ from ..binlog.capture import BinlogCapture
 from ..binlog.position import BinlogPosition, file_key
 from ..binlog.tracker import SchemaTracker
 from .chunks import KeyRange, Row, chunk_filter, key_getter, reconcile, split
+from .columns import ChunkColumns, line_sql, parse_lines
 from .order import Key, KeyOrder, PythonOrder, python_orderable
 from .sql import tuple_compare, tuple_params
 from .values import converter, order_sql, param_sql, param_value, select_sql
@@ -78,15 +79,28 @@ class TablePlan:
 
 @dataclass
 class ChunkResult:
-    """A chunk as the table held it at ``high``; its rows go downstream with ``commit_ts``."""
+    """A chunk as the table held it at ``high``; its rows go downstream with ``commit_ts``.
+
+    ``selected``: the rows, or the columns they were read as (`columns.ChunkColumns`), which an
+    ``inserts`` line is written from without a Python tuple per row (`rows` makes them on demand).
+    """
 
     table: tuple[str, str]
     index: int
-    rows: list[Row]
+    selected: list[Row] | ChunkColumns
     low: BinlogPosition
     high: BinlogPosition
     commit_ts: int
     window_events: int = 0
+
+    @property
+    def rows(self) -> list[Row]:
+        if isinstance(self.selected, ChunkColumns):
+            self.selected = self.selected.rows()
+        return self.selected
+
+    def __len__(self) -> int:
+        return len(self.selected)
 
 
 class DatabaseOrder:
@@ -129,6 +143,15 @@ class DatabaseOrder:
         return {**self.__dict__, "_conn": None}
 
 
+def _warned(cur: Any) -> bool:
+    """Whether the statement ``cur`` ran last left warnings (PyMySQL counts them; else ask)."""
+    count = getattr(cur, "warning_count", None)
+    if count is None:
+        cur.execute("SELECT @@warning_count")
+        count = cur.fetchone()[0]
+    return int(count) > 0
+
+
 def _session(conn: Any) -> None:
     with conn.cursor() as cur:
         cur.execute("SET SESSION time_zone = '+00:00'")
@@ -165,13 +188,17 @@ class SnapshotReader:
         *,
         tz: tzinfo = UTC,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
+        lines: bool = True,
     ) -> None:
+        """``lines``: read a chunk as one line of text a row where its columns allow (`columns`);
+        off, value by value (the row path)."""
         if chunk_size < 1:
             raise CaptureError(f"snapshot chunk size must be positive, got {chunk_size}")
         self.connect = connect
         self.window = window
         self.tz = tz
         self.chunk_size = chunk_size
+        self.lines = lines
 
     # ------------------------------------------------------------------ plans
 
@@ -259,9 +286,11 @@ class SnapshotReader:
 
     # ------------------------------------------------------------------ reads
 
-    def _select(self, plan: TablePlan, rng: KeyRange) -> tuple[str, list[Any]]:
+    def _select(self, plan: TablePlan, rng: KeyRange, lines: bool = False) -> tuple[str, list[Any]]:
+        """The chunk's SELECT: each row as its values (`values.select_sql`), or as one line
+        (``lines``: `columns.line_sql`)."""
         ts = plan.schema
-        cols = ", ".join(select_sql(c) for c in ts.columns)
+        cols = (line_sql(ts) if lines else None) or ", ".join(select_sql(c) for c in ts.columns)
         sql = f"SELECT {cols} FROM {quote_table(ts.schema, ts.table)}"
         conds, args = [], []
         if plan.key:
@@ -293,7 +322,8 @@ class SnapshotReader:
 
     def _read_chunk(self, plan: TablePlan, index: int) -> ChunkResult:
         rng = plan.ranges[index]
-        sql, args = self._select(plan, rng)
+        lines = self.lines and line_sql(plan.schema) is not None
+        sql, args = self._select(plan, rng, lines)
         conn = self.connect()
         try:
             _session(conn)
@@ -310,7 +340,16 @@ class SnapshotReader:
                         )
                     low = before  # MySQL: the position just before the read
                 cur.execute(sql, args)
-                rows = self._rows(cur, plan.schema)
+                selected: list[Row] | ChunkColumns | None = None
+                if lines:
+                    fetched = [r[0] for r in cur.fetchall()]
+                    if not _warned(cur):  # else a value longer than max_allowed_packet (`columns`)
+                        selected = parse_lines(plan.schema, fetched, self.tz, f"chunk {index}")
+                    if selected is None:
+                        log.info("snapshot chunk %s.%s #%d: read again value by value", *plan.name, index)
+                        cur.execute(*self._select(plan, rng))
+                if selected is None:
+                    selected = self._rows(cur, plan.schema)
                 cur.execute("COMMIT")
                 high = master_status(cur) if plan.key else low
                 commit_ts = compose_tso(int(time.time() * 1000))
@@ -320,10 +359,12 @@ class SnapshotReader:
         if plan.key and position_key(high) > position_key(low):
             window = list(self._window(plan, low, high))
             events = len(window)
+        if events:  # the window's changes of this table replayed over the chunk's rows
             order = self.order(plan.schema, plan.key)
             try:
                 key_of = key_getter([plan.schema.column_index[n] for n in plan.key])
-                rows = reconcile(rows, window, key_of, chunk_filter(order, rng))
+                rows = selected.rows() if isinstance(selected, ChunkColumns) else selected
+                selected = reconcile(rows, window, key_of, chunk_filter(order, rng))
             finally:
                 if isinstance(order, DatabaseOrder):
                     order.close()
@@ -331,12 +372,12 @@ class SnapshotReader:
             "snapshot chunk %s.%s #%d: %d rows, window %s..%s (%d events)",
             *plan.name,
             index,
-            len(rows),
+            len(selected),
             low,
             high,
             events,
         )
-        return ChunkResult(plan.name, index, rows, low, high, commit_ts, events)
+        return ChunkResult(plan.name, index, selected, low, high, commit_ts, events)
 
     def _window(self, plan: TablePlan, low: BinlogPosition, high: BinlogPosition) -> Iterator[RowChange]:
         """The table's row changes between the watermarks, with images in the plan's column order."""
