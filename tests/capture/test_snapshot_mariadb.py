@@ -14,6 +14,7 @@ import pytest
 from changefeed.capture.binlog import BinlogPosition, live_capture
 from changefeed.capture.binlog.replica import ServerAddress
 from changefeed.capture.snapshot.handover import Handover, TableCut
+from changefeed.capture.snapshot.progress import BatchReader, begin
 from changefeed.capture.snapshot.reader import ChunkResult, DatabaseOrder, SnapshotReader, position_key, replica_window
 from changefeed.clients.mysql import MySQLError
 from changefeed.model.events import Op, RowChange
@@ -302,3 +303,34 @@ def test_snapshot_then_binlog_is_an_exact_copy_under_writes(mariadb_factory: Cal
     with server.connect() as conn, conn.cursor() as cur:
         cur.execute(f"SELECT x, y, COUNT(*) FROM {schema}.n GROUP BY x, y")
         assert {k: v for k, v in bag.items() if v} == {(x, y): n for x, y, n in cur.fetchall()}
+
+
+def test_batches_read_ahead_give_the_same_chunks_each_read_once(mariadb: MariaDBServer, fresh_db: str) -> None:
+    with mariadb.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE `{fresh_db}`.r (id INT PRIMARY KEY, v VARCHAR(10))")
+        cur.executemany(f"INSERT INTO `{fresh_db}`.r VALUES (%s, %s)", [(i, f"v{i}") for i in range(53)])
+        conn.commit()
+    got: dict[bool, list[Any]] = {}
+    reads: dict[bool, int] = {}
+    for ahead in (False, True):
+        reader = reader_for(mariadb, chunk_size=5)
+        read_chunk = reader.read_chunk
+        reads[ahead] = 0
+
+        def counted(plan: Any, index: int, read_chunk: Any = read_chunk, ahead: bool = ahead) -> ChunkResult:
+            reads[ahead] += 1
+            return read_chunk(plan, index)
+
+        reader.read_chunk = counted  # type: ignore[method-assign]
+        batches = BatchReader(reader, 2, read_ahead=ahead)
+        progress = begin(mariadb.connect, lambda s, t: s == fresh_db)
+        got[ahead] = []
+        try:
+            while not progress.done:
+                got[ahead] += [(c.table, c.index, c.events) for c in batches.read(progress, 10)]
+        finally:
+            batches.close()
+    assert [(t, i) for t, i, _ in got[True]] == [((fresh_db, "r"), i) for i in range(11)]
+    rows = {k: [[e.new for e in events if isinstance(e, RowChange)] for _, _, events in v] for k, v in got.items()}
+    assert rows[True] == rows[False] and sum(map(len, rows[True])) == 53
+    assert reads == {False: 11, True: 11}  # what was read ahead was taken, not read again

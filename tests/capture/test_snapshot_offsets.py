@@ -175,6 +175,13 @@ def test_snapshot_offsets_partitions_and_restart(mariadb_factory: Callable[..., 
         batches += 1
         assert batches < 60
     assert batches >= 5
+    # The last chunks were read ahead of the writes made just before their batch: those writes lie
+    # past where this availableNow run may stop. A second run (a new target) brings them.
+    target = source.available_now_target()
+    while (end := source.latest_offset(offset, 20, target)) != offset:
+        _apply(tables, _events(source, decoder, offset, end), keys)
+        source.commit(end)
+        offset = end
     assert HANDED_OVER[0] >= 1, "the binlog after the snapshot went through the hand-over"
     assert not list(spill.iterdir()), "committed chunks are dropped"
     assert "handover" not in offset

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import base64
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, tzinfo
 from decimal import Decimal
@@ -302,10 +302,15 @@ class ReadChunk:
 class BatchReader:
     """Reads a micro-batch's chunks of a `SnapshotProgress` (plans kept across batches in this process)."""
 
-    def __init__(self, reader: SnapshotReader, parallelism: int = 1) -> None:
+    def __init__(self, reader: SnapshotReader, parallelism: int = 1, read_ahead: bool = False) -> None:
+        """``read_ahead``: once a batch's chunks are read, read as many of the next ones in the
+        background (`read`), so that they are read while Spark writes this batch."""
         self.reader = reader
         self.parallelism = max(1, parallelism)
+        self.read_ahead = read_ahead
         self._plans: dict[tuple[str, str], TablePlan] = {}
+        self._ahead: dict[Hashable, Future[ChunkResult]] = {}
+        self._ahead_pool: ThreadPoolExecutor | None = None
 
     def _plan(self, state: TableState) -> TablePlan:
         plan = self._plans.get(state.name)
@@ -336,10 +341,13 @@ class BatchReader:
         bytes of their JSONL (`ReadChunk.jsonl`), whichever comes first (at least one round of chunks).
 
         Advances ``progress`` (next chunk, highs, clock) in place; chunks come back in plan order.
+        With ``read_ahead``, the chunks after them are read in the background next (`_read_ahead`),
+        and a later call takes those it asks for from there.
         """
         out: list[ReadChunk] = []
         clock = CommitClock(progress.clock)
         rows = size = 0
+        ahead, self._ahead = self._ahead, {}
         pool = ThreadPoolExecutor(max_workers=self.parallelism, thread_name_prefix="snapshot")
         try:
             while (
@@ -348,7 +356,14 @@ class BatchReader:
                 jobs = self.next_chunks(progress, self.parallelism)
                 if not jobs:
                     break
-                results = list(pool.map(lambda job: self.reader.read_chunk(job[1], job[2]), jobs))
+                pending: list[tuple[Future[ChunkResult], bool]] = []  # (the read, whether read ahead)
+                for _, plan, ci in jobs:
+                    early = ahead.pop(_job_key(plan, ci), None)
+                    pending.append((early, True) if early is not None else (pool.submit(self.reader.read_chunk, plan, ci), False))
+                results = [
+                    _ahead_result(f, plan, ci, self.reader) if was_ahead else f.result()
+                    for (f, was_ahead), (_, plan, ci) in zip(pending, jobs, strict=True)
+                ]
                 for (ti, plan, ci), result in zip(jobs, results, strict=True):
                     state = progress.tables[ti]
                     chunk = self.chunk(progress, ti, plan, result, clock)
@@ -359,8 +374,41 @@ class BatchReader:
                     progress.table, progress.chunk = (ti, ci + 1) if ci + 1 < len(plan.ranges) else (ti + 1, 0)
         finally:
             pool.shutdown(wait=True)
+            for future in ahead.values():  # read ahead for a batch that went otherwise
+                future.cancel()
         progress.clock = clock.last
+        if self.read_ahead and out:
+            self._read_ahead(progress, len(out))
         return out
+
+    def _read_ahead(self, progress: SnapshotProgress, count: int) -> None:
+        """Start reading the ``count`` chunks after ``progress`` in the background, as far as its
+        tables are planned in this process (planning stays in `read`)."""
+        jobs: list[tuple[TablePlan, int]] = []
+        ti, ci = progress.table, progress.chunk
+        while len(jobs) < count and ti < len(progress.tables):
+            state = progress.tables[ti]
+            plan = self._plans.get(state.name)
+            if not state.planned or plan is None or plan.key != state.key or plan.boundaries != state.bounds:
+                break
+            while len(jobs) < count and ci < len(plan.ranges):
+                jobs.append((plan, ci))
+                ci += 1
+            ti, ci = ti + 1, 0
+        if not jobs:
+            return
+        if self._ahead_pool is None:
+            self._ahead_pool = ThreadPoolExecutor(max_workers=self.parallelism, thread_name_prefix="snapshot-ahead")
+        self._ahead = {_job_key(plan, i): self._ahead_pool.submit(self.reader.read_chunk, plan, i) for plan, i in jobs}
+
+    def close(self) -> None:
+        """Stop reading ahead (what is being read is dropped)."""
+        for future in self._ahead.values():
+            future.cancel()
+        self._ahead = {}
+        if self._ahead_pool is not None:
+            self._ahead_pool.shutdown(wait=False, cancel_futures=True)
+            self._ahead_pool = None
 
     def chunk(
         self, progress: SnapshotProgress, ti: int, plan: TablePlan, result: ChunkResult, clock: CommitClock
@@ -368,6 +416,20 @@ class BatchReader:
         """A read chunk's events (CREATE DATABASE before the first of its schema's tables in ``progress``)."""
         first_of_schema = not any(t.name[0] == plan.name[0] for t in progress.tables[:ti])
         return events_of_chunk(self.reader, plan, result, clock, first_of_schema)
+
+
+def _ahead_result(future: Future[ChunkResult], plan: TablePlan, index: int, reader: SnapshotReader) -> ChunkResult:
+    """A chunk read ahead; read again now if that read failed (and raise then if it must)."""
+    try:
+        return future.result()
+    except Exception as exc:
+        log.info("snapshot chunk %s #%d: the read ahead failed (%s); read again", ".".join(plan.name), index, exc)
+        return reader.read_chunk(plan, index)
+
+
+def _job_key(plan: TablePlan, index: int) -> Hashable:
+    """A chunk as cut: the same key for the same table, key, boundaries and chunk index."""
+    return (plan.name, plan.key, tuple(plan.boundaries), index)
 
 
 def plan_table(reader: SnapshotReader, state: TableState) -> TablePlan:

@@ -753,7 +753,7 @@ class BinlogInput(Input):
                 tz=self.tz,
                 chunk_size=self.snapshot.chunk_size,
             )
-            self._chunks = BatchReader(reader, self.snapshot.parallelism)
+            self._chunks = BatchReader(reader, self.snapshot.parallelism, read_ahead=True)
         return self._chunks
 
     def _snapshot_offset(self, start: dict[str, Any], max_events: int | None) -> dict[str, Any]:
