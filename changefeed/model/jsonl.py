@@ -183,13 +183,16 @@ def dumps_inserts(
 def dumps_insert_values(
     table: TableSchema,
     commit_ts: int,
-    rows: Sequence[Sequence[Any]],
+    rows: Sequence[Sequence[Any]] | orjson.Fragment,
     positions: Sequence[Position | None] | None = None,
 ) -> bytes:
     """`dumps_inserts` of rows whose values are in their JSON form already (what `_value_to_json`
-    makes of them: DECIMAL as fixed-point text, binary as base64; finite floats as they are)."""
+    makes of them: DECIMAL as fixed-point text, binary as base64; finite floats as they are), or
+    of their JSON array made already (a `orjson.Fragment`; no ``positions`` then)."""
     obj = {"kind": "inserts", "commit_ts": commit_ts, "table_schema": table_schema_to_json(table), "rows": rows}
     if positions:
+        if isinstance(rows, orjson.Fragment):
+            raise ValueError("positions need the rows as values, not as their JSON")
         if len(positions) != len(rows):
             raise ValueError(f"{len(positions)} positions for {len(rows)} rows")
         first = positions[0]

@@ -26,12 +26,13 @@ render (GEOMETRY, MySQL's binary JSON, VECTOR).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import tzinfo
 from decimal import Decimal
 from typing import Any
 
 import numpy as np
+import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pcsv
@@ -112,6 +113,7 @@ class ChunkColumns:
     kinds: list[int]
     arrays: list[pa.Array]
     tz: tzinfo
+    _rows_json: orjson.Fragment | None = field(default=None, repr=False)
 
     def __len__(self) -> int:
         return len(self.arrays[0]) if self.arrays else 0
@@ -124,6 +126,13 @@ class ChunkColumns:
         """The rows with each value as an ``inserts`` line writes it (`model.jsonl.dumps_inserts`):
         DECIMAL as fixed-point text, binary as base64, the rest as their model values."""
         return list(zip(*(self._values(i, json=True) for i in range(len(self.arrays))), strict=True))
+
+    def rows_json(self) -> orjson.Fragment:
+        """`json_rows` as the JSON array an ``inserts`` line holds, made once (a chunk read ahead
+        makes it in the background, `progress.BatchReader`)."""
+        if self._rows_json is None:
+            self._rows_json = orjson.Fragment(orjson.dumps(self.json_rows()))
+        return self._rows_json
 
     def _values(self, i: int, json: bool) -> list[Any]:
         kind, array, column = self.kinds[i], self.arrays[i], self.table.columns[i]

@@ -292,7 +292,7 @@ class ReadChunk:
         """
         if self._jsonl is None:
             if isinstance(self.selected, ChunkColumns) and len(self.selected) > 1:
-                inserts = dumps_insert_values(self.schema, self.commit_ts, self.selected.json_rows())
+                inserts = dumps_insert_values(self.schema, self.commit_ts, self.selected.rows_json())
                 self._jsonl = dumps_events(self.head) + inserts + dumps_event(self.resolved)
             else:
                 self._jsonl = dumps_events(self.events)
@@ -311,6 +311,7 @@ class BatchReader:
         self._plans: dict[tuple[str, str], TablePlan] = {}
         self._ahead: dict[Hashable, Future[ChunkResult]] = {}
         self._ahead_pool: ThreadPoolExecutor | None = None
+        self._started = False
 
     def _plan(self, state: TableState) -> TablePlan:
         plan = self._plans.get(state.name)
@@ -348,18 +349,27 @@ class BatchReader:
         clock = CommitClock(progress.clock)
         rows = size = 0
         ahead, self._ahead = self._ahead, {}
+        # Reading ahead, the first batch is one round of chunks: it is written while the next is read.
+        rounds = 1 if self.read_ahead and not self._started else None
+        self._started = True
         pool = ThreadPoolExecutor(max_workers=self.parallelism, thread_name_prefix="snapshot")
         try:
             while (
-                not progress.done and (max_rows is None or rows < max_rows) and (max_bytes is None or size < max_bytes)
+                not progress.done
+                and (max_rows is None or rows < max_rows)
+                and (max_bytes is None or size < max_bytes)
+                and (rounds is None or rounds > 0)
             ):
+                rounds = None if rounds is None else rounds - 1
                 jobs = self.next_chunks(progress, self.parallelism)
                 if not jobs:
                     break
                 pending: list[tuple[Future[ChunkResult], bool]] = []  # (the read, whether read ahead)
                 for _, plan, ci in jobs:
                     early = ahead.pop(_job_key(plan, ci), None)
-                    pending.append((early, True) if early is not None else (pool.submit(self.reader.read_chunk, plan, ci), False))
+                    pending.append(
+                        (early, True) if early is not None else (pool.submit(self.reader.read_chunk, plan, ci), False)
+                    )
                 results = [
                     _ahead_result(f, plan, ci, self.reader) if was_ahead else f.result()
                     for (f, was_ahead), (_, plan, ci) in zip(pending, jobs, strict=True)
@@ -378,7 +388,8 @@ class BatchReader:
                 future.cancel()
         progress.clock = clock.last
         if self.read_ahead and out:
-            self._read_ahead(progress, len(out))
+            rounds_ahead = -(-_chunks_within(out, max_rows, max_bytes) // self.parallelism)
+            self._read_ahead(progress, rounds_ahead * self.parallelism)
         return out
 
     def _read_ahead(self, progress: SnapshotProgress, count: int) -> None:
@@ -399,7 +410,14 @@ class BatchReader:
             return
         if self._ahead_pool is None:
             self._ahead_pool = ThreadPoolExecutor(max_workers=self.parallelism, thread_name_prefix="snapshot-ahead")
-        self._ahead = {_job_key(plan, i): self._ahead_pool.submit(self.reader.read_chunk, plan, i) for plan, i in jobs}
+        self._ahead = {_job_key(plan, i): self._ahead_pool.submit(self._read_early, plan, i) for plan, i in jobs}
+
+    def _read_early(self, plan: TablePlan, index: int) -> ChunkResult:
+        """A chunk read ahead, its rows' JSON made too (the spill's bulk: off the next offset's path)."""
+        result = self.reader.read_chunk(plan, index)
+        if isinstance(result.selected, ChunkColumns):
+            result.selected.rows_json()
+        return result
 
     def close(self) -> None:
         """Stop reading ahead (what is being read is dropped)."""
@@ -425,6 +443,20 @@ def _ahead_result(future: Future[ChunkResult], plan: TablePlan, index: int, read
     except Exception as exc:
         log.info("snapshot chunk %s #%d: the read ahead failed (%s); read again", ".".join(plan.name), index, exc)
         return reader.read_chunk(plan, index)
+
+
+def _chunks_within(chunks: Sequence[ReadChunk], max_rows: int | None, max_bytes: int | None) -> int:
+    """How many chunks like ``chunks`` a batch of ``max_rows`` rows / ``max_bytes`` bytes takes (what to read ahead)."""
+    n = len(chunks)
+    counts = [n]
+    rows = sum(c.rows for c in chunks)
+    if max_rows is not None and rows:
+        counts.append(-(-max_rows * n // rows))
+    if max_bytes is not None:
+        size = sum(len(c.jsonl) for c in chunks)
+        if size:
+            counts.append(-(-max_bytes * n // size))
+    return max(n, min(counts[1:])) if len(counts) > 1 else n
 
 
 def _job_key(plan: TablePlan, index: int) -> Hashable:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -129,11 +130,13 @@ class SpillStore:
         progress.batch += 1
         progress.spill = uuid.uuid4().hex[:12]
         progress.chunks = len(chunks)
-        for name, chunk in zip(spill_names(progress), chunks, strict=True):
-            if self.store is None:
-                self._memory[name] = chunk.jsonl
-            else:
-                self.store.write(name, chunk.jsonl)
+        files = list(zip(spill_names(progress), (c.jsonl for c in chunks), strict=True))
+        if self.store is None:
+            self._memory.update(files)
+            return
+        store = self.store
+        with ThreadPoolExecutor(max_workers=4, thread_name_prefix="spill") as pool:  # fsyncs side by side
+            list(pool.map(lambda f: store.write(*f), files))
 
     def read(self, progress: SnapshotProgress) -> list[str]:
         """The JSONL events of each chunk the offset's batch read, in order."""
