@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from changefeed.capture.snapshot.chunks import KeyRange, chunk_filter, key_getter, ranges, reconcile, split
 from changefeed.capture.snapshot.handover import Handover, TableCut
 from changefeed.capture.snapshot.order import PythonOrder, contains, locate, python_orderable
+from changefeed.capture.snapshot.progress import chunks_within
 from changefeed.model.events import Op, RowChange
 from changefeed.model.schema import Column, Index, TableSchema
 from changefeed.model.types import TypeCode
@@ -247,3 +248,15 @@ def test_split_single_and_empty(n: int) -> None:
     got = split(seek)
     assert len(got) == max(1, (n + 2) // 3)
     assert got[0].lo is None and got[-1].hi is None
+
+
+def test_read_ahead_takes_as_many_chunks_as_a_batch_would() -> None:
+    class Chunk:
+        def __init__(self, rows: int, size: int) -> None:
+            self.rows, self.jsonl = rows, b"x" * size
+
+    four: Any = [Chunk(8192, 1000)] * 4
+    assert chunks_within(four, 100_000, None) == 13
+    assert chunks_within(four, 100_000, 8000) == 8  # the bytes bound first
+    assert chunks_within(four, 1000, 1000) == 4  # never fewer than this batch's
+    assert chunks_within(four, None, None) == 4

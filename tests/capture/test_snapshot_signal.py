@@ -163,7 +163,10 @@ def test_a_signal_snapshots_tables_into_the_running_stream(
         if batches == 6:  # a restart before the batch commits: a new input re-plans it (the chunk from the spill)
             source = BinlogInput(SourceOptions.parse(options))
         parts = list(source.partitions(offset, end, source.opts.changelog(None)))
-        chunk_parts += sum(p.chunk_file is not None or p.chunk is not None for p in parts)  # type: ignore[attr-defined]
+        chunk_parts += sum(  # chunks, whether carried, or named alone or with a batch's others
+            (p.chunk_file is not None or p.chunk is not None) + len(p.chunk_files)  # type: ignore[attr-defined]
+            for p in parts
+        )
         events: list[Event] = []
         for part in parts:
             events += expand_blocks(decoder.events(part.rows()))  # type: ignore[attr-defined]

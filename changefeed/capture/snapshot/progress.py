@@ -388,7 +388,7 @@ class BatchReader:
                 future.cancel()
         progress.clock = clock.last
         if self.read_ahead and out:
-            rounds_ahead = -(-_chunks_within(out, max_rows, max_bytes) // self.parallelism)
+            rounds_ahead = -(-chunks_within(out, max_rows, max_bytes) // self.parallelism)
             self._read_ahead(progress, rounds_ahead * self.parallelism)
         return out
 
@@ -445,7 +445,7 @@ def _ahead_result(future: Future[ChunkResult], plan: TablePlan, index: int, read
         return reader.read_chunk(plan, index)
 
 
-def _chunks_within(chunks: Sequence[ReadChunk], max_rows: int | None, max_bytes: int | None) -> int:
+def chunks_within(chunks: Sequence[ReadChunk], max_rows: int | None, max_bytes: int | None) -> int:
     """How many chunks like ``chunks`` a batch of ``max_rows`` rows / ``max_bytes`` bytes takes (what to read ahead)."""
     n = len(chunks)
     counts = [n]

@@ -446,26 +446,31 @@ class BinlogRange(InputPartition):
     chunk: str | None = None  # a snapshot chunk's events (JSONL): this partition is that chunk, not a range
     chunk_file: str | None = None  # or the spill file holding them, where the reader shares the disk
     handover: str | None = None  # the snapshot's cuts while the range overlaps the snapshot (`HandoverState`)
+    # Or the spill files of all of a batch's chunks, in order: one partition (one task) a batch
+    # where ``output=ranges`` hands file names to the reader (`BinlogInput._chunk_partitions`).
+    chunk_files: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         InputPartition.__init__(self, None)
 
     def rows(self) -> Iterator[tuple[Any, ...] | pa.RecordBatch]:
+        files: list[str | None] = [*self.chunk_files] if self.chunk_files else [self.chunk_file]
         if self.output == RANGES:
+            n = len(files)
             yield pa.RecordBatch.from_pydict(
                 {
-                    "start": [orjson.dumps(self.start).decode()],
-                    "end": [orjson.dumps(self.end).decode()],
-                    "keys": [self.keys],
-                    "chunk": [self.chunk],
-                    "handover": [self.handover],
-                    "chunk_file": [self.chunk_file],
+                    "start": [orjson.dumps(self.start).decode()] * n,
+                    "end": [orjson.dumps(self.end).decode()] * n,
+                    "keys": [self.keys] * n,
+                    "chunk": [self.chunk] * n,
+                    "handover": [self.handover] * n,
+                    "chunk_file": files,
                 },
                 schema=RANGES_ARROW,
             )
             return
-        if self.chunk is not None or self.chunk_file is not None:
-            events: Iterable[Event] = chunk_events(self.chunk, self.chunk_file)
+        if self.chunk is not None or files[0] is not None:
+            events: Iterable[Event] = (e for file in files for e in chunk_events(self.chunk, file))
         else:
             events = range_events(
                 self.source, self.start, self.end, self.time_zone, keys=self.keys, handover=self.handover
@@ -1104,11 +1109,15 @@ class BinlogInput(Input):
         """One partition per chunk a batch read (spilled in ``spill``), in plan order."""
         where = {"snapshot": progress.batch}
         # Where the readers share the spill directory, name the files: the chunks stay out of the JVM.
-        chunks = (
-            [{"chunk_file": str(p)} for p in spill.paths(progress)]
-            if self.snapshot.shared
-            else [{"chunk": text} for text in spill.read(progress)]
-        )
+        chunks: list[dict[str, Any]]
+        if self.snapshot.shared and self.opts.output == RANGES:
+            # The reader reads the files where it collects the names: one task a batch, not one a
+            # chunk (~20 ms of the JVM's CPU each, bench/RESULTS.md "One task a snapshot batch").
+            chunks = [{"chunk_files": tuple(str(p) for p in spill.paths(progress))}]
+        elif self.snapshot.shared:
+            chunks = [{"chunk_file": str(p)} for p in spill.paths(progress)]
+        else:
+            chunks = [{"chunk": text} for text in spill.read(progress)]
         return [
             BinlogRange(self.source, where, where, self.opts.time_zone, changelog, self.opts.output, **chunk)
             for chunk in chunks
