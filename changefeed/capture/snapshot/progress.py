@@ -342,7 +342,7 @@ class BatchReader:
         bytes of their JSONL (`ReadChunk.jsonl`), whichever comes first (at least one round of chunks).
 
         Advances ``progress`` (next chunk, highs, clock) in place; chunks come back in plan order.
-        With ``read_ahead``, the chunks after them are read in the background next (`_read_ahead`),
+        With ``read_ahead``, the chunks after them are read in the background next (`read_ahead_from`),
         and a later call takes those it asks for from there.
         """
         out: list[ReadChunk] = []
@@ -389,10 +389,18 @@ class BatchReader:
         progress.clock = clock.last
         if self.read_ahead and out:
             rounds_ahead = -(-chunks_within(out, max_rows, max_bytes) // self.parallelism)
-            self._read_ahead(progress, rounds_ahead * self.parallelism)
+            self.read_ahead_from(progress, rounds_ahead * self.parallelism)
         return out
 
-    def _read_ahead(self, progress: SnapshotProgress, count: int) -> None:
+    def take(self, plan: TablePlan, index: int) -> ChunkResult:
+        """Chunk ``index`` of ``plan``: the read ahead of it, else read now (what else was read ahead is dropped)."""
+        ahead, self._ahead = self._ahead, {}
+        early = ahead.pop(_job_key(plan, index), None)
+        for future in ahead.values():
+            future.cancel()
+        return self.reader.read_chunk(plan, index) if early is None else _ahead_result(early, plan, index, self.reader)
+
+    def read_ahead_from(self, progress: SnapshotProgress, count: int) -> None:
         """Start reading the ``count`` chunks after ``progress`` in the background, as far as its
         tables are planned in this process (planning stays in `read`)."""
         jobs: list[tuple[TablePlan, int]] = []

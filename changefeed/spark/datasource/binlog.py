@@ -1018,8 +1018,9 @@ class BinlogInput(Input):
     def _incremental_offset(self, begin: BinlogPosition, progress: SnapshotProgress) -> dict[str, Any]:
         """The next micro-batch of a snapshot asked for by a signal: one chunk and the binlog up to its high watermark.
 
-        DBLog's rule: the chunk is read now (low watermark, SELECT, high watermark; the reader
-        brings its rows to the high watermark), the batch holds the binlog from ``begin`` to that
+        DBLog's rule: the chunk is read (low watermark, SELECT, high watermark; the reader brings
+        its rows to the high watermark; read ahead while the batch before ran, so after ``begin``,
+        or now), the batch holds the binlog from ``begin`` to that
         high watermark as usual, then the chunk's rows as INSERTs at the next commit ts. Every
         change at or before the high watermark comes before them, every later one after.
         """
@@ -1029,24 +1030,30 @@ class BinlogInput(Input):
             progress.table = len(progress.tables)
             return {**begin.to_dict(), "splits": [], INCREMENTAL: progress.to_dict()}
         ti, plan, ci = jobs[0]
-        result = reader.reader.read_chunk(plan, ci)
+        result = reader.take(plan, ci)  # read ahead while the batch before ran, else now
+        if not reached(result.high.file, result.high.pos, (begin.file, begin.pos)):
+            result = reader.reader.read_chunk(plan, ci)  # read before ``begin``: its rows are older than the stream
         high = result.high
-        scan = self.scan(begin, until=(high.file, high.pos), stop_at_signal=False)
-        if scan.signals:  # more tables asked for meanwhile: read after these
-            self._begin_incremental(scan.signals, progress)
-        end = (
-            scan.end
-            if scan.end is not None and reached(scan.end.file, scan.end.pos, (begin.file, begin.pos))
-            else begin
-        )
+        end, splits = begin, []
+        if (high.file, high.pos) != (begin.file, begin.pos):
+            # Not when the high watermark is ``begin`` (nothing changed since): a scan from there
+            # reads one transaction past it, which would come before rows that do not hold it.
+            scan = self.scan(begin, until=(high.file, high.pos), stop_at_signal=False)
+            if scan.signals:  # more tables asked for meanwhile: read after these
+                self._begin_incremental(scan.signals, progress)
+            if scan.end is not None and reached(scan.end.file, scan.end.pos, (begin.file, begin.pos)):
+                end, splits = scan.end, scan.splits
+            self._key_logs[(_pkey(begin.file, begin.pos), _pkey(end.file, end.pos))] = scan.keys
         if (end.file, end.pos) != (high.file, high.pos):
             log.warning("snapshot chunk %s #%d: high watermark %s, emitted at %s", ".".join(plan.name), ci, high, end)
-        self._key_logs[(_pkey(begin.file, begin.pos), _pkey(end.file, end.pos))] = scan.keys
         clock = CommitClock(end.clock)
         chunk = reader.chunk(progress, ti, plan, result, clock)
         progress.table, progress.chunk = (ti, ci + 1) if ci + 1 < len(plan.ranges) else (ti + 1, 0)
         progress.clock = clock.last
         self._on_demand.write(progress, [chunk])  # a re-run of the batch emits these very rows
+        # The next chunk is read while Spark writes this batch: its watermarks come after ``end``
+        # (read later), so the next batch emits the binlog from ``end`` up to its high, then it.
+        reader.read_ahead_from(progress, 1)
         log.info(
             "snapshot on demand: %s #%d of %d, %d rows at %s",
             ".".join(plan.name),
@@ -1055,7 +1062,7 @@ class BinlogInput(Input):
             chunk.rows,
             end,
         )
-        return {**end.to_dict(), "clock": clock.last, "splits": scan.splits, INCREMENTAL: progress.to_dict()}
+        return {**end.to_dict(), "clock": clock.last, "splits": splits, INCREMENTAL: progress.to_dict()}
 
     def _key_log(self, start: dict[str, Any], end: dict[str, Any]) -> _KeyLog:
         """The keys' history over [start, end): from the scan that planned it, or scanned again (after a restart)."""
@@ -1112,7 +1119,7 @@ class BinlogInput(Input):
         chunks: list[dict[str, Any]]
         if self.snapshot.shared and self.opts.output == RANGES:
             # The reader reads the files where it collects the names: one task a batch, not one a
-            # chunk (~20 ms of the JVM's CPU each, bench/RESULTS.md "One task a snapshot batch").
+            # chunk (~20 ms of the JVM's CPU each, bench/RESULTS.md "Chunks read as lines, read ahead").
             chunks = [{"chunk_files": tuple(str(p) for p in spill.paths(progress))}]
         elif self.snapshot.shared:
             chunks = [{"chunk_file": str(p)} for p in spill.paths(progress)]
