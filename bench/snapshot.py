@@ -44,6 +44,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.e2e import (
@@ -136,6 +139,56 @@ def changefeed_snapshot(
         "cpu_seconds_from_launch": sum(s for part, s in cpu_all.items()),
         "batches": len([b for b in job.batches if b.rows]),
         "log_trouble": job.trouble(),
+    }
+
+
+def parquet_child(url: str, table: str, out: str) -> int:
+    """In its own process: the snapshot as a Spark batch DataFrame (``input=snapshot``, docs/snapshot.md)
+    written as Parquet; prints when the read started (the session up) and ended, as JSON."""
+    from changefeed.spark import spark_session  # noqa: PLC0415 - pyspark only in this child
+    from changefeed.spark.datasource import register  # noqa: PLC0415
+
+    spark = spark_session(app_name="bench-snapshot-parquet")
+    register(spark)
+    started = time.time()
+    reader = spark.read.format("changefeed").option("input", "snapshot").option("url", url).option("table", table)
+    reader.load().where("kind = 'row'").select("after.*").write.mode("overwrite").parquet(out)
+    print(json.dumps({"started": started, "ended": time.time()}))
+    spark.stop()
+    return 0
+
+
+def snapshot_to_parquet(
+    args: argparse.Namespace, work: Path, up: MariaDBServer, upstream: tuple[int, int]
+) -> dict[str, Any]:
+    """`parquet_child` timed and metered; the files read back with pyarrow (count, sum of ids) against the upstream."""
+    out = work / "orders-parquet"
+    argv = [sys.executable, str(Path(__file__).resolve()), "--parquet-child", up.url, f"{BACKLOG}.orders", str(out)]
+    launched = time.time()
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with CpuMeter({"MariaDB upstream": (service_pid(up), False), "changefeed": (child.pid, True)}) as meter:
+        cpu0 = meter.read()
+        stdout, stderr = child.communicate(timeout=args.timeout)
+        cpu = cpu_delta(cpu0, meter.read())
+    if child.returncode != 0:
+        raise BenchError(f"the Parquet snapshot exited with {child.returncode}: {stderr[-2000:]}")
+    times = json.loads(stdout.strip().splitlines()[-1])
+    table = pq.read_table(out)
+    with up.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"SELECT COUNT(*), SUM(id) FROM `{BACKLOG}`.orders")
+        count, ids = cur.fetchone()
+    got = (table.num_rows, pc.sum(table.column("id")).as_py())
+    if got != (int(count), int(ids)) or got[0] != upstream[0]:
+        raise BenchError(f"the Parquet copy holds {got} (rows, sum of ids), the upstream {(count, ids)}")
+    seconds = times["ended"] - times["started"]
+    rows = args.rows
+    return {
+        "seconds": seconds,
+        "rows_per_s": rows / seconds,
+        "seconds_from_launch": times["ended"] - launched,
+        "rows_per_s_from_launch": rows / (times["ended"] - launched),
+        "parquet_bytes": sum(f.stat().st_size for f in out.rglob("*.parquet")),
+        **cpu_report(cpu, rows),
     }
 
 
@@ -342,7 +395,11 @@ def main() -> int:
     p.add_argument(
         "--load-data", default="auto", help="initial: the sink-uri's load-data settings to run, in order (auto,off)"
     )
+    p.add_argument("--parquet", action="store_true", help="initial: also the Spark batch read into Parquet")
+    p.add_argument("--parquet-child", nargs=3, metavar=("URL", "TABLE", "OUT"), help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.parquet_child:
+        return parquet_child(*args.parquet_child)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: the servers and the job are stopped
     report = report_header("bench/snapshot.py", mode=args.mode, rows=args.rows, columns=args.columns)
     print(f"command: {report['command']}")
@@ -375,6 +432,9 @@ def main() -> int:
                 _drop(down)
             report["changefeed"] = next(iter(runs.values()))
             report["changefeed_by_load_data"] = runs
+            if args.parquet:
+                say("Spark batch read (input=snapshot) into Parquet")
+                report["parquet"] = snapshot_to_parquet(args, work, up, upstream)
             say("mariadb-dump | mariadb")
             report["dump_load"] = dump_and_load(args, up, down)
             check_equal(down, BACKLOG, args.columns, upstream)
@@ -396,6 +456,15 @@ def main() -> int:
             f" ({cf['seconds_from_launch']:.1f} s)"
         )
         print_cpu(cf, "    ")
+    if "parquet" in report:
+        pq_run = report["parquet"]
+        pq_run["percent_of_dump_load"] = 100 * pq_run["rows_per_s"] / dl["rows_per_s"]
+        print(
+            f"  Spark batch read (input=snapshot) into Parquet: {pq_run['rows_per_s']:,.0f} rows/s"
+            f" ({pq_run['seconds']:.1f} s from the session up) = {pq_run['percent_of_dump_load']:.0f}% of dump | load;"
+            f" {pq_run['rows_per_s_from_launch']:,.0f} rows/s from launch; {pq_run['parquet_bytes']:,} bytes"
+        )
+        print_cpu(pq_run, "    ")
     print(f"  mariadb-dump | mariadb: {dl['rows_per_s']:,.0f} rows/s ({dl['seconds']:.1f} s)")
     print_cpu(dl, "    ")
     print(f"  SELECT INTO OUTFILE + LOAD DATA INFILE: {ol['rows_per_s']:,.0f} rows/s ({ol['seconds']:.1f} s)")

@@ -193,6 +193,70 @@ def test_a_signal_snapshots_tables_into_the_running_stream(
 
 
 @pytest.mark.mariadb
+def test_a_chunk_read_while_nothing_changed_comes_before_the_next_change(
+    mariadb_factory: Callable[..., MariaDBServer], tmp_path: Path
+) -> None:
+    """A chunk whose high watermark is the batch's start (nothing written since): the batch holds no
+    binlog, so a change committed between the chunk's read and the batch's planning comes after the
+    chunk's rows (a scan from that start read one transaction past it, and the stale row won)."""
+    server = mariadb_factory()
+    schema = "quiet"
+    with server.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE DATABASE {schema}")
+        cur.execute(f"CREATE TABLE {schema}.k (id INT PRIMARY KEY, v VARCHAR(8))")
+        cur.executemany(f"INSERT INTO {schema}.k VALUES (%s, %s)", [(i, f"v{i}") for i in range(28)])
+        cur.execute("CREATE DATABASE changefeed")
+        cur.execute(f"CREATE TABLE changefeed.changefeed_signal ({SIGNAL_COLUMNS})")
+        conn.commit()
+        cur.execute("SHOW MASTER STATUS")
+        file, pos = cur.fetchone()[:2]
+        cur.execute("INSERT INTO changefeed.changefeed_signal VALUES (%s, %s, %s)", signal_row("cf1", [f"{schema}.k"]))
+        conn.commit()
+    options = {
+        "input": "binlog",
+        "url": server.url,
+        "filter": f"{schema}.*",
+        "startPosition": f"{file}:{pos}",
+        "signalTable": "changefeed.changefeed_signal",
+        "changefeedId": "cf1",
+        "snapshotChunkSize": "7",
+        "snapshotDir": str(tmp_path / "spill"),
+        "output": "ranges",
+    }
+    decoder = RangeDecoder.from_options(options)
+    source = BinlogInput(SourceOptions.parse(options))
+    reader = source._batch_reader().reader
+    read_chunk = reader.read_chunk
+
+    def read_then_delete(plan: Any, index: int) -> Any:
+        result = read_chunk(plan, index)
+        if index % 2:  # the chunk before wrote nothing after its read: this one's high is the batch's start
+            with server.connect(database=schema) as conn, conn.cursor() as cur:
+                cur.execute("DELETE FROM k WHERE id = %s", (result.rows[0][0],))
+                conn.commit()
+        return result
+
+    reader.read_chunk = read_then_delete  # type: ignore[method-assign]
+    offset = source.initial_offset()
+    tables: dict[str, dict[Any, tuple[Any, ...]]] = {}
+    for _ in range(40):
+        end = source.latest_offset(offset, 20, None)
+        if end == offset:
+            break
+        events: list[Event] = []
+        for part in source.partitions(offset, end, source.opts.changelog(None)):
+            events += expand_blocks(decoder.events(part.rows()))  # type: ignore[attr-defined]
+        _apply(tables, events, set())
+        source.commit(end)
+        offset = end
+    with server.connect(database=schema) as conn, conn.cursor() as cur:
+        cur.execute("SELECT * FROM k")
+        want = sorted(cur.fetchall())
+    assert len(want) == 26  # chunks #1 and #3 of four lost their first row after being read
+    assert sorted(tables["k"].values()) == want
+
+
+@pytest.mark.mariadb
 def test_changefeed_snapshot_writes_the_signal_row(mariadb: MariaDBServer, tmp_path: Path) -> None:
     """The command creates the signal table where missing and writes one row the run reads as this changefeed's."""
     from changefeed.cli import main  # noqa: PLC0415

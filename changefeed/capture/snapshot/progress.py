@@ -392,14 +392,6 @@ class BatchReader:
             self.read_ahead_from(progress, rounds_ahead * self.parallelism)
         return out
 
-    def take(self, plan: TablePlan, index: int) -> ChunkResult:
-        """Chunk ``index`` of ``plan``: the read ahead of it, else read now (what else was read ahead is dropped)."""
-        ahead, self._ahead = self._ahead, {}
-        early = ahead.pop(_job_key(plan, index), None)
-        for future in ahead.values():
-            future.cancel()
-        return self.reader.read_chunk(plan, index) if early is None else _ahead_result(early, plan, index, self.reader)
-
     def read_ahead_from(self, progress: SnapshotProgress, count: int) -> None:
         """Start reading the ``count`` chunks after ``progress`` in the background, as far as its
         tables are planned in this process (planning stays in `read`)."""
