@@ -7,6 +7,9 @@ In the same run, on the same two private MariaDB servers:
 * ``changefeed run`` with ``snapshot = "initial-only"`` and a ``mysql://`` sink-uri (the snapshot's
   chunks go straight into the downstream through the MySQL sink, exactly once), timed from its
   query start (status file) to its exit, and from its launch (Spark start-up included);
+* with ``--parquet``, the snapshot as a Spark batch DataFrame (``input=snapshot``) written as
+  Parquet (docs/snapshot.md, "As a Spark batch DataFrame"), in a process of its own, timed and
+  metered from its session's start, the files read back with pyarrow (rows, sum of ids);
 * ``mariadb-dump --single-transaction | mariadb``: DM's dump-and-load way;
 * ``SELECT ... INTO OUTFILE`` on the upstream + ``LOAD DATA INFILE`` on the downstream: the
   fastest copy the servers themselves offer.
@@ -25,7 +28,7 @@ no snapshot, then ``changefeed snapshot CONFIG --tables bench_e2e.orders`` is is
 taken again until the table's last row is downstream (the snapshot's rows/s: rows over that time),
 then for ``--after`` seconds more. The copy is checked equal to the upstream.
 
-    .venv/bin/python bench/snapshot.py [--rows 1000000] [--columns 10] [--chunk-size N] [--json out.json]
+    .venv/bin/python bench/snapshot.py [--rows 1000000] [--columns 10] [--chunk-size N] [--parquet] [--json out.json]
     .venv/bin/python bench/snapshot.py --mode lag [--rows 500000] [--baseline 45] [--trigger-interval 1s]
 """
 
@@ -151,6 +154,7 @@ def parquet_child(url: str, table: str, out: str) -> int:
     spark = spark_session(app_name="bench-snapshot-parquet")
     register(spark)
     started = time.time()
+    print("ready", flush=True)  # the parent reads the CPU spent so far: Spark's start-up, as the run's is left out
     reader = spark.read.format("changefeed").option("input", "snapshot").option("url", url).option("table", table)
     reader.load().where("kind = 'row'").select("after.*").write.mode("overwrite").parquet(out)
     print(json.dumps({"started": started, "ended": time.time()}))
@@ -167,9 +171,13 @@ def snapshot_to_parquet(
     launched = time.time()
     child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     with CpuMeter({"MariaDB upstream": (service_pid(up), False), "changefeed": (child.pid, True)}) as meter:
+        assert child.stdout is not None
+        ready = child.stdout.readline()  # the session is up (or the child failed: read its error below)
         cpu0 = meter.read()
         stdout, stderr = child.communicate(timeout=args.timeout)
         cpu = cpu_delta(cpu0, meter.read())
+    if child.returncode == 0 and ready.strip() != "ready":
+        raise BenchError(f"the Parquet snapshot said {ready!r} before its figures")
     if child.returncode != 0:
         raise BenchError(f"the Parquet snapshot exited with {child.returncode}: {stderr[-2000:]}")
     times = json.loads(stdout.strip().splitlines()[-1])
@@ -461,7 +469,8 @@ def main() -> int:
         pq_run["percent_of_dump_load"] = 100 * pq_run["rows_per_s"] / dl["rows_per_s"]
         print(
             f"  Spark batch read (input=snapshot) into Parquet: {pq_run['rows_per_s']:,.0f} rows/s"
-            f" ({pq_run['seconds']:.1f} s from the session up) = {pq_run['percent_of_dump_load']:.0f}% of dump | load;"
+            f" ({pq_run['seconds']:.1f} s from the session up, CPU from then)"
+            f" = {pq_run['percent_of_dump_load']:.0f}% of dump | load;"
             f" {pq_run['rows_per_s_from_launch']:,.0f} rows/s from launch; {pq_run['parquet_bytes']:,} bytes"
         )
         print_cpu(pq_run, "    ")

@@ -82,6 +82,21 @@ def _apply(tables: dict[str, dict[Any, tuple[Any, ...]]], events: list[Event], s
             rows[ev.new[0]] = ev.new
 
 
+def _options(server: MariaDBServer, schema: str, start: str, tmp_path: Path) -> dict[str, str]:
+    """The ``binlog`` input from ``start``, watching the signal table as changefeed ``cf1``, 7-row chunks."""
+    return {
+        "input": "binlog",
+        "url": server.url,
+        "filter": f"{schema}.*",
+        "startPosition": start,
+        "signalTable": "changefeed.changefeed_signal",
+        "changefeedId": "cf1",
+        "snapshotChunkSize": "7",
+        "snapshotDir": str(tmp_path / "spill"),
+        "output": "ranges",
+    }
+
+
 def _random_writes(server: MariaDBServer, schema: str, rng: random.Random, n: int) -> None:
     """``n`` random changes to the tables k, c and other, one transaction each."""
     with server.connect(database=schema) as conn, conn.cursor() as cur:
@@ -129,17 +144,7 @@ def test_a_signal_snapshots_tables_into_the_running_stream(
             cur.execute("INSERT INTO changefeed.changefeed_signal VALUES (%s, %s, %s)", signal_row(changefeed, tables))
             conn.commit()
 
-    options = {
-        "input": "binlog",
-        "url": server.url,
-        "filter": f"{schema}.*",
-        "startPosition": f"{file}:{pos}",
-        "signalTable": "changefeed.changefeed_signal",
-        "changefeedId": "cf1",
-        "snapshotChunkSize": "7",
-        "snapshotDir": str(tmp_path / "spill"),
-        "output": "ranges",
-    }
+    options = _options(server, schema, f"{file}:{pos}", tmp_path)
     decoder = RangeDecoder.from_options(options)
     source = BinlogInput(SourceOptions.parse(options))
     offset = source.initial_offset()
@@ -212,17 +217,7 @@ def test_a_chunk_read_while_nothing_changed_comes_before_the_next_change(
         file, pos = cur.fetchone()[:2]
         cur.execute("INSERT INTO changefeed.changefeed_signal VALUES (%s, %s, %s)", signal_row("cf1", [f"{schema}.k"]))
         conn.commit()
-    options = {
-        "input": "binlog",
-        "url": server.url,
-        "filter": f"{schema}.*",
-        "startPosition": f"{file}:{pos}",
-        "signalTable": "changefeed.changefeed_signal",
-        "changefeedId": "cf1",
-        "snapshotChunkSize": "7",
-        "snapshotDir": str(tmp_path / "spill"),
-        "output": "ranges",
-    }
+    options = _options(server, schema, f"{file}:{pos}", tmp_path)
     decoder = RangeDecoder.from_options(options)
     source = BinlogInput(SourceOptions.parse(options))
     reader = source._batch_reader().reader
