@@ -51,10 +51,9 @@ _INT, _UINT, _FLOAT32, _FLOAT64, _TEXT, _HEX, _BASE64, _CONVERTED = range(8)
 # "-12.50", "0.000": the text `format(Decimal(text), "f")` gives back unchanged (no ZEROFILL zeros).
 _PLAIN_DECIMAL = r"^-?(0|[1-9][0-9]*)(\.[0-9]+)?$"
 
-_HEX_DIGITS = np.full(256, 255, dtype=np.uint8)
-for _i, _c in enumerate(b"0123456789ABCDEF"):
-    _HEX_DIGITS[_c] = _i
-    _HEX_DIGITS[bytes([_c]).lower()[0]] = _i
+_HEX_DIGITS = np.full(256, 255, dtype=np.uint8)  # an ASCII byte -> its hex digit's value; 255: not one
+for _i, _c in enumerate("0123456789abcdef"):
+    _HEX_DIGITS[ord(_c)] = _HEX_DIGITS[ord(_c.upper())] = _i
 
 
 def _kind(column: Column) -> int | None:

@@ -291,6 +291,7 @@ class ReadChunk:
         as columns are written from the columns (`model.jsonl.dumps_insert_values`), the same bytes.
         """
         if self._jsonl is None:
+            # One row goes as a row line (`dumps_events`' rule), two or more as an ``inserts`` line.
             if isinstance(self.selected, ChunkColumns) and len(self.selected) > 1:
                 inserts = dumps_insert_values(self.schema, self.commit_ts, self.selected.rows_json())
                 self._jsonl = dumps_events(self.head) + inserts + dumps_event(self.resolved)
@@ -448,15 +449,9 @@ def _ahead_result(future: Future[ChunkResult], plan: TablePlan, index: int, read
 def chunks_within(chunks: Sequence[ReadChunk], max_rows: int | None, max_bytes: int | None) -> int:
     """How many chunks like ``chunks`` a batch of ``max_rows`` rows / ``max_bytes`` bytes takes (what to read ahead)."""
     n = len(chunks)
-    counts = [n]
-    rows = sum(c.rows for c in chunks)
-    if max_rows is not None and rows:
-        counts.append(-(-max_rows * n // rows))
-    if max_bytes is not None:
-        size = sum(len(c.jsonl) for c in chunks)
-        if size:
-            counts.append(-(-max_bytes * n // size))
-    return max(n, min(counts[1:])) if len(counts) > 1 else n
+    rows, size = sum(c.rows for c in chunks), sum(len(c.jsonl) for c in chunks)
+    bounds = [-(-limit * n // got) for limit, got in ((max_rows, rows), (max_bytes, size)) if limit and got]
+    return max(n, min(bounds)) if bounds else n
 
 
 def _job_key(plan: TablePlan, index: int) -> Hashable:

@@ -99,9 +99,6 @@ class ChunkResult:
             self.selected = self.selected.rows()
         return self.selected
 
-    def __len__(self) -> int:
-        return len(self.selected)
-
 
 class DatabaseOrder:
     """`order.KeyOrder` answered by the database: ``DENSE_RANK() OVER (ORDER BY ...)`` of the keys as
@@ -286,11 +283,10 @@ class SnapshotReader:
 
     # ------------------------------------------------------------------ reads
 
-    def _select(self, plan: TablePlan, rng: KeyRange, lines: bool = False) -> tuple[str, list[Any]]:
-        """The chunk's SELECT: each row as its values (`values.select_sql`), or as one line
-        (``lines``: `columns.line_sql`)."""
+    def _select(self, plan: TablePlan, rng: KeyRange, line: str | None = None) -> tuple[str, list[Any]]:
+        """The chunk's SELECT: each row as its values (`values.select_sql`), or as ``line`` (`columns.line_sql`)."""
         ts = plan.schema
-        cols = (line_sql(ts) if lines else None) or ", ".join(select_sql(c) for c in ts.columns)
+        cols = line or ", ".join(select_sql(c) for c in ts.columns)
         sql = f"SELECT {cols} FROM {quote_table(ts.schema, ts.table)}"
         conds, args = [], []
         if plan.key:
@@ -322,8 +318,8 @@ class SnapshotReader:
 
     def _read_chunk(self, plan: TablePlan, index: int) -> ChunkResult:
         rng = plan.ranges[index]
-        lines = self.lines and line_sql(plan.schema) is not None
-        sql, args = self._select(plan, rng, lines)
+        line = line_sql(plan.schema) if self.lines else None
+        sql, args = self._select(plan, rng, line)
         conn = self.connect()
         try:
             _session(conn)
@@ -341,7 +337,7 @@ class SnapshotReader:
                     low = before  # MySQL: the position just before the read
                 cur.execute(sql, args)
                 selected: list[Row] | ChunkColumns | None = None
-                if lines:
+                if line is not None:
                     fetched = [r[0] for r in cur.fetchall()]
                     if not _warned(cur):  # else a value longer than max_allowed_packet (`columns`)
                         selected = parse_lines(plan.schema, fetched, self.tz, f"chunk {index}")
