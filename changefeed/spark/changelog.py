@@ -10,15 +10,16 @@ objects, so the conversion runs in executors and is unit-testable without a JVM.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from decimal import Decimal
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import orjson
 import pyarrow as pa
 
 from ..errors import ConfigError
-from ..model import ABSENT, DDLEvent, Event, Resolved, RowChange, TableSchema
+from ..model import ABSENT, DDLEvent, Event, Op, Resolved, RowChange, TableSchema
 from ..model.arrow import arrow_type
 from ..model.jsonl import _value_to_json, dumps_event
 from ..model.rowblock import RowBlock
@@ -82,6 +83,16 @@ def spark_type(arrow: pa.DataType) -> DataType:
     return T.StringType()  # decimal256 (more than 38 digits) and anything else: text
 
 
+def spark_arrow_array(array: pa.Array, target: pa.DataType) -> pa.Array:
+    """A column in its model Arrow type (`model.arrow.arrow_type`) as Arrow of its Spark type
+    (`spark_type`): what `TypedImages` makes of the values, a column at a time."""
+    if array.type == target:
+        return array
+    if pa.types.is_string(target) and pa.types.is_decimal(array.type):  # decimal256: its exact text
+        return pa.array([None if v is None else format(v, "f") for v in array.to_pylist()], type=target)
+    return array.cast(target)  # unsigned -> the next wider signed type, uint64 -> decimal(20, 0): exact
+
+
 def image_struct(table: TableSchema) -> StructType:
     from pyspark.sql.types import StructField, StructType  # noqa: PLC0415
 
@@ -110,6 +121,18 @@ def _key_json(row: RowChange) -> str | None:
     return orjson.dumps(obj).decode()
 
 
+def _key_texts(table: TableSchema, arrays: Sequence[pa.Array], n: int) -> pa.Array:
+    """`_key_json` of each row, from its columns."""
+    if not table.handle_key:
+        return pa.nulls(n, pa.string())
+    columns = [(table.columns[i], arrays[i].to_pylist()) for i in table.handle_key]
+    texts = [
+        orjson.dumps({c.name: _value_to_json(c, v) for c, v in zip((c for c, _ in columns), key, strict=True)})
+        for key in zip(*(values for _, values in columns), strict=True)
+    ]
+    return pa.array(texts, type=pa.binary()).cast(pa.string())
+
+
 def _position(pos: Any) -> str | None:
     return orjson.dumps(dict(pos)).decode() if pos is not None else None
 
@@ -130,12 +153,16 @@ class TypedImages:
     def __call__(self, source: TableSchema, image: tuple[Any, ...] | None) -> tuple[Any, ...] | None:
         if image is None:
             return None
-        plan = self._plans.get(source)
+        plan = self.positions(source)
         out = []
         for at, conv in zip(plan, self.convert, strict=True):
             v = None if at is None else image[at]
             out.append(None if v is None or v is ABSENT else conv(v))
         return tuple(out)
+
+    def positions(self, source: TableSchema) -> list[int | None]:
+        """Where each of the struct's columns is in ``source``'s images (None: not there)."""
+        return self._plans.get(source)
 
     def _plan(self, source: TableSchema) -> list[int | None]:
         index = source.column_index
@@ -173,6 +200,63 @@ class ChangelogRows:
         self.table = table
         self.typed = TypedImages(typed) if typed is not None else None
         self.with_event = with_event
+
+    @cached_property
+    def arrow_schema(self) -> pa.Schema:
+        """The Arrow schema PySpark takes `RecordBatch`es of from a data source's ``read``: its own
+        mapping of the changelog's Spark schema (it checks the batches against it, nullability too)."""
+        from pyspark.sql.pandas.types import to_arrow_schema  # noqa: PLC0415
+
+        images = image_struct(self.typed.table) if self.typed is not None else None
+        return to_arrow_schema(changelog_schema(images, self.with_event), timezone="UTC")
+
+    def batch(self, rows: Sequence[tuple[Any, ...]]) -> pa.RecordBatch:
+        """Changelog tuples (`row`) as one record batch of `arrow_schema`."""
+        schema = self.arrow_schema
+        columns = [pa.array([r[i] for r in rows], type=f.type) for i, f in enumerate(schema)]
+        return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+    def inserts_batch(self, table: TableSchema, commit_ts: int, arrays: Sequence[pa.Array]) -> pa.RecordBatch | None:
+        """INSERTs of ``table``'s rows at ``commit_ts``, given as columns in their model Arrow types
+        (`model.arrow.arrow_type`), as the record batch their `row` tuples make; None when the
+        table is filtered out or the ``event`` column is on (its JSON is made per event).
+
+        The typed images are cast a column at a time; the JSON texts (key, untyped images) are made
+        per row by the same `_value_to_json` as `row`'s, from the columns' values.
+        """
+        if self.with_event or not self.keeps(table.schema, table.table):
+            return None
+        n = len(arrays[0]) if arrays else 0
+        schema = self.arrow_schema
+        after = schema.field("after").type
+        if self.typed is not None:
+            plan = self.typed.positions(table)
+            children = [
+                pa.nulls(n, f.type) if at is None else spark_arrow_array(arrays[at], f.type)
+                for at, f in zip(plan, after, strict=True)
+            ]
+            images: pa.Array = pa.StructArray.from_arrays(children, fields=list(after))
+        else:
+            values = [a.to_pylist() for a in arrays]
+            names = [c.name for c in table.columns]
+            texts = [
+                orjson.dumps({k: _value_to_json(c, v) for k, c, v in zip(names, table.columns, row, strict=True)})
+                for row in zip(*values, strict=True)
+            ]
+            images = pa.array(texts, type=pa.binary()).cast(pa.string())
+        columns = {
+            "kind": pa.repeat("row", n),
+            "op": pa.repeat(Op.INSERT.value, n),
+            "schema": pa.repeat(table.schema, n),
+            "table": pa.repeat(table.table, n),
+            "commit_ts": pa.repeat(check_ts(commit_ts), n),
+            "key": _key_texts(table, arrays, n),
+            "after": images,
+            "before": pa.nulls(n, after),
+            "ddl": pa.nulls(n, pa.string()),
+            "source_position": pa.nulls(n, pa.string()),
+        }
+        return pa.RecordBatch.from_arrays([columns[f.name].cast(f.type) for f in schema], schema=schema)
 
     def keeps(self, schema: str, table: str) -> bool:
         if self.table is not None and (schema, table) != self.table:

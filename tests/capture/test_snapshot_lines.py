@@ -7,22 +7,28 @@ import base64
 from datetime import UTC
 from typing import Any
 
+import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pyspark.sql.worker.plan_data_source_read import records_to_arrow_batches
 
 from changefeed.capture.binlog.replica import ServerAddress
 from changefeed.capture.snapshot.columns import ChunkColumns, line_sql, parse_lines
-from changefeed.capture.snapshot.progress import events_of_chunk
+from changefeed.capture.snapshot.progress import ReadChunk, events_of_chunk
 from changefeed.capture.snapshot.reader import SnapshotReader, replica_window
 from changefeed.errors import CaptureError
+from changefeed.model import RowChange
+from changefeed.model.arrow import images_to_batch
 from changefeed.model.schema import Column, TableSchema
 from changefeed.model.tso import CommitClock
 from changefeed.model.types import TypeCode
+from changefeed.spark.changelog import ChangelogRows, changelog_schema, image_struct
 from changefeed.testing import MariaDBServer
 
 from .workload import ALL_BYTES, LONG_TEXT, STEPS, run_workload
 
+_LINE_TABLES = ("ints", "nums", "times", "text", "zf", "one")
 TRICKY = ["", "N", "a,b", "line\nbreak", "cr\rlf\r\n", "tab\there", '"quoted"', "back\\slash", "\x00nul", "😀🎉", "N,N"]
 
 _TABLES = [
@@ -116,7 +122,7 @@ def _chunks(reader: SnapshotReader, schema: str, table: str) -> tuple[list[Any],
 @pytest.mark.mariadb
 def test_lines_give_the_row_paths_values_and_bytes(mariadb: MariaDBServer, tables: str) -> None:
     lines, rows = _reader(mariadb, True), _reader(mariadb, False)
-    for table in ("ints", "nums", "times", "text", "zf", "one"):
+    for table in _LINE_TABLES:
         plan = lines.plan(tables, table)
         assert line_sql(plan.schema) is not None, table
         got_rows, got_bytes = _chunks(lines, tables, table)
@@ -125,6 +131,58 @@ def test_lines_give_the_row_paths_values_and_bytes(mariadb: MariaDBServer, table
         assert list(map(repr, got_rows)) == list(map(repr, want_rows)), table  # the types too
         assert got_bytes == want_bytes, table
     assert len(_chunks(lines, tables, "text")[0]) == 3 + len(TRICKY)
+
+
+def _line_chunks(reader: SnapshotReader, schema: str, table: str) -> list[ReadChunk]:
+    plan = reader.plan(schema, table)
+    out = []
+    for i in range(len(plan.ranges)):
+        chunk = events_of_chunk(reader, plan, reader.read_chunk(plan, i), CommitClock(), i == 0)
+        assert isinstance(chunk.selected, ChunkColumns), (table, i)
+        out.append(chunk)
+    return out
+
+
+@pytest.mark.mariadb
+def test_columns_give_the_model_arrow_columns_of_their_rows(mariadb: MariaDBServer, tables: str) -> None:
+    reader = _reader(mariadb, True)
+    for table in _LINE_TABLES:
+        for chunk in _line_chunks(reader, tables, table):
+            assert isinstance(chunk.selected, ChunkColumns)
+            got = pa.RecordBatch.from_arrays(
+                chunk.selected.model_arrays(), names=[c.name for c in chunk.schema.columns]
+            )
+            want = images_to_batch(chunk.schema, chunk.selected.rows())
+            assert got.schema == want.schema, table
+            assert got.to_pylist() == want.to_pylist(), table
+            assert got.equals(want), table
+
+
+@pytest.mark.mariadb
+@pytest.mark.parametrize("typed", [False, True], ids=["json", "typed"])
+def test_a_chunks_spark_batches_are_what_pyspark_makes_of_its_tuples(
+    mariadb: MariaDBServer, tables: str, typed: bool
+) -> None:
+    """The Spark batch read hands PySpark the record batch PySpark itself builds from the chunk's
+    changelog tuples (`records_to_arrow_batches`, its converter), typed or JSON images."""
+    reader = _reader(mariadb, True)
+    for table in _LINE_TABLES:
+        chunks = _line_chunks(reader, tables, table)
+        schema = chunks[0].schema
+        changelog = ChangelogRows(table=(tables, table), typed=schema) if typed else ChangelogRows()
+        spark_schema = changelog_schema(image_struct(schema) if typed else None)
+        for chunk in chunks:
+            assert isinstance(chunk.selected, ChunkColumns)
+            got = changelog.inserts_batch(chunk.schema, chunk.commit_ts, chunk.selected.model_arrays())
+            inserts = [ev for ev in chunk.events if isinstance(ev, RowChange)]
+            tuples = [changelog.row(ev) for ev in inserts]
+            want = list(records_to_arrow_batches(iter(tuples), len(tuples) + 1, spark_schema, None))  # type: ignore[arg-type]
+            assert got is not None and len(want) == 1, table
+            assert got.schema == want[0].schema, table
+            assert got.to_pylist() == want[0].to_pylist(), table
+            assert got.equals(want[0]), table
+            assert changelog.batch(tuples).equals(want[0]), table
+    assert ChangelogRows(rules=["other.*"]).inserts_batch(schema, 1, chunks[0].selected.model_arrays()) is None
 
 
 @pytest.mark.mariadb

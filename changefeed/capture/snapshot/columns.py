@@ -38,6 +38,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
 from ...errors import CaptureError
+from ...model.arrow import arrow_type
 from ...model.ddl import quote_ident
 from ...model.schema import Column, TableSchema
 from ...model.types import ENUM_SET_TYPES, INTEGER_TYPES, STRING_TYPES, TEMPORAL_TYPES, TypeCode
@@ -133,6 +134,27 @@ class ChunkColumns:
             self._rows_json = orjson.Fragment(orjson.dumps(self.json_rows()))
         return self._rows_json
 
+    def model_arrays(self) -> list[pa.Array]:
+        """The columns in the model's Arrow types (`model.arrow.arrow_type`): what
+        `model.arrow.images_to_batch` makes of `rows`, by casts where the line form allows (a
+        Spark batch read hands them on as they are, `spark.changelog`)."""
+        return [self._model_array(i) for i in range(len(self.arrays))]
+
+    def _model_array(self, i: int) -> pa.Array:
+        kind, array, column = self.kinds[i], self.arrays[i], self.table.columns[i]
+        target = arrow_type(column)
+        if kind in (_INT, _UINT, _FLOAT32, _FLOAT64):
+            return array.cast(target)  # the server's values fit their column's type; a misfit raises
+        if kind == _HEX or (kind == _TEXT and column.type_code is not TypeCode.DECIMAL):
+            return array  # text, and temporal values as the text the row path reads (`select_sql`)
+        if kind == _TEXT and _plain_decimals(array):
+            # DECIMAL: fixed-point text without ZEROFILL zeros is the decimal's exact value.
+            return array if pa.types.is_string(target) else array.cast(target)
+        values = self._values(i, json=False)
+        if column.type_code is TypeCode.DECIMAL and pa.types.is_string(target):  # unknown precision: exact text
+            values = [None if v is None else format(v, "f") for v in values]
+        return pa.array(values, type=target)
+
     def _values(self, i: int, json: bool) -> list[Any]:
         kind, array, column = self.kinds[i], self.arrays[i], self.table.columns[i]
         if kind == _CONVERTED:
@@ -142,11 +164,17 @@ class ChunkColumns:
         if column.type_code is TypeCode.DECIMAL:
             if not json:
                 return [None if v is None else Decimal(v) for v in values]
-            plain = pc.all(pc.match_substring_regex(array, _PLAIN_DECIMAL)).as_py()
-            return values if plain in (True, None) else [None if v is None else format(Decimal(v), "f") for v in values]
+            if _plain_decimals(array):
+                return values
+            return [None if v is None else format(Decimal(v), "f") for v in values]
         if kind == _BASE64 and not json:
             return [None if v is None else b64decode(v) for v in values]
         return values
+
+
+def _plain_decimals(array: pa.Array) -> bool:
+    """Every DECIMAL text is the form `format(Decimal(text), "f")` gives back (NULLs aside)."""
+    return pc.all(pc.match_substring_regex(array, _PLAIN_DECIMAL)).as_py() in (True, None)
 
 
 def parse_lines(table: TableSchema, lines: Sequence[bytes | None], tz: tzinfo, where: str) -> ChunkColumns | None:

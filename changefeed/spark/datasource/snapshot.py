@@ -21,9 +21,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import orjson
+import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from ...capture.binlog.replica import ServerAddress
+from ...capture.snapshot.columns import ChunkColumns
 from ...capture.snapshot.progress import (
     ReadChunk,
     SnapshotProgress,
@@ -216,14 +218,25 @@ class SnapshotChunk(InputPartition):
     def __post_init__(self) -> None:
         InputPartition.__init__(self, None)
 
-    def rows(self) -> Iterator[tuple[Any, ...]]:
+    def rows(self) -> Iterator[pa.RecordBatch]:
+        """The chunk as record batches: PySpark passes them on after a schema check, where tuples cost
+        it a conversion per value. A chunk read as lines goes to Arrow a column at a time
+        (`ChunkColumns.model_arrays`, `ChangelogRows.inserts_batch`); any other as its tuples."""
         reader = snapshot_reader(self.server, self.time_zone, self.chunk_size)
         plan = plan_table(reader, TableState.from_dict(orjson.loads(self.table)))
         result = reader.read_chunk(plan, self.index)
-        for ev in events_of_chunk(reader, plan, result, CommitClock(), self.first_of_schema).events:
-            row = self.changelog.row(ev)
-            if row is not None:
-                yield row
+        chunk = events_of_chunk(reader, plan, result, CommitClock(), self.first_of_schema)
+        changelog = self.changelog
+        inserts = None
+        if isinstance(chunk.selected, ChunkColumns):
+            inserts = changelog.inserts_batch(chunk.schema, chunk.commit_ts, chunk.selected.model_arrays())
+        events = [*chunk.head, chunk.resolved] if inserts is not None else chunk.events
+        rows = [row for row in map(changelog.row, events) if row is not None]
+        if inserts is not None:
+            head = changelog.batch(rows[:-1])  # the DDL before the rows, the Resolved after them
+            yield from (b for b in (head, inserts, changelog.batch(rows[-1:])) if b.num_rows)
+        elif rows:
+            yield changelog.batch(rows)
 
 
 def snapshot_partitions(
