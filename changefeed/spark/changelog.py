@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import ConfigError
 from ..model import ABSENT, DDLEvent, Event, Op, Resolved, RowChange, TableSchema
@@ -125,6 +126,17 @@ def _key_texts(table: TableSchema, arrays: Sequence[pa.Array], n: int) -> pa.Arr
     """`_key_json` of each row, from its columns."""
     if not table.handle_key:
         return pa.nulls(n, pa.string())
+    if all(pa.types.is_integer(arrays[i].type) for i in table.handle_key):
+        # The JSON of integers is their digits: the texts made a column at a time.
+        parts: list[Any] = []
+        for k, i in enumerate(table.handle_key):
+            name = orjson.dumps(table.columns[i].name).decode()
+            parts += [("{" if k == 0 else ",") + name + ":", pc.fill_null(arrays[i].cast(pa.string()), "null")]
+        return pc.binary_join_element_wise(*parts, "}", "")
+    return _key_texts_by_row(table, arrays)
+
+
+def _key_texts_by_row(table: TableSchema, arrays: Sequence[pa.Array]) -> pa.Array:
     columns = [(table.columns[i], arrays[i].to_pylist()) for i in table.handle_key]
     texts = [
         orjson.dumps({c.name: _value_to_json(c, v) for c, v in zip((c for c, _ in columns), key, strict=True)})

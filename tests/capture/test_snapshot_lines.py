@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from pyspark.sql.worker.plan_data_source_read import records_to_arrow_batches
 
 from changefeed.capture.binlog.replica import ServerAddress
-from changefeed.capture.snapshot.columns import ChunkColumns, line_sql, parse_lines
+from changefeed.capture.snapshot.columns import ChunkColumns, line_sql, parse_joined, parse_lines
 from changefeed.capture.snapshot.progress import ReadChunk, events_of_chunk
 from changefeed.capture.snapshot.reader import SnapshotReader, replica_window
 from changefeed.errors import CaptureError
@@ -205,6 +205,57 @@ def test_a_line_longer_than_max_allowed_packet_reads_by_rows(mariadb: MariaDBSer
     assert [r[0] for r in got[0]] == [1, 2, 3] and got[0][1][1] == "w" * 3000
 
 
+@pytest.mark.mariadb
+def test_a_chunk_too_long_as_one_value_reads_line_by_line(mariadb: MariaDBServer, fresh_db: str) -> None:
+    """Each chunk is read as one joined value while it fits the packet; a table whose chunk does not
+    is read line by line (the same rows), and so are its later chunks, without trying again."""
+    with mariadb.connect() as conn, conn.cursor() as cur:
+        cur.execute(f"CREATE TABLE `{fresh_db}`.w (id INT PRIMARY KEY, v VARCHAR(200))")
+        cur.executemany(f"INSERT INTO `{fresh_db}`.w VALUES (%s, %s)", [(i, "v" * 150) for i in range(60)])
+        cur.execute("SELECT @@GLOBAL.max_allowed_packet")
+        row = cur.fetchone()
+        assert row is not None
+        before = row[0]
+        cur.execute("SET GLOBAL max_allowed_packet = 4096")  # a 20-row chunk joins to ~6 KB; a line is ~305 bytes
+    try:
+        reader = _reader(mariadb, True, 20)
+        plan = reader.plan(fresh_db, "w")
+        statements: list[str] = []
+        connect = reader.connect
+
+        def counting() -> Any:
+            conn = connect()
+            execute = conn.query
+
+            def query(sql: str, *args: Any, **kw: Any) -> Any:
+                statements.append(sql if isinstance(sql, str) else sql.decode())
+                return execute(sql, *args, **kw)
+
+            conn.query = query
+            return conn
+
+        reader.connect = counting  # type: ignore[method-assign]
+        results = [reader.read_chunk(plan, i) for i in range(len(plan.ranges))]
+        want = _chunks(_reader(mariadb, False, 20), fresh_db, "w")[0]
+    finally:
+        with mariadb.connect() as conn, conn.cursor() as cur:
+            cur.execute(f"SET GLOBAL max_allowed_packet = {int(before)}")
+    assert all(isinstance(r.selected, ChunkColumns) for r in results)
+    assert [row for r in results for row in r.rows] == want and len(want) == 60
+    assert not plan.joined
+    assert sum("GROUP_CONCAT" in q for q in statements) == 1  # the first chunk only
+
+
+@pytest.mark.mariadb
+def test_small_chunks_are_read_as_one_value(mariadb: MariaDBServer, tables: str) -> None:
+    reader = _reader(mariadb, True)
+    for table in _LINE_TABLES:
+        plan = reader.plan(tables, table)
+        for i in range(len(plan.ranges)):
+            assert isinstance(reader.read_chunk(plan, i).selected, ChunkColumns)
+        assert plan.joined, table
+
+
 # ----------------------------------------------------------------------------- hostile lines
 
 _TABLE = TableSchema(
@@ -248,6 +299,30 @@ def test_a_bad_line_is_an_error_naming_the_table_and_chunk(line: bytes, what: st
     with pytest.raises(CaptureError, match=what) as info:
         _parse(b"1,61,", line)
     assert "s.t" in str(info.value) and "chunk 7" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("joined", "count", "what"),
+    [
+        (b"1,61,\n2,62,", 3, "2 rows"),
+        (b"1,61,\n2,62,\n3,63,", 2, "3 rows"),
+        (b"1,61,", 0, "no rows"),
+        (None, 2, "no snapshot lines"),
+        (b"1,61,\n\n", 3, "does not parse"),
+    ],
+)
+def test_joined_lines_that_do_not_match_their_count_are_errors(joined: bytes | None, count: int, what: str) -> None:
+    with pytest.raises(CaptureError, match=what) as info:
+        parse_joined(_TABLE, joined, count, UTC, "chunk 7")
+    assert "s.t" in str(info.value) and "chunk 7" in str(info.value)
+
+
+def test_joined_lines_parse_as_the_lines_do() -> None:
+    lines = [b"1,6162,YWI=", b"2,,", b"3,N,N", b"-4,C3A9,"]
+    cols = parse_joined(_TABLE, b"\n".join(lines), 4, UTC, "chunk 7")
+    want = _parse(*lines)
+    assert want is not None and cols.rows() == want.rows()
+    assert parse_joined(_TABLE, None, 0, UTC, "chunk 7").rows() == []
 
 
 @settings(max_examples=200, deadline=None)

@@ -33,7 +33,7 @@ from ..binlog.capture import BinlogCapture
 from ..binlog.position import BinlogPosition, file_key
 from ..binlog.tracker import SchemaTracker
 from .chunks import KeyRange, Row, chunk_filter, key_getter, reconcile, split
-from .columns import ChunkColumns, line_sql, parse_lines
+from .columns import ChunkColumns, joined_sql, line_sql, parse_joined, parse_lines
 from .order import Key, KeyOrder, PythonOrder, python_orderable
 from .sql import tuple_compare, tuple_params
 from .values import converter, order_sql, param_sql, param_value, select_sql
@@ -67,6 +67,8 @@ class TablePlan:
     schema: TableSchema
     key: tuple[str, ...]
     ranges: list[KeyRange] = field(default_factory=lambda: [KeyRange()])
+    # Chunks read as one joined value (`columns.joined_sql`) until one is too long for it.
+    joined: bool = field(default=True, compare=False)
 
     @property
     def name(self) -> tuple[str, str]:
@@ -152,6 +154,8 @@ def _warned(cur: Any) -> bool:
 def _session(conn: Any) -> None:
     with conn.cursor() as cur:
         cur.execute("SET SESSION time_zone = '+00:00'")
+        # A chunk's joined lines (`columns.joined_sql`) are bounded by the packet size alone.
+        cur.execute("SET SESSION group_concat_max_len = @@GLOBAL.max_allowed_packet")
 
 
 def master_status(cur: Any) -> BinlogPosition:
@@ -319,7 +323,6 @@ class SnapshotReader:
     def _read_chunk(self, plan: TablePlan, index: int) -> ChunkResult:
         rng = plan.ranges[index]
         line = line_sql(plan.schema) if self.lines else None
-        sql, args = self._select(plan, rng, line)
         conn = self.connect()
         try:
             _session(conn)
@@ -335,16 +338,12 @@ class SnapshotReader:
                             "(binlog_snapshot_position); add a key"
                         )
                     low = before  # MySQL: the position just before the read
-                cur.execute(sql, args)
-                selected: list[Row] | ChunkColumns | None = None
-                if line is not None:
-                    fetched = [r[0] for r in cur.fetchall()]
-                    if not _warned(cur):  # else a value longer than max_allowed_packet (`columns`)
-                        selected = parse_lines(plan.schema, fetched, self.tz, f"chunk {index}")
-                    if selected is None:
-                        log.info("snapshot chunk %s.%s #%d: read again value by value", *plan.name, index)
-                        cur.execute(*self._select(plan, rng))
-                if selected is None:
+                columns = self._read_lines(cur, plan, index, line) if line is not None else None
+                selected: list[Row] | ChunkColumns
+                if columns is not None:
+                    selected = columns
+                else:
+                    cur.execute(*self._select(plan, rng))
                     selected = self._rows(cur, plan.schema)
                 cur.execute("COMMIT")
                 high = master_status(cur) if plan.key else low
@@ -374,6 +373,25 @@ class SnapshotReader:
             events,
         )
         return ChunkResult(plan.name, index, selected, low, high, commit_ts, events)
+
+    def _read_lines(self, cur: Any, plan: TablePlan, index: int, line: str) -> ChunkColumns | None:
+        """The chunk as one joined value, else line by line; None when a value is too long for a
+        line too (`columns`: then it is read value by value). A warning means something came back
+        cut or NULL: the value is not used."""
+        rng, where = plan.ranges[index], f"chunk {index}"
+        if plan.joined:
+            cur.execute(*self._select(plan, rng, joined_sql(line)))
+            count, joined = cur.fetchone()
+            if not _warned(cur):
+                return parse_joined(plan.schema, joined, int(count), self.tz, where)
+            plan.joined = False  # this table's rows are long: its next chunks go line by line at once
+            log.info("snapshot chunk %s.%s #%d: too long as one value, read again line by line", *plan.name, index)
+        cur.execute(*self._select(plan, rng, line))
+        fetched = [r[0] for r in cur.fetchall()]
+        selected = None if _warned(cur) else parse_lines(plan.schema, fetched, self.tz, where)
+        if selected is None:
+            log.info("snapshot chunk %s.%s #%d: read again value by value", *plan.name, index)
+        return selected
 
     def _window(self, plan: TablePlan, low: BinlogPosition, high: BinlogPosition) -> Iterator[RowChange]:
         """The table's row changes between the watermarks, with images in the plan's column order."""
