@@ -145,7 +145,7 @@ def changefeed_snapshot(
     }
 
 
-def parquet_child(url: str, table: str, out: str) -> int:
+def parquet_child(url: str, table: str, out: str, chunk_size: int = 0) -> int:
     """In its own process: the snapshot as a Spark batch DataFrame (``input=snapshot``, docs/snapshot.md)
     written as Parquet; prints when the read started (the session up) and ended, as JSON."""
     from changefeed.spark import spark_session  # noqa: PLC0415 - pyspark only in this child
@@ -156,6 +156,8 @@ def parquet_child(url: str, table: str, out: str) -> int:
     started = time.time()
     print("ready", flush=True)  # the parent reads the CPU spent so far: Spark's start-up, as the run's is left out
     reader = spark.read.format("changefeed").option("input", "snapshot").option("url", url).option("table", table)
+    if chunk_size:
+        reader = reader.option("snapshotChunkSize", str(chunk_size))
     reader.load().where("kind = 'row'").select("after.*").write.mode("overwrite").parquet(out)
     print(json.dumps({"started": started, "ended": time.time()}))
     spark.stop()
@@ -168,6 +170,7 @@ def snapshot_to_parquet(
     """`parquet_child` timed and metered; the files read back with pyarrow (count, sum of ids) against the upstream."""
     out = work / "orders-parquet"
     argv = [sys.executable, str(Path(__file__).resolve()), "--parquet-child", up.url, f"{BACKLOG}.orders", str(out)]
+    argv += ["--chunk-size", str(args.chunk_size)] if getattr(args, "chunk_size", 0) else []
     launched = time.time()
     child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     with CpuMeter({"MariaDB upstream": (service_pid(up), False), "changefeed": (child.pid, True)}) as meter:
@@ -407,7 +410,7 @@ def main() -> int:
     p.add_argument("--parquet-child", nargs=3, metavar=("URL", "TABLE", "OUT"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.parquet_child:
-        return parquet_child(*args.parquet_child)
+        return parquet_child(*args.parquet_child, chunk_size=args.chunk_size)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwind: the servers and the job are stopped
     report = report_header("bench/snapshot.py", mode=args.mode, rows=args.rows, columns=args.columns)
     print(f"command: {report['command']}")

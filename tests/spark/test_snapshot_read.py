@@ -13,8 +13,8 @@ import pytest
 from pyspark.sql import SparkSession
 
 from changefeed.errors import ConfigError
-from changefeed.spark.datasource import BinlogInput, SnapshotInput, SourceOptions, register
-from changefeed.spark.datasource.snapshot import SnapshotChunk
+from changefeed.spark.datasource import BinlogInput, SnapshotInput, SourceOptions, register, snapshot
+from changefeed.spark.datasource.snapshot import SnapshotChunks
 from changefeed.testing import MariaDBServer
 
 pytestmark = pytest.mark.mariadb
@@ -56,15 +56,22 @@ def _select(server: MariaDBServer, schema: str, table: str) -> list[tuple[Any, .
 
 
 def test_snapshot_batch_read_has_every_row_once_chunked_in_tasks(
-    cf: SparkSession, mariadb: MariaDBServer, fresh_db: str
+    cf: SparkSession, mariadb: MariaDBServer, fresh_db: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _fill(mariadb, fresh_db)
     options = {"input": "snapshot", "url": mariadb.url, "filter": f"{fresh_db}.*", "snapshotChunkSize": "7"}
     source = SnapshotInput(SourceOptions.parse(options))
     parts = source.batch_partitions(source.opts.changelog(None))
-    assert all(isinstance(p, SnapshotChunk) for p in parts)
-    chunks = Counter(orjson.loads(p.table)["name"][1] for p in parts)  # type: ignore[attr-defined]
+    assert all(isinstance(p, SnapshotChunks) for p in parts)
+    chunks: Counter[str] = Counter()
+    for p in parts:
+        assert isinstance(p, SnapshotChunks)
+        chunks[orjson.loads(p.table)["name"][1]] += len(p.indexes)
     assert chunks["t"] == 8 and chunks["c"] == 3 and chunks["nokey"] == 1  # 50 and 20 keys by 7; one consistent read
+    assert len(parts) == 3  # a table's chunks in one task: up to ROWS_PER_TASK rows
+    monkeypatch.setattr(snapshot, "ROWS_PER_TASK", 21)  # 3 chunks of 7 a task
+    grouped = [p.indexes for p in source.batch_partitions(source.opts.changelog(None))]  # type: ignore[attr-defined]
+    assert sorted(grouped) == [(0,), (0, 1, 2), (0, 1, 2), (3, 4, 5), (6, 7)]  # t's 8 chunks, c's 3, nokey's 1
 
     reader = cf.read.format("changefeed")
     for key, value in options.items():

@@ -197,10 +197,17 @@ def snapshot_reader(server: LiveServer, time_zone: str, chunk_size: int) -> Snap
     )
 
 
+#: Rows a batch read's task reads, in chunks of the chunk size (at least one chunk): each task cost
+#: Spark's JVM ~55 ms of CPU (its Parquet writer, the task's commit), so a task a chunk of 8192 rows
+#: spent 17 µs a row there against 11 with 65536 rows a task (bench/RESULTS.md, "Initial snapshot").
+ROWS_PER_TASK = 65536
+
+
 @dataclass
-class SnapshotChunk(InputPartition):
-    """One chunk of a batch read, read in its task: low watermark, SELECT, high watermark, and the
-    binlog between reconciled (docs/snapshot.md), on the task's own connections.
+class SnapshotChunks(InputPartition):
+    """Consecutive chunks of one table for a batch read, read in their task one after the other:
+    low watermark, SELECT, high watermark, and the binlog between reconciled (docs/snapshot.md), on
+    the task's own connections; each chunk's rows go to Spark before the next is read.
 
     Why not read in the planning process as a stream does: a stream's next offset must hold each
     chunk's high watermark, a batch read has no next offset; here memory holds one chunk per task
@@ -209,7 +216,7 @@ class SnapshotChunk(InputPartition):
 
     server: LiveServer  # pickled into the task with its credentials, never put in a row
     table: str  # the table's `TableState` (key, boundaries) as JSON
-    index: int
+    indexes: tuple[int, ...]
     first_of_schema: bool  # the table's first chunk also emits CREATE DATABASE
     chunk_size: int
     time_zone: str
@@ -219,13 +226,16 @@ class SnapshotChunk(InputPartition):
         InputPartition.__init__(self, None)
 
     def rows(self) -> Iterator[pa.RecordBatch]:
-        """The chunk as record batches: PySpark passes them on after a schema check, where tuples cost
-        it a conversion per value. A chunk read as lines goes to Arrow a column at a time
+        """The chunks as record batches: PySpark passes them on after a schema check, where tuples
+        cost it a conversion per value. A chunk read as lines goes to Arrow a column at a time
         (`ChunkColumns.model_arrays`, `ChangelogRows.inserts_batch`); any other as its tuples."""
         reader = snapshot_reader(self.server, self.time_zone, self.chunk_size)
         plan = plan_table(reader, TableState.from_dict(orjson.loads(self.table)))
-        result = reader.read_chunk(plan, self.index)
-        chunk = events_of_chunk(reader, plan, result, CommitClock(), self.first_of_schema)
+        for index in self.indexes:
+            result = reader.read_chunk(plan, index)
+            yield from self._batches(events_of_chunk(reader, plan, result, CommitClock(), self.first_of_schema))
+
+    def _batches(self, chunk: ReadChunk) -> Iterator[pa.RecordBatch]:
         changelog = self.changelog
         inserts = None
         if isinstance(chunk.selected, ChunkColumns):
@@ -241,16 +251,19 @@ class SnapshotChunk(InputPartition):
 
 def snapshot_partitions(
     server: LiveServer, time_zone: str, chunk_size: int, changelog: ChangelogRows
-) -> list[SnapshotChunk]:
-    """A batch read of the tables ``changelog`` keeps: each cut into chunks now, one partition per chunk.
+) -> list[SnapshotChunks]:
+    """A batch read of the tables ``changelog`` keeps: each cut into chunks now, `ROWS_PER_TASK` rows
+    of a table's consecutive chunks a partition.
 
     Each row is the table's row as of its chunk's high watermark (DBLog's rule), so a table read
     while it changes holds no torn or doubled rows; chunks of one table may be of different moments.
     """
     reader = snapshot_reader(server, time_zone, chunk_size)
     progress = begin_snapshot(reader.connect, changelog.keeps)
-    out: list[SnapshotChunk] = []
+    per_task = max(1, ROWS_PER_TASK // chunk_size)
+    out: list[SnapshotChunks] = []
     schemas: set[str] = set()
+    chunks = 0
     for state in progress.tables:
         if not reader.exists(*state.name):
             continue  # dropped since it was listed
@@ -258,8 +271,12 @@ def snapshot_partitions(
         table = orjson.dumps(state.to_dict()).decode()
         first = state.name[0] not in schemas
         schemas.add(state.name[0])
+        indexes = range(len(plan.ranges))
+        chunks += len(indexes)
         out += [
-            SnapshotChunk(server, table, i, first, chunk_size, time_zone, changelog) for i in range(len(plan.ranges))
+            SnapshotChunks(server, table, tuple(indexes[i : i + per_task]), first, chunk_size, time_zone, changelog)
+            for i in range(0, len(indexes), per_task)
         ]
-    log.info("snapshot batch read: %d tables, %d chunks of %d rows", len(progress.tables), len(out), chunk_size)
+    n_tables = len(progress.tables)
+    log.info("snapshot batch read: %d tables, %d chunks of %d rows in %d tasks", n_tables, chunks, chunk_size, len(out))
     return out
