@@ -309,3 +309,84 @@ def test_operations_in_one_block() -> None:
     ]
     messages = OpenProtocolEncoder(opts()).encode(events)
     assert assert_same(messages) == 3
+
+
+ORDINARY = '{"u":{"a":{"t":3,"f":65,"v":7}}}'
+JOINED_VALUES = {
+    # Texts that are not one document each, but whose plain comma join would read as one per text.
+    "an object running on into the next value": [
+        ORDINARY,
+        '{"u":{"a":{"t":3,"f":65,"v":1}}},{"u":{"a":{"t":3,"f":65,"v":2}}',
+        '"p":{"a":{"t":3,"f":65,"v":1}}}',
+    ],
+    "a string running on into the next value": [
+        ORDINARY,
+        '{"u":{"a":{"t":15,"f":64,"v":"x',
+        'y"}}}',
+        f"{ORDINARY},{ORDINARY}",
+    ],
+    "a value starting with a member": [ORDINARY, '{"u":{"a":{"t":3,"f":65,"v":1}}', ' "d":null}'],
+    "a value with a leading space": [ORDINARY, f" {ORDINARY}"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(JOINED_VALUES))
+@pytest.mark.parametrize("framing", ["one message", "a message each"])
+def test_values_that_only_join_into_documents_are_the_row_decoders(case: str, framing: str) -> None:
+    values = JOINED_VALUES[case]
+    if framing == "one message":
+        assert_same([frame(*((GOOD_KEY, v) for v in values))])
+    else:
+        assert_same([_row(v) for v in values])
+
+
+def _key_text(ts: int, **extra: Any) -> str:
+    members = {"ts": ts, "scm": "s", "tbl": "t", "t": 1, **extra}
+    return (
+        "{"
+        + ",".join(f'"{k}":{v if not isinstance(v, str) else chr(34) + v + chr(34)}' for k, v in members.items())
+        + "}"
+    )
+
+
+ODD_KEYS = {
+    "keys running on into each other": ['{"ts":1,"scm":"s","tbl":"t","t":1},{"ts":2', '"scm":"s","tbl":"t","t":1}'],
+    "a string running on into the next key": ['{"ts":1,"scm":"s","tbl":"t","t":1,"x":"a', 'b"}'],
+    "an unknown member": [_key_text(1, x=1)],
+    "a partition": [_key_text(1, ptn=5)],
+    "a row id": [_key_text(1, rid=5)],
+    "a claim check": [_key_text(1, ccl="f")],
+    "an empty claim check": [_key_text(1, ccl="")],
+    "null members": ['{"ts":1,"scm":"s","tbl":"t","t":1,"rid":null,"ptn":null,"ccl":null}'],
+    "ts beyond int64": [_key_text(1 << 63)],
+    "negative ts": [_key_text(-1)],
+    "a float ts": ['{"ts":1.0,"scm":"s","tbl":"t","t":1}'],
+    "a DDL": ['{"ts":1,"scm":"s","tbl":"t","t":2}'],
+    "an unknown kind": [_key_text(1, t=4)],
+    "duplicate kind": ['{"ts":1,"t":3,"scm":"s","tbl":"t","t":1}'],
+    "a leading space": [" " + _key_text(1)],
+    "not an object": ["[1]"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(ODD_KEYS))
+def test_odd_keys_in_a_run_take_the_row_decoders_meaning(case: str) -> None:
+    """A key the one-pass key parse does not take sends the call's keys through `_key`, one by one."""
+    keys = ODD_KEYS[case]
+    odd = frame(*((k, ORDINARY) for k in keys)) if len(keys) > 1 else _row(ORDINARY, keys[0])
+    resolved = frame(('{"ts":3,"t":3}', ""))
+    assert_same([GOOD, odd, GOOD, resolved])
+    assert_same([GOOD, GOOD])
+    assert_same([odd])
+
+
+def test_a_run_of_one_table_takes_the_one_table_path() -> None:
+    """Messages of one table's rows, some commit ts shared: one block per message, a segment per ts."""
+    rows = [(f'{{"ts":{ts},"scm":"s","tbl":"t","t":1}}', ORDINARY) for ts in (1, 1, 2, 3, 3, 3)]
+    messages = [frame(*rows[:4]), frame(), frame(*rows[4:]), frame(rows[0])]
+    decoder = OpenProtocolBlockDecoder(OpenProtocolDecoder(opts()))
+    decoded = decoder.decode(messages, [_where(i) for i in range(4)], [_position(i) for i in range(4)])
+    assert [[type(e).__name__ for e in events] for events in decoded] == [["RowBlock"], [], ["RowBlock"], ["RowBlock"]]
+    shapes = [[(s.table, s.rows, s.commit_ts) for s in events[0].segments] for events in decoded if events]
+    assert shapes == [[(0, 2, 1), (0, 1, 2), (0, 1, 3)], [(0, 2, 3)], [(0, 1, 1)]]
+    assert assert_same(messages) == 7
