@@ -16,12 +16,13 @@ path's rows are raised in message order, the first one first.
 from __future__ import annotations
 
 from binascii import a2b_base64
+from bisect import bisect_right
 from codecs import escape_decode
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import repeat
 from operator import attrgetter, is_not
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 import numpy as np
@@ -63,17 +64,18 @@ _Head = tuple[int, int, str, str]
 class _Key(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     """An event key as the fast path reads a whole call's keys (msgspec, in C, in one call).
 
-    The members and JSON types `OpenProtocolDecoder._event` reads; any other member, or a member of
-    another JSON type, fails the whole parse and the keys are read one at a time (`_key`).
+    The members `OpenProtocolDecoder._event` reads, of the JSON types and ranges the fast path takes
+    (`_key`'s rules, checked in C); anything else fails the whole parse, and the keys are then read
+    one at a time by `_key` (partitioned tables, row ids, claim checks and DDLs at their ts).
     """
 
     t: int
-    ts: int
+    ts: Annotated[int, msgspec.Meta(ge=0, le=_I64_MAX)]
     scm: str = ""
     tbl: str = ""
-    rid: int | None = None
-    ptn: int | None = None
-    ccl: str | None = None
+    rid: None = None
+    ptn: None = None
+    ccl: Literal[""] | None = None
 
 
 _KEYS = msgspec.json.Decoder(list[_Key])
@@ -190,28 +192,13 @@ class OpenProtocolBlockDecoder:
         if parsed is None or len(parsed) != len(keys):
             return self._events_one_by_one(keys, values, starts, fast)
         t = [k.t for k in parsed]
-        ts = [k.ts for k in parsed]
-        n = len(parsed)
-        ordinary = (
-            t.count(_ROW) == n
-            and min(ts, default=0) >= 0
-            and max(ts, default=0) <= _I64_MAX
-            and [k.rid for k in parsed].count(None) == n
-            and [k.ptn for k in parsed].count(None) == n
-            and [k.ccl for k in parsed].count(None) == n
+        if t.count(_ROW) != len(t):  # resolved events (ordinary where their value is empty) or DDLs
+            for j, kind in enumerate(t):
+                if kind != _ROW and (kind != _RESOLVED or values[j]):
+                    fast[bisect_right(starts, j) - 1] = False
+        return _Events(
+            t, [k.ts for k in parsed], [k.scm for k in parsed], [k.tbl for k in parsed], values, starts, fast
         )
-        if not ordinary:  # resolved events, or keys the fast path leaves to the row decoder
-            bad = [
-                not ((k.t == _ROW or (k.t == _RESOLVED and not v)) and 0 <= k.ts <= _I64_MAX)
-                or k.rid is not None
-                or k.ptn is not None
-                or k.ccl not in (None, "")
-                for k, v in zip(parsed, values, strict=True)
-            ]
-            for i in range(len(fast)):
-                if fast[i] and any(bad[starts[i] : starts[i + 1]]):
-                    fast[i] = False
-        return _Events(t, ts, [k.scm for k in parsed], [k.tbl for k in parsed], values, starts, fast)
 
     def _events_one_by_one(
         self, keys: list[bytes], values: list[bytes], starts: list[int], fast: list[bool]
