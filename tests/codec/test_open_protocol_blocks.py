@@ -8,6 +8,7 @@ rows, from hand-written odd and hostile messages, and from random byte mutations
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from changefeed.codec import CodecOptions, Message
 from changefeed.codec.open_protocol import OpenProtocolBlockDecoder, OpenProtocolDecoder, OpenProtocolEncoder
 from changefeed.errors import CodecError
 from changefeed.model import DDLEvent, Event, Op, Resolved, RowChange
-from changefeed.model.rowblock import RowBlock, expand_blocks
+from changefeed.model.rowblock import RowBlock, Segment, expand_blocks
 from tests.codec.test_open_protocol import BAD_EVENTS, GOOD_KEY, GOOD_VALUE, frame
 from tests.strategies import row_changes, tables
 
@@ -390,3 +391,21 @@ def test_a_run_of_one_table_takes_the_one_table_path() -> None:
     shapes = [[(s.table, s.rows, s.commit_ts) for s in events[0].segments] for events in decoded if events]
     assert shapes == [[(0, 2, 1), (0, 1, 2), (0, 1, 3)], [(0, 2, 3)], [(0, 1, 1)]]
     assert assert_same(messages) == 7
+
+
+def test_one_table_segments_are_the_dataclass() -> None:
+    """`_blocks` builds segments without their ``__init__``, assigning every field: none may be added unseen."""
+    assert [f.name for f in dataclasses.fields(Segment)] == ["table", "rows", "commit_ts", "position", "skip"]
+    rows = [(f'{{"ts":{ts},"scm":"s","tbl":"t","t":1}}', ORDINARY) for ts in (1, 2)]
+    decoder = OpenProtocolBlockDecoder(OpenProtocolDecoder(opts()))
+    ((block,),) = decoder.decode([frame(*rows)], [_where(0)], [_position(0)])
+    assert isinstance(block, RowBlock)
+    assert block.segments == [Segment(0, 1, 1, _position(0), None), Segment(0, 1, 2, _position(0), None)]
+
+
+def test_a_ddl_in_a_run_of_one_table() -> None:
+    """A DDL's key sends the call's keys through `_key`; the rows around it still take the fast path."""
+    ddl = frame(('{"ts":2,"scm":"s","tbl":"t","t":2}', '{"q":"ALTER TABLE t ADD b int","t":5}'))
+    wide = '{"u":{"a":{"t":3,"f":65,"v":7},"b":{"t":3,"f":65,"v":8}}}'
+    messages = [_row(ORDINARY), frame((GOOD_KEY, ORDINARY), (GOOD_KEY, ORDINARY)), ddl, _row(wide), _row(wide)]
+    assert assert_same(messages) == 5
