@@ -277,7 +277,7 @@ class OpenProtocolBlockDecoder:
         if tables is None:
             (group,) = groups.values()
             if group.rows is not None:
-                _blocks(group.rows, ts, starts, first, out, positions)
+                _blocks(group.rows, starts, first, out, positions)
                 return
             tables = list(zip(scm, tbl, strict=True))
         for i in range(first, end):
@@ -517,7 +517,6 @@ def _values(values: list[Any], column: Column) -> pa.Array:
 
 def _blocks(
     rows: TableRows,
-    ts: list[int],
     starts: list[int],
     first: int,
     out: list[list[Event | RowBlock]],
@@ -529,8 +528,8 @@ def _blocks(
     The runs are found for the whole chunk at once (numpy); each segment is built empty and its
     slots assigned (its generated ``__init__`` cost as much again).
     """
-    n = len(ts)
-    commits = np.asarray(ts, np.int64)
+    n = rows.num_rows
+    commits = rows.commit_ts  # the batch's own column, not copied
     new = np.empty(n, bool)
     new[0] = True
     np.not_equal(commits[1:], commits[:-1], out=new[1:])
