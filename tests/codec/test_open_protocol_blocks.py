@@ -409,3 +409,39 @@ def test_a_ddl_in_a_run_of_one_table() -> None:
     wide = '{"u":{"a":{"t":3,"f":65,"v":7},"b":{"t":3,"f":65,"v":8}}}'
     messages = [_row(ORDINARY), frame((GOOD_KEY, ORDINARY), (GOOD_KEY, ORDINARY)), ddl, _row(wide), _row(wide)]
     assert assert_same(messages) == 5
+
+
+def test_a_run_of_one_table_with_resolved_events() -> None:
+    """Resolved events between one table's rows (as TiCDC sends them to every partition): messages of
+    rows only still come as one block each, the others event by event in their order."""
+
+    def row(ts: int, value: str = ORDINARY) -> tuple[str, str]:
+        return (f'{{"ts":{ts},"scm":"s","tbl":"t","t":1}}', value)
+
+    resolved = ('{"ts":2,"t":3}', "")
+    other_resolved = ('{"ts":2,"scm":"x","tbl":"y","t":3}', "")
+    messages = [
+        frame(resolved),
+        frame(row(1), row(1), row(2)),
+        frame(row(3), resolved, other_resolved, row(3), row(4)),
+        frame(),
+        frame(row(5)),
+        frame(resolved, row(6)),
+    ]
+    decoder = OpenProtocolBlockDecoder(OpenProtocolDecoder(opts()))
+    decoded = decoder.decode(messages, [_where(i) for i in range(6)], [_position(i) for i in range(6)])
+    kinds = [[type(e).__name__ for e in events] for events in decoded]
+    assert kinds == [
+        ["Resolved"],
+        ["RowBlock"],
+        ["RowBlock", "Resolved", "Resolved", "RowBlock"],
+        [],
+        ["RowBlock"],
+        ["Resolved", "RowBlock"],
+    ]
+    assert [s.commit_ts for s in decoded[2][3].segments] == [3, 4]
+    assert assert_same(messages) == 8
+    negative = '{"u":{"a":{"t":5,"f":65,"v":-0}}}'  # the row decoder's alone: the group goes its way
+    assert assert_same([frame(row(1, negative), resolved, row(2, negative)), frame(resolved, row(3, negative))]) == 0
+    bad = '{"u":{"a":{"t":3,"f":65,"v":"x"}}}'
+    assert_same([frame(row(1), resolved, row(2)), frame(resolved, row(3, bad), row(4))])

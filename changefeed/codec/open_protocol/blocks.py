@@ -22,7 +22,7 @@ from bisect import bisect_right
 from codecs import escape_decode
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from itertools import repeat
+from itertools import compress, repeat
 from operator import is_not
 from typing import Annotated, Any, Literal
 
@@ -108,6 +108,41 @@ class _Group:
     error: tuple[int, int, CodecError] | None = None  # (message, event number, error)
 
 
+def _grouped(
+    t: list[int], scm: list[str], tbl: list[str], ts: list[int], values: list[bytes]
+) -> tuple[dict[tuple[str, str], _Group], list[int] | None]:
+    """A chunk's row events per table, and each one's row in its group (None: its index in the chunk).
+
+    One table's rows (as TiCDC's table dispatcher sends them, resolved events between) are told by
+    ``list.count`` and taken a list at a time; rows of several tables one event at a time.
+    """
+    n = len(t)
+    groups: dict[tuple[str, str], _Group] = {}
+    index: Sequence[int] = range(n)  # the row events
+    rows_scm, rows_tbl = scm, tbl
+    if t.count(_ROW) != n:  # resolved events too (TiCDC sends them to every partition)
+        mask = list(map(_ROW.__eq__, t))
+        index, rows_scm, rows_tbl = list(compress(index, mask)), list(compress(scm, mask)), list(compress(tbl, mask))
+    m = len(index)
+    if m and rows_scm.count(rows_scm[0]) == m and rows_tbl.count(rows_tbl[0]) == m:
+        if m == n:
+            groups[(scm[0], tbl[0])] = _Group(index, values, ts)
+            return groups, None
+        groups[(rows_scm[0], rows_tbl[0])] = _Group(index, list(compress(values, mask)), list(compress(ts, mask)))
+        return groups, (np.cumsum(mask) - 1).tolist()
+    row_of = [0] * n
+    for j in index:
+        table = (scm[j], tbl[j])
+        group = groups.get(table)
+        if group is None:
+            group = groups[table] = _Group([], [], [])
+        row_of[j] = len(group.values)
+        group.index.append(j)  # type: ignore[attr-defined]
+        group.values.append(values[j])
+        group.ts.append(ts[j])
+    return groups, row_of
+
+
 def _value_type(column: Column) -> type | None:
     """The JSON type of a column's "v" that the fast path reads; None: the row decoder's alone."""
     tc = column.type_code
@@ -151,7 +186,7 @@ class OpenProtocolBlockDecoder:
         decoder's caller sets the same on each of its events).
         """
         out: list[list[Event | RowBlock]] = [[] for _ in messages]
-        flat = self._events(messages)
+        flat = self._flatten(messages)
         first = 0  # the first message of the run of fast ones
         for i, message in enumerate(messages):
             if not flat.fast[i]:
@@ -166,7 +201,7 @@ class OpenProtocolBlockDecoder:
 
     # ------------------------------------------------------------ messages
 
-    def _events(self, messages: Sequence[Message]) -> _Events:
+    def _flatten(self, messages: Sequence[Message]) -> _Events:
         """Every message's events, and which messages hold only ordinary row or resolved events."""
         framed: list[tuple[list[bytes], list[bytes]] | None] = []
         if self.decoder._decompress is None:  # compressed values: the row decoder inflates them
@@ -192,20 +227,20 @@ class OpenProtocolBlockDecoder:
         except (msgspec.DecodeError, ValueError):
             parsed = None
         if parsed is None or len(parsed) != len(keys):
-            return self._events_one_by_one(keys, values, starts, fast)
+            return self._flatten_one_by_one(keys, values, starts, fast)
         t = [k.t for k in parsed]
         if t.count(_ROW) != len(t):  # resolved events (ordinary where their value is empty) or DDLs
-            for j, kind in enumerate(t):
-                if kind != _ROW and (kind != _RESOLVED or values[j]):
+            for j in compress(range(len(t)), map(_ROW.__ne__, t)):
+                if t[j] != _RESOLVED or values[j]:
                     fast[bisect_right(starts, j) - 1] = False
         return _Events(
             t, [k.ts for k in parsed], [k.scm for k in parsed], [k.tbl for k in parsed], values, starts, fast
         )
 
-    def _events_one_by_one(
+    def _flatten_one_by_one(
         self, keys: list[bytes], values: list[bytes], starts: list[int], fast: list[bool]
     ) -> _Events:
-        """`_events` where the keys are not all of the fast parse's shape: each read by `_key` (cached)."""
+        """`_flatten` where the keys are not all of the fast parse's shape: each read by `_key` (cached)."""
         cache = self._keys
         heads: list[_Head | None] = []
         for k in keys:
@@ -249,23 +284,7 @@ class OpenProtocolBlockDecoder:
         t, scm, tbl = flat.t[lo:hi], flat.scm[lo:hi], flat.tbl[lo:hi]
         ts, values = flat.ts[lo:hi], flat.values[lo:hi]
         starts = [s - lo for s in flat.starts[first : end + 1]]
-        groups: dict[tuple[str, str], _Group] = {}
-        tables: list[tuple[str, str]] | None = None  # per event; None: every event a row of one table
-        row_of: list[int] | None = None  # per row event: its row in its group; None: the event's index
-        if t.count(_ROW) == n and scm.count(scm[0]) == n and tbl.count(tbl[0]) == n:
-            groups[(scm[0], tbl[0])] = _Group(range(n), values, ts)  # the common run: one table's rows
-        else:
-            tables = list(zip(scm, tbl, strict=True))
-            row_of = [0] * n
-            for j, (kind, table) in enumerate(zip(t, tables, strict=True)):
-                if kind == _ROW:
-                    group = groups.get(table)
-                    if group is None:
-                        group = groups[table] = _Group([], [], [])
-                    row_of[j] = len(group.values)
-                    group.index.append(j)  # type: ignore[attr-defined]
-                    group.values.append(values[j])
-                    group.ts.append(ts[j])
+        groups, row_of = _grouped(t, scm, tbl, ts, values)
         for table, group in groups.items():
             try:
                 group.rows = self._fast(table, group)
@@ -274,16 +293,29 @@ class OpenProtocolBlockDecoder:
         errors = [g.error for g in groups.values() if g.error is not None]
         if errors:
             raise min(errors, key=lambda e: (e[0], e[1]))[2]
-        if tables is None:
-            (group,) = groups.values()
+        mixed: Sequence[int] = range(first, end)  # the messages whose events `_events` gives
+        tables: Sequence[tuple[str, str]] | None = None  # per event, its table (resolved events: any)
+        if len(groups) == 1:
+            ((table, group),) = groups.items()
+            tables = [table] * n  # the resolved events' tables need not be told apart: they stay as they are
             if group.rows is not None:
-                _blocks(group.rows, starts, first, out, positions)
-                return
+                if len(group.values) == n:
+                    _blocks(group.rows, starts, first, out, positions)
+                    return
+                # Messages of rows only as blocks; those holding a resolved event one by one.
+                at = [0, *(np.cumsum(np.asarray(t) == _ROW).tolist())]
+                row_starts = [at[s] for s in starts]
+                _blocks(group.rows, row_starts, first, out, positions)
+                mixed = [
+                    first + k
+                    for k in range(end - first)
+                    if row_starts[k + 1] - row_starts[k] != starts[k + 1] - starts[k]
+                ]
+        if tables is None:
             tables = list(zip(scm, tbl, strict=True))
-        for i in range(first, end):
+        for i in mixed:
             a, b = starts[i - first], starts[i - first + 1]
-            if a < b:
-                out[i] = _events(a, b, t, ts, tables, row_of, groups, positions[i])
+            out[i] = _events(a, b, t, ts, tables, row_of, groups, positions[i]) if a < b else []
 
     def _rows(
         self, table: tuple[str, str], group: _Group, first: int, starts: list[int], wheres: Sequence[str]
@@ -522,8 +554,10 @@ def _blocks(
     out: list[list[Event | RowBlock]],
     positions: Sequence[Mapping[str, Any]],
 ) -> None:
-    """The events of messages holding only rows of one table the fast path took (``rows``): one
-    `RowBlock` per message holding its slice of them, a `Segment` per run of one commit ts.
+    """The events of messages holding only rows of one table the fast path took (``rows``; message
+    ``first + k`` holds rows [starts[k], starts[k + 1])): one `RowBlock` per message holding its
+    slice of them, a `Segment` per run of one commit ts. (The caller replaces the lists of messages
+    that hold other events too.)
 
     The runs are found for the whole chunk at once (numpy); each segment is built empty and its
     slots assigned (its generated ``__init__`` cost as much again).
@@ -562,7 +596,7 @@ def _events(
     b: int,
     t: list[int],
     ts: list[int],
-    tables: list[tuple[str, str]],
+    tables: Sequence[tuple[str, str]],
     row_of: list[int] | None,
     groups: Mapping[tuple[str, str], _Group],
     position: Mapping[str, Any],
