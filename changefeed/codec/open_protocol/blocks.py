@@ -23,7 +23,7 @@ from codecs import escape_decode
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress, repeat
-from operator import is_not
+from operator import is_not, itemgetter
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -53,6 +53,7 @@ _KEY_CACHE = 65536
 _SHAPES = 256
 _PARSE_ROWS = 4096  # rows parsed per call: the JSON text of one call stays small
 _ROW, _RESOLVED = 1, 3
+_first = itemgetter(0)
 
 
 class _SlowPathError(Exception):
@@ -534,7 +535,11 @@ def _values(values: list[Any], column: Column) -> pa.Array:
         if tc in CHAR_TYPES and column.binary:
             # Go's escapes that Python's bytes-literal decoder reads the same (go_unquote's fast
             # path), told value by value in one call; the rest (\u escapes, errors) by go_unquote.
-            simple = pc.match_substring_regex(pa.array(values, pa.string()), _BYTE_ESCAPES).to_pylist()
+            text = pa.array(values, pa.string())
+            plain = pc.match_substring_regex(text, _BYTE_ESCAPES)
+            if text.null_count == 0 and pc.all(plain).as_py():  # the usual column: each value in one C call
+                return pa.array(list(map(_first, map(escape_decode, values))), pa.binary())
+            simple = plain.to_pylist()
             return pa.array(
                 [
                     None if v is None else escape_decode(v)[0] if plain else go_unquote(v)
