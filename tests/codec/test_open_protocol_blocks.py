@@ -8,6 +8,7 @@ rows, from hand-written odd and hostile messages, and from random byte mutations
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from changefeed.codec import CodecOptions, Message
 from changefeed.codec.open_protocol import OpenProtocolBlockDecoder, OpenProtocolDecoder, OpenProtocolEncoder
 from changefeed.errors import CodecError
 from changefeed.model import DDLEvent, Event, Op, Resolved, RowChange
-from changefeed.model.rowblock import RowBlock, expand_blocks
+from changefeed.model.rowblock import RowBlock, Segment, expand_blocks
 from tests.codec.test_open_protocol import BAD_EVENTS, GOOD_KEY, GOOD_VALUE, frame
 from tests.strategies import row_changes, tables
 
@@ -309,3 +310,138 @@ def test_operations_in_one_block() -> None:
     ]
     messages = OpenProtocolEncoder(opts()).encode(events)
     assert assert_same(messages) == 3
+
+
+ORDINARY = '{"u":{"a":{"t":3,"f":65,"v":7}}}'
+JOINED_VALUES = {
+    # Texts that are not one document each, but whose plain comma join would read as one per text.
+    "an object running on into the next value": [
+        ORDINARY,
+        '{"u":{"a":{"t":3,"f":65,"v":1}}},{"u":{"a":{"t":3,"f":65,"v":2}}',
+        '"p":{"a":{"t":3,"f":65,"v":1}}}',
+    ],
+    "a string running on into the next value": [
+        ORDINARY,
+        '{"u":{"a":{"t":15,"f":64,"v":"x',
+        'y"}}}',
+        f"{ORDINARY},{ORDINARY}",
+    ],
+    "a value starting with a member": [ORDINARY, '{"u":{"a":{"t":3,"f":65,"v":1}}', ' "d":null}'],
+    "a value with a leading space": [ORDINARY, f" {ORDINARY}"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(JOINED_VALUES))
+@pytest.mark.parametrize("framing", ["one message", "a message each"])
+def test_values_that_only_join_into_documents_are_the_row_decoders(case: str, framing: str) -> None:
+    values = JOINED_VALUES[case]
+    if framing == "one message":
+        assert_same([frame(*((GOOD_KEY, v) for v in values))])
+    else:
+        assert_same([_row(v) for v in values])
+
+
+def _key_text(ts: int, **extra: Any) -> str:
+    members = {"ts": ts, "scm": "s", "tbl": "t", "t": 1, **extra}
+    return (
+        "{"
+        + ",".join(f'"{k}":{v if not isinstance(v, str) else chr(34) + v + chr(34)}' for k, v in members.items())
+        + "}"
+    )
+
+
+ODD_KEYS = {
+    "keys running on into each other": ['{"ts":1,"scm":"s","tbl":"t","t":1},{"ts":2', '"scm":"s","tbl":"t","t":1}'],
+    "a string running on into the next key": ['{"ts":1,"scm":"s","tbl":"t","t":1,"x":"a', 'b"}'],
+    "an unknown member": [_key_text(1, x=1)],
+    "a partition": [_key_text(1, ptn=5)],
+    "a row id": [_key_text(1, rid=5)],
+    "a claim check": [_key_text(1, ccl="f")],
+    "an empty claim check": [_key_text(1, ccl="")],
+    "null members": ['{"ts":1,"scm":"s","tbl":"t","t":1,"rid":null,"ptn":null,"ccl":null}'],
+    "ts beyond int64": [_key_text(1 << 63)],
+    "negative ts": [_key_text(-1)],
+    "a float ts": ['{"ts":1.0,"scm":"s","tbl":"t","t":1}'],
+    "a DDL": ['{"ts":1,"scm":"s","tbl":"t","t":2}'],
+    "an unknown kind": [_key_text(1, t=4)],
+    "duplicate kind": ['{"ts":1,"t":3,"scm":"s","tbl":"t","t":1}'],
+    "a leading space": [" " + _key_text(1)],
+    "not an object": ["[1]"],
+}
+
+
+@pytest.mark.parametrize("case", sorted(ODD_KEYS))
+def test_odd_keys_in_a_run_take_the_row_decoders_meaning(case: str) -> None:
+    """A key the one-pass key parse does not take sends the call's keys through `_key`, one by one."""
+    keys = ODD_KEYS[case]
+    odd = frame(*((k, ORDINARY) for k in keys)) if len(keys) > 1 else _row(ORDINARY, keys[0])
+    resolved = frame(('{"ts":3,"t":3}', ""))
+    assert_same([GOOD, odd, GOOD, resolved])
+    assert_same([GOOD, GOOD])
+    assert_same([odd])
+
+
+def test_a_run_of_one_table_takes_the_one_table_path() -> None:
+    """Messages of one table's rows, some commit ts shared: one block per message, a segment per ts."""
+    rows = [(f'{{"ts":{ts},"scm":"s","tbl":"t","t":1}}', ORDINARY) for ts in (1, 1, 2, 3, 3, 3)]
+    messages = [frame(*rows[:4]), frame(), frame(*rows[4:]), frame(rows[0])]
+    decoder = OpenProtocolBlockDecoder(OpenProtocolDecoder(opts()))
+    decoded = decoder.decode(messages, [_where(i) for i in range(4)], [_position(i) for i in range(4)])
+    assert [[type(e).__name__ for e in events] for events in decoded] == [["RowBlock"], [], ["RowBlock"], ["RowBlock"]]
+    shapes = [[(s.table, s.rows, s.commit_ts) for s in events[0].segments] for events in decoded if events]
+    assert shapes == [[(0, 2, 1), (0, 1, 2), (0, 1, 3)], [(0, 2, 3)], [(0, 1, 1)]]
+    assert assert_same(messages) == 7
+
+
+def test_one_table_segments_are_the_dataclass() -> None:
+    """`_blocks` builds segments without their ``__init__``, assigning every field: none may be added unseen."""
+    assert [f.name for f in dataclasses.fields(Segment)] == ["table", "rows", "commit_ts", "position", "skip"]
+    rows = [(f'{{"ts":{ts},"scm":"s","tbl":"t","t":1}}', ORDINARY) for ts in (1, 2)]
+    decoder = OpenProtocolBlockDecoder(OpenProtocolDecoder(opts()))
+    ((block,),) = decoder.decode([frame(*rows)], [_where(0)], [_position(0)])
+    assert isinstance(block, RowBlock)
+    assert block.segments == [Segment(0, 1, 1, _position(0), None), Segment(0, 1, 2, _position(0), None)]
+
+
+def test_a_ddl_in_a_run_of_one_table() -> None:
+    """A DDL's key sends the call's keys through `_key`; the rows around it still take the fast path."""
+    ddl = frame(('{"ts":2,"scm":"s","tbl":"t","t":2}', '{"q":"ALTER TABLE t ADD b int","t":5}'))
+    wide = '{"u":{"a":{"t":3,"f":65,"v":7},"b":{"t":3,"f":65,"v":8}}}'
+    messages = [_row(ORDINARY), frame((GOOD_KEY, ORDINARY), (GOOD_KEY, ORDINARY)), ddl, _row(wide), _row(wide)]
+    assert assert_same(messages) == 5
+
+
+def test_a_run_of_one_table_with_resolved_events() -> None:
+    """Resolved events between one table's rows (as TiCDC sends them to every partition): messages of
+    rows only still come as one block each, the others event by event in their order."""
+
+    def row(ts: int, value: str = ORDINARY) -> tuple[str, str]:
+        return (f'{{"ts":{ts},"scm":"s","tbl":"t","t":1}}', value)
+
+    resolved = ('{"ts":2,"t":3}', "")
+    other_resolved = ('{"ts":2,"scm":"x","tbl":"y","t":3}', "")
+    messages = [
+        frame(resolved),
+        frame(row(1), row(1), row(2)),
+        frame(row(3), resolved, other_resolved, row(3), row(4)),
+        frame(),
+        frame(row(5)),
+        frame(resolved, row(6)),
+    ]
+    decoder = OpenProtocolBlockDecoder(OpenProtocolDecoder(opts()))
+    decoded = decoder.decode(messages, [_where(i) for i in range(6)], [_position(i) for i in range(6)])
+    kinds = [[type(e).__name__ for e in events] for events in decoded]
+    assert kinds == [
+        ["Resolved"],
+        ["RowBlock"],
+        ["RowBlock", "Resolved", "Resolved", "RowBlock"],
+        [],
+        ["RowBlock"],
+        ["Resolved", "RowBlock"],
+    ]
+    assert [s.commit_ts for s in decoded[2][3].segments] == [3, 4]
+    assert assert_same(messages) == 8
+    negative = '{"u":{"a":{"t":5,"f":65,"v":-0}}}'  # the row decoder's alone: the group goes its way
+    assert assert_same([frame(row(1, negative), resolved, row(2, negative)), frame(resolved, row(3, negative))]) == 0
+    bad = '{"u":{"a":{"t":3,"f":65,"v":"x"}}}'
+    assert_same([frame(row(1), resolved, row(2)), frame(resolved, row(3, bad), row(4))])

@@ -1,9 +1,11 @@
 """Open Protocol messages -> `RowBlock`s: many messages' rows decoded a table's columns at a time.
 
 Why: the row decoder (decoder.py) builds a Python object per value, ~20 µs per 10-column row;
-the apply job decodes every message it reads. Here the row values of a run of messages are
-parsed by Arrow's JSON reader in one call per table, with the table's exact shape as the
-explicit schema, and checked and converted a column at a time.
+the apply job decodes every message it reads. Here the keys of a call's messages are parsed by
+msgspec in one call, a run's rows grouped per table a list at a time (a run of one table's rows,
+as TiCDC's table dispatcher makes them, needs no per-row work), each table's values parsed by a
+msgspec reader typed for its exact shape (one call per 4096 rows) and checked and converted a
+column at a time, and each message's segments found with numpy.
 
 The result is exactly what `OpenProtocolDecoder.decode` gives for each message (tests prove it
 on every type and on hostile input): the fast path only takes rows it can prove ordinary — full
@@ -16,12 +18,13 @@ path's rows are raised in message order, the first one first.
 from __future__ import annotations
 
 from binascii import a2b_base64
+from bisect import bisect_right
 from codecs import escape_decode
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from itertools import groupby, repeat
-from operator import attrgetter, is_not
-from typing import Any, Literal
+from dataclasses import dataclass
+from itertools import compress, repeat
+from operator import is_not, itemgetter
+from typing import Annotated, Any, Literal
 
 import msgspec
 import numpy as np
@@ -50,6 +53,7 @@ _KEY_CACHE = 65536
 _SHAPES = 256
 _PARSE_ROWS = 4096  # rows parsed per call: the JSON text of one call stays small
 _ROW, _RESOLVED = 1, 3
+_first = itemgetter(0)
 
 
 class _SlowPathError(Exception):
@@ -58,18 +62,86 @@ class _SlowPathError(Exception):
 
 _Head = tuple[int, int, str, str]
 """An event key's (t, ts, scm, tbl); one object per distinct key text (cached)."""
-_Frames = tuple[list[_Head], list[bytes]]
+
+
+class _Key(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    """An event key as the fast path reads a whole call's keys (msgspec, in C, in one call).
+
+    The members `OpenProtocolDecoder._event` reads, of the JSON types and ranges the fast path takes
+    (`_key`'s rules, checked in C); anything else fails the whole parse, and the keys are then read
+    one at a time by `_key` (partitioned tables, row ids, claim checks and DDLs at their ts).
+    """
+
+    t: int
+    ts: Annotated[int, msgspec.Meta(ge=0, le=_I64_MAX)]
+    scm: str = ""
+    tbl: str = ""
+    rid: None = None
+    ptn: None = None
+    ccl: Literal[""] | None = None
+
+
+_KEYS = msgspec.json.Decoder(list[_Key])
+
+
+@dataclass(slots=True)
+class _Events:
+    """A call's events, flat in message order: each one's key members and value."""
+
+    t: list[int]
+    ts: list[int]
+    scm: list[str]
+    tbl: list[str]
+    values: list[bytes]
+    starts: list[int]  # message i's events are [starts[i], starts[i + 1])
+    fast: list[bool]  # per message: framed, every event an ordinary row or resolved event
 
 
 @dataclass(slots=True)
 class _Group:
     """One table's rows in a chunk of messages, in order."""
 
-    values: list[bytes] = field(default_factory=list)
-    ts: list[int] = field(default_factory=list)
+    index: Sequence[int]  # its events, chunk-relative
+    values: list[bytes]
+    ts: list[int]
     rows: TableRows | None = None  # the fast path's result
     events: list[Event] | None = None  # the row decoder's result where it took the group
     error: tuple[int, int, CodecError] | None = None  # (message, event number, error)
+
+
+def _grouped(
+    t: list[int], scm: list[str], tbl: list[str], ts: list[int], values: list[bytes]
+) -> tuple[dict[tuple[str, str], _Group], list[int] | None]:
+    """A chunk's row events per table, and each one's row in its group (None: its index in the chunk).
+
+    One table's rows (as TiCDC's table dispatcher sends them, resolved events between) are told by
+    ``list.count`` and taken a list at a time; rows of several tables one event at a time.
+    """
+    n = len(t)
+    groups: dict[tuple[str, str], _Group] = {}
+    index: Sequence[int] = range(n)  # the row events
+    rows_scm, rows_tbl = scm, tbl
+    if t.count(_ROW) != n:  # resolved events too (TiCDC sends them to every partition)
+        mask = list(map(_ROW.__eq__, t))
+        index, rows_scm, rows_tbl = list(compress(index, mask)), list(compress(scm, mask)), list(compress(tbl, mask))
+    m = len(index)
+    if m and rows_scm.count(rows_scm[0]) == m and rows_tbl.count(rows_tbl[0]) == m:
+        if m == n:
+            groups[(scm[0], tbl[0])] = _Group(index, values, ts)
+            return groups, None
+        groups[(rows_scm[0], rows_tbl[0])] = _Group(index, list(compress(values, mask)), list(compress(ts, mask)))
+        return groups, (np.cumsum(mask) - 1).tolist()
+    row_of = [0] * n
+    for j in index:
+        table = (scm[j], tbl[j])
+        group = groups.get(table)
+        if group is None:
+            group = groups[table] = _Group([], [], [])
+        row_of[j] = len(group.values)
+        group.index.append(j)  # type: ignore[attr-defined]
+        group.values.append(values[j])
+        group.ts.append(ts[j])
+    return groups, row_of
 
 
 def _value_type(column: Column) -> type | None:
@@ -82,6 +154,20 @@ def _value_type(column: Column) -> type | None:
     if tc in (TypeCode.DECIMAL, TypeCode.GEOMETRY) or tc in BLOB_TYPES or tc in CHAR_TYPES or tc in TEXT_TYPES:
         return str
     return None
+
+
+def _join(texts: list[bytes]) -> bytes | None:
+    """``[t1\\n,t2\\n,...]``, or None unless every text starts with ``{``.
+
+    Why both: a parse of the joined text that yields one element per text proves each text one JSON
+    document only if no separator can be swallowed. A raw newline ends any number or literal and is
+    invalid inside a string, so no token spans a separator; a separator's comma followed by ``{`` is
+    invalid inside an object, and the typed readers take no arrays, so every separator splits the
+    outer array. (A plain comma let a string or object run on into the next text.)
+    """
+    if [t[:1] for t in texts].count(b"{") != len(texts):
+        return None
+    return b"[" + b"\n,".join(texts) + b"]"
 
 
 class OpenProtocolBlockDecoder:
@@ -101,97 +187,155 @@ class OpenProtocolBlockDecoder:
         decoder's caller sets the same on each of its events).
         """
         out: list[list[Event | RowBlock]] = [[] for _ in messages]
-        chunk: list[tuple[int, _Frames]] = []
+        flat = self._flatten(messages)
+        first = 0  # the first message of the run of fast ones
         for i, message in enumerate(messages):
-            frames = self._frames(message)
-            if frames is None:
-                self._chunk(chunk, out, wheres, positions)
-                chunk = []
+            if not flat.fast[i]:
+                self._chunk(flat, first, i, out, wheres, positions)
+                first = i + 1
                 events = self.decoder.decode(message, wheres[i])
                 for ev in events:
                     ev.position = dict(positions[i])
                 out[i] = list(events)
-            else:
-                chunk.append((i, frames))
-        self._chunk(chunk, out, wheres, positions)
+        self._chunk(flat, first, len(messages), out, wheres, positions)
         return out
 
     # ------------------------------------------------------------ messages
 
-    def _frames(self, message: Message) -> _Frames | None:
-        """The message's (key heads, values) if each is an ordinary row or resolved event, else None."""
-        if self.decoder._decompress is not None:
-            return None  # compressed values: the row decoder inflates them
+    def _flatten(self, messages: Sequence[Message]) -> _Events:
+        """Every message's events, and which messages hold only ordinary row or resolved events."""
+        framed: list[tuple[list[bytes], list[bytes]] | None] = []
+        if self.decoder._decompress is None:  # compressed values: the row decoder inflates them
+            for message in messages:
+                try:
+                    framed.append(frame_lists(message.key, message.value))
+                except ValueError:
+                    framed.append(None)  # the row decoder raises the framing error
+        else:
+            framed = [None] * len(messages)
+        keys: list[bytes] = []
+        values: list[bytes] = []
+        starts = [0]
+        for frames in framed:
+            if frames is not None:
+                keys += frames[0]
+                values += frames[1]
+            starts.append(len(keys))
+        fast = [frames is not None for frames in framed]
+        text = _join(keys)
         try:
-            keys, values = frame_lists(message.key, message.value)
-        except ValueError:
-            return None  # the row decoder raises the framing error
+            parsed = None if text is None else _KEYS.decode(text)
+        except (msgspec.DecodeError, ValueError):
+            parsed = None
+        if parsed is None or len(parsed) != len(keys):
+            return self._flatten_one_by_one(keys, values, starts, fast)
+        t = [k.t for k in parsed]
+        if t.count(_ROW) != len(t):  # resolved events (ordinary where their value is empty) or DDLs
+            for j in compress(range(len(t)), map(_ROW.__ne__, t)):
+                if t[j] != _RESOLVED or values[j]:
+                    fast[bisect_right(starts, j) - 1] = False
+        return _Events(
+            t, [k.ts for k in parsed], [k.scm for k in parsed], [k.tbl for k in parsed], values, starts, fast
+        )
+
+    def _flatten_one_by_one(
+        self, keys: list[bytes], values: list[bytes], starts: list[int], fast: list[bool]
+    ) -> _Events:
+        """`_flatten` where the keys are not all of the fast parse's shape: each read by `_key` (cached)."""
         cache = self._keys
-        heads: list[Any] = [cache.get(k, False) for k in keys]
-        if False in heads:
-            for i, known in enumerate(heads):
-                if known is False:
-                    if len(cache) >= _KEY_CACHE:
-                        cache.clear()
-                    heads[i] = cache[keys[i]] = _key(keys[i])
-        if None in heads:
-            return None
-        for head, v in zip(heads, values, strict=True):
-            if head[0] == _RESOLVED and v:
-                return None
-        return heads, values
+        heads: list[_Head | None] = []
+        for k in keys:
+            head = cache.get(k, False)
+            if head is False:
+                if len(cache) >= _KEY_CACHE:
+                    cache.clear()
+                head = cache[k] = _key(k)
+            heads.append(head)  # type: ignore[arg-type]
+        for i in range(len(fast)):
+            for j in range(starts[i], starts[i + 1]):
+                head = heads[j]
+                if head is None or (head[0] == _RESOLVED and values[j]):
+                    fast[i] = False
+                    break
+        known = [(0, 0, "", "") if h is None else h for h in heads]  # the placeholders' messages are not fast
+        return _Events(
+            [h[0] for h in known],
+            [h[1] for h in known],
+            [h[2] for h in known],
+            [h[3] for h in known],
+            values,
+            starts,
+            fast,
+        )
 
     def _chunk(
         self,
-        chunk: list[tuple[int, _Frames]],
+        flat: _Events,
+        first: int,
+        end: int,
         out: list[list[Event | RowBlock]],
         wheres: Sequence[str],
         positions: Sequence[Mapping[str, Any]],
     ) -> None:
-        """Decode a run of fast-eligible messages: rows grouped per table, then events per message."""
-        if not chunk:
+        """Decode messages [first, end), all fast-eligible: rows grouped per table, then events per message."""
+        lo, hi = flat.starts[first], flat.starts[end]
+        n = hi - lo
+        if n == 0:
             return
-        groups: dict[tuple[str, str], _Group] = {}
-        for _, (heads, values) in chunk:
-            at = 0
-            for head, run in groupby(heads):  # a message's rows mostly share one key object
-                count = sum(1 for _ in run)
-                if head[0] == _ROW:
-                    group = groups.get(head[2:])
-                    if group is None:
-                        group = groups[head[2:]] = _Group()
-                    group.values.extend(values[at : at + count])
-                    group.ts.extend(repeat(head[1], count))
-                at += count
+        t, scm, tbl = flat.t[lo:hi], flat.scm[lo:hi], flat.tbl[lo:hi]
+        ts, values = flat.ts[lo:hi], flat.values[lo:hi]
+        starts = [s - lo for s in flat.starts[first : end + 1]]
+        groups, row_of = _grouped(t, scm, tbl, ts, values)
         for table, group in groups.items():
             try:
                 group.rows = self._fast(table, group)
             except _SlowPathError:
-                self._rows(table, group, chunk, wheres)
+                self._rows(table, group, first, starts, wheres)
         errors = [g.error for g in groups.values() if g.error is not None]
         if errors:
             raise min(errors, key=lambda e: (e[0], e[1]))[2]
-        cursor = dict.fromkeys(groups, 0)
-        for i, (heads, _) in chunk:
-            out[i] = _events(heads, groups, cursor, positions[i])
+        mixed: Sequence[int] = range(first, end)  # the messages whose events `_events` gives
+        tables: Sequence[tuple[str, str]] | None = None  # per event, its table (resolved events: any)
+        if len(groups) == 1:
+            ((table, group),) = groups.items()
+            tables = [table] * n  # the resolved events' tables need not be told apart: they stay as they are
+            if group.rows is not None:
+                if len(group.values) == n:
+                    _blocks(group.rows, starts, first, out, positions)
+                    return
+                # Messages of rows only as blocks; those holding a resolved event one by one.
+                at = [0, *(np.cumsum(np.asarray(t) == _ROW).tolist())]
+                row_starts = [at[s] for s in starts]
+                _blocks(group.rows, row_starts, first, out, positions)
+                mixed = [
+                    first + k
+                    for k in range(end - first)
+                    if row_starts[k + 1] - row_starts[k] != starts[k + 1] - starts[k]
+                ]
+        if tables is None:
+            tables = list(zip(scm, tbl, strict=True))
+        for i in mixed:
+            a, b = starts[i - first], starts[i - first + 1]
+            out[i] = _events(a, b, t, ts, tables, row_of, groups, positions[i]) if a < b else []
 
     def _rows(
-        self, table: tuple[str, str], group: _Group, chunk: list[tuple[int, _Frames]], wheres: Sequence[str]
+        self, table: tuple[str, str], group: _Group, first: int, starts: list[int], wheres: Sequence[str]
     ) -> None:
         """The row decoder's events for a group's rows, stopping at the first error."""
         events: list[Event] = []
-        for i, (heads, values) in chunk:
-            for n, (head, value) in enumerate(zip(heads, values, strict=True), 1):
-                if head[0] != _ROW or head[2:] != table:
-                    continue
-                try:
-                    events.append(self.decoder._row({}, value, head[1], head[2], head[3]))
-                except Exception as e:  # hostile input, worded as OpenProtocolDecoder._decode does
-                    detail = e.message if isinstance(e, CodecError) else str(e)
-                    error = CodecError(f"open-protocol event {n} of {len(heads)}: {detail}", where=wheres[i])
-                    group.error = (i, n, error)
-                    group.events = events
-                    return
+        m = 0  # the group's event's message, from ``first``
+        for j, value, ts in zip(group.index, group.values, group.ts, strict=True):
+            while starts[m + 1] <= j:
+                m += 1
+            try:
+                events.append(self.decoder._row({}, value, ts, table[0], table[1]))
+            except Exception as e:  # hostile input, worded as OpenProtocolDecoder._decode does
+                detail = e.message if isinstance(e, CodecError) else str(e)
+                n, count = j - starts[m] + 1, starts[m + 1] - starts[m]
+                error = CodecError(f"open-protocol event {n} of {count}: {detail}", where=wheres[first + m])
+                group.error = (first + m, n, error)
+                group.events = events
+                return
         group.events = events
 
     # ------------------------------------------------------------ the fast path
@@ -213,7 +357,7 @@ class OpenProtocolBlockDecoder:
             shape = self._shapes[sig] = _Shape(sig, schema.columns)
         rows = shape.rows(values)
         n = len(rows)
-        us, ps, ds = (list(map(attrgetter(k), rows)) for k in ("u", "p", "d"))
+        us, ps, ds = [r.u for r in rows], [r.p for r in rows], [r.d for r in rows]
         if ps.count(None) == n and ds.count(None) == n and us.count(None) == 0:
             deletes = updates = np.zeros(n, bool)  # inserts only (a backlog's usual run), told in C
         else:
@@ -288,7 +432,9 @@ class _Shape:
         out: list[Any] = []
         for i in range(0, len(values), _PARSE_ROWS):
             part = values[i : i + _PARSE_ROWS]
-            text = b"[" + b",".join(part) + b"]"
+            text = _join(part)
+            if text is None:
+                raise _SlowPathError
             try:
                 parsed = self._decoder.decode(text)
             except (msgspec.DecodeError, ValueError):
@@ -389,7 +535,11 @@ def _values(values: list[Any], column: Column) -> pa.Array:
         if tc in CHAR_TYPES and column.binary:
             # Go's escapes that Python's bytes-literal decoder reads the same (go_unquote's fast
             # path), told value by value in one call; the rest (\u escapes, errors) by go_unquote.
-            simple = pc.match_substring_regex(pa.array(values, pa.string()), _BYTE_ESCAPES).to_pylist()
+            text = pa.array(values, pa.string())
+            plain = pc.match_substring_regex(text, _BYTE_ESCAPES)
+            if text.null_count == 0 and pc.all(plain).as_py():  # the usual column: each value in one C call
+                return pa.array(list(map(_first, map(escape_decode, values))), pa.binary())
+            simple = plain.to_pylist()
             return pa.array(
                 [
                     None if v is None else escape_decode(v)[0] if plain else go_unquote(v)
@@ -402,18 +552,67 @@ def _values(values: list[Any], column: Column) -> pa.Array:
         raise _SlowPathError from None
 
 
+def _blocks(
+    rows: TableRows,
+    starts: list[int],
+    first: int,
+    out: list[list[Event | RowBlock]],
+    positions: Sequence[Mapping[str, Any]],
+) -> None:
+    """The events of messages holding only rows of one table the fast path took (``rows``; message
+    ``first + k`` holds rows [starts[k], starts[k + 1])): one `RowBlock` per message holding its
+    slice of them, a `Segment` per run of one commit ts. (The caller replaces the lists of messages
+    that hold other events too.)
+
+    The runs are found for the whole chunk at once (numpy); each segment is built empty and its
+    slots assigned (its generated ``__init__`` cost as much again).
+    """
+    n = rows.num_rows
+    commits = rows.commit_ts  # the batch's own column, not copied
+    new = np.empty(n, bool)
+    new[0] = True
+    np.not_equal(commits[1:], commits[:-1], out=new[1:])
+    bounds = np.asarray(starts, np.intp)
+    new[bounds[:-1][bounds[:-1] < n]] = True  # a message's first row starts a segment
+    heads = np.flatnonzero(new)
+    counts = np.diff(heads, append=n).tolist()
+    at = np.searchsorted(heads, bounds).tolist()  # message k's segments are [at[k], at[k + 1])
+    commit_list = commits[heads].tolist()
+    make = object.__new__
+    for k in range(len(starts) - 1):
+        a, b = starts[k], starts[k + 1]
+        if a == b:
+            continue
+        position = positions[first + k]
+        segments = []
+        for s in range(at[k], at[k + 1]):
+            segment = make(Segment)
+            segment.table = 0
+            segment.rows = counts[s]
+            segment.commit_ts = commit_list[s]
+            segment.position = position
+            segment.skip = None
+            segments.append(segment)
+        out[first + k] = [RowBlock([rows.slice(a, b - a)], segments)]
+
+
 def _events(
-    heads: list[_Head],
+    a: int,
+    b: int,
+    t: list[int],
+    ts: list[int],
+    tables: Sequence[tuple[str, str]],
+    row_of: list[int] | None,
     groups: Mapping[tuple[str, str], _Group],
-    cursor: dict[tuple[str, str], int],
     position: Mapping[str, Any],
 ) -> list[Event | RowBlock]:
-    """One message's events: fast rows as one RowBlock per run of them, other events as they are.
+    """One message's events (its events are [a, b) of the chunk): fast rows as one RowBlock per
+    run of them, other events as they are.
 
     A block holds one `TableRows` slice per run of one table's rows and one segment per commit ts.
     """
     events: list[Event | RowBlock] = []
-    tables: list[TableRows] = []
+    block_tables: list[TableRows] = []
     segments: list[Segment] = []
     span: tuple[tuple[str, str], int, int] | None = None  # (table, first row in its group, rows)
 
@@ -422,26 +621,30 @@ def _events(
         if span is not None:
             rows = groups[span[0]].rows
             assert rows is not None
-            tables.append(rows.slice(span[1], span[2]))
+            block_tables.append(rows.slice(span[1], span[2]))
             span = None
 
     def close_block() -> None:
-        nonlocal tables, segments
+        nonlocal block_tables, segments
         close_span()
         if segments:
-            events.append(RowBlock(tables, segments))
-            tables, segments = [], []
+            events.append(RowBlock(block_tables, segments))
+            block_tables, segments = [], []
 
-    for head, run in groupby(heads):
-        count = sum(1 for _ in run)
-        if head[0] == _RESOLVED:
+    j = a
+    while j < b:
+        kind, commit, table = t[j], ts[j], tables[j]
+        k = j + 1
+        while k < b and t[k] == kind and ts[k] == commit and tables[k] == table:
+            k += 1
+        count = k - j
+        at = j if row_of is None else row_of[j]
+        j = k
+        if kind == _RESOLVED:
             close_block()
-            events.extend(Resolved(commit_ts=head[1], position=dict(position)) for _ in range(count))
+            events.extend(Resolved(commit_ts=commit, position=dict(position)) for _ in range(count))
             continue
-        table = head[2:]
         group = groups[table]
-        at = cursor[table]
-        cursor[table] = at + count
         if group.rows is None:
             close_block()
             assert group.events is not None
@@ -453,7 +656,7 @@ def _events(
             close_span()
             span = (table, at, 0)
         span = (table, span[1], span[2] + count)
-        segments.append(Segment(len(tables), count, head[1], position, skip=None))
+        segments.append(Segment(len(block_tables), count, commit, position, skip=None))
     close_block()
     return events
 

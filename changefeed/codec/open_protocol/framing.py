@@ -31,16 +31,17 @@ def frame_lists(key: bytes | None, value: bytes | None) -> tuple[list[bytes], li
         unpack = U64.unpack_from
         keys: list[bytes] = []
         values: list[bytes] = []
+        add_key, add_value = keys.append, values.append
         kend, vend = len(key), len(value)
         kpos, vpos = 8, 0
         try:
             while kpos < kend:
-                klen = unpack(key, kpos)[0] + 8
-                keys.append(key[kpos + 8 : kpos + klen])
-                kpos += klen
-                vlen = unpack(value, vpos)[0] + 8
-                values.append(value[vpos + 8 : vpos + vlen])
-                vpos += vlen
+                start = kpos + 8
+                kpos = start + unpack(key, kpos)[0]
+                add_key(key[start:kpos])
+                start = vpos + 8
+                vpos = start + unpack(value, vpos)[0]
+                add_value(value[start:vpos])
         except (struct.error, OverflowError):  # a truncated prefix; a length beyond a slice index
             pass
         else:
