@@ -292,6 +292,8 @@ def snapshot_lag(args: argparse.Namespace, work: Path, up: MariaDBServer, down: 
     """Heartbeat lag with no snapshot, then while a snapshot on demand of the orders table runs in the same job."""
     config = work / "lag.toml"
     extra = f"snapshot-chunk-size = {args.chunk_size}\n" if args.chunk_size else ""
+    if args.on_demand_chunk_size:
+        extra += f"snapshot-on-demand-chunk-size = {args.on_demand_chunk_size}\n"
     # when-needed with a position the server has: no initial snapshot, only the one on demand measured here.
     config.write_text(
         f'changefeed-id = "bench-snapshot-lag"\nsink-uri = "{down.url}/"\n\n'
@@ -393,6 +395,9 @@ def main() -> int:
     p.add_argument("--columns", type=int, choices=(3, 10), default=10, help="orders table width (default 10)")
     p.add_argument("--statement-rows", type=int, default=1000, help="rows per INSERT while filling the upstream")
     p.add_argument("--chunk-size", type=int, default=0, help="snapshot-chunk-size (default: the job's)")
+    p.add_argument(
+        "--on-demand-chunk-size", type=int, default=0, help="lag: snapshot-on-demand-chunk-size (default: the job's)"
+    )
     p.add_argument("--spark-conf", action="append", default=[], metavar="KEY=VALUE", help="passed to the job")
     p.add_argument("--timeout", type=float, default=1800, help="give up any wait after this many seconds")
     p.add_argument("--mode", choices=("initial", "lag"), default="initial", help="what to measure (docstring)")

@@ -64,7 +64,7 @@ SOURCE_TYPES = ("binlog-files", "mysql", "kv")
 _SOURCE_KEYS = {
     "binlog-files": {"type", "path", "start-position"},
     "mysql": {"type", "url", "password-env", "password-file", "start-position"}
-    | {"snapshot", "snapshot-chunk-size", "snapshot-parallelism", "signal-table"},
+    | {"snapshot", "snapshot-chunk-size", "snapshot-on-demand-chunk-size", "snapshot-parallelism", "signal-table"},
     "kv": {"type", "path", "catalog"},
 }
 #: sink-uri schemes of the MySQL sink (TiCDC's; TiDB speaks the MySQL protocol).
@@ -137,6 +137,7 @@ class SourceConfig:
     #: incremental task from a position); "" until parsed.
     snapshot: str = ""
     snapshot_chunk_size: int | None = None
+    snapshot_on_demand_chunk_size: int | None = None
     snapshot_parallelism: int | None = None
     #: Where a running changefeed watches for snapshot signals (``changefeed snapshot``, Debezium's
     #: signal table; docs/snapshot.md): None for ``changefeed.changefeed_signal``, "" for none.
@@ -183,6 +184,8 @@ class SourceConfig:
         if self.is_live:  # a snapshot on demand reads chunks whatever the initial mode (`changefeed snapshot`)
             if self.snapshot_chunk_size:
                 options["snapshotChunkSize"] = str(self.snapshot_chunk_size)
+            if self.snapshot_on_demand_chunk_size:
+                options["snapshotOnDemandChunkSize"] = str(self.snapshot_on_demand_chunk_size)
             if self.snapshot_parallelism:
                 options["snapshotParallelism"] = str(self.snapshot_parallelism)
         return options
@@ -831,8 +834,8 @@ SNAPSHOT_MODES = ("initial", "never", "initial-only", "when-needed")
 
 
 def _snapshot_keys(src: dict[str, Any], source: SourceConfig) -> None:
-    """``snapshot``, ``snapshot-chunk-size``, ``snapshot-parallelism``, ``signal-table`` of a live source
-    (docs/snapshot.md)."""
+    """``snapshot``, ``snapshot-chunk-size``, ``snapshot-on-demand-chunk-size``, ``snapshot-parallelism``,
+    ``signal-table`` of a live source (docs/snapshot.md)."""
     mode = typed(src.get("snapshot", ""), str, "[source] snapshot").strip().lower()
     if mode and mode not in SNAPSHOT_MODES:
         raise ConfigError(f"[source] snapshot must be one of {', '.join(SNAPSHOT_MODES)}, got {mode!r}")
@@ -849,7 +852,7 @@ def _snapshot_keys(src: dict[str, Any], source: SourceConfig) -> None:
         if table:
             parse_signal_table(table)
         source.signal_table = table
-    for key in ("snapshot-chunk-size", "snapshot-parallelism"):
+    for key in ("snapshot-chunk-size", "snapshot-on-demand-chunk-size", "snapshot-parallelism"):
         if key in src:
             value = typed(src[key], int, f"[source] {key}")
             if value < 1:

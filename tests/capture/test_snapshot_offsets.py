@@ -26,7 +26,7 @@ from changefeed.model.events import DDLEvent, Event, Op, Resolved, RowChange
 from changefeed.model.rowblock import expand_blocks
 from changefeed.spark.datasource import SourceOptions
 from changefeed.spark.datasource.binlog import BinlogInput, RangeDecoder
-from changefeed.spark.datasource.snapshot import is_snapshot
+from changefeed.spark.datasource.snapshot import DEFAULT_ON_DEMAND_CHUNK_SIZE, SnapshotOptions, is_snapshot
 from changefeed.testing import MariaDBServer
 
 pytestmark = pytest.mark.mariadb
@@ -215,6 +215,16 @@ def test_snapshot_options_are_checked(mariadb_factory: Callable[..., MariaDBServ
         _input({"input": "binlog", "path": str(tmp_path), "snapshot": "initial"})
 
 
+def test_snapshots_on_demand_read_chunks_of_their_own_size() -> None:
+    """2048 rows unless said (the live stream waits for each chunk), never more than snapshotChunkSize."""
+    assert SnapshotOptions.parse({}).on_demand_chunk_size == DEFAULT_ON_DEMAND_CHUNK_SIZE == 2048
+    assert SnapshotOptions.parse({}).chunk_size == 8192
+    assert SnapshotOptions.parse({"snapshotchunksize": "50"}).on_demand_chunk_size == 50
+    assert SnapshotOptions.parse({"snapshotondemandchunksize": "9000"}).on_demand_chunk_size == 9000
+    with pytest.raises(ConfigError, match="snapshotOnDemandChunkSize"):
+        SnapshotOptions.parse({"snapshotondemandchunksize": "-1"})
+
+
 def test_config_snapshot_keys_and_defaults() -> None:
     from changefeed.config import parse_config  # noqa: PLC0415
 
@@ -238,6 +248,10 @@ def test_config_snapshot_keys_and_defaults() -> None:
     # configured chunks too (they used to be dropped with the initial mode "never": 8192-row chunks).
     later = parse_config(base + 'start-position = "binlog.000002:4"\nsnapshot-chunk-size = 50\n').source
     assert later.snapshot_mode == "never" and later.data_source_options()["snapshotChunkSize"] == "50"
+    on_demand = parse_config(base + "snapshot-on-demand-chunk-size = 512\n").source.data_source_options()
+    assert on_demand["snapshotOnDemandChunkSize"] == "512" and "snapshotChunkSize" not in on_demand
+    with pytest.raises(ConfigError, match="positive"):
+        parse_config(base + "snapshot-on-demand-chunk-size = 0\n")
     with pytest.raises(ConfigError, match="drop start-position"):
         parse_config(base + 'snapshot = "initial"\nstart-position = "latest"\n')
     with pytest.raises(ConfigError, match="snapshot must be one of"):

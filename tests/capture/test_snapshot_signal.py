@@ -83,7 +83,8 @@ def _apply(tables: dict[str, dict[Any, tuple[Any, ...]]], events: list[Event], s
 
 
 def _options(server: MariaDBServer, schema: str, start: str, tmp_path: Path) -> dict[str, str]:
-    """The ``binlog`` input from ``start``, watching the signal table as changefeed ``cf1``, 7-row chunks."""
+    """The ``binlog`` input from ``start``, watching the signal table as changefeed ``cf1``, 7-row chunks
+    on demand (the initial snapshot's size, unused here, is another: on-demand chunks have their own)."""
     return {
         "input": "binlog",
         "url": server.url,
@@ -91,7 +92,8 @@ def _options(server: MariaDBServer, schema: str, start: str, tmp_path: Path) -> 
         "startPosition": start,
         "signalTable": "changefeed.changefeed_signal",
         "changefeedId": "cf1",
-        "snapshotChunkSize": "7",
+        "snapshotChunkSize": "1000",
+        "snapshotOnDemandChunkSize": "7",
         "snapshotDir": str(tmp_path / "spill"),
         "output": "ranges",
     }
@@ -220,7 +222,7 @@ def test_a_chunk_read_while_nothing_changed_comes_before_the_next_change(
     options = _options(server, schema, f"{file}:{pos}", tmp_path)
     decoder = RangeDecoder.from_options(options)
     source = BinlogInput(SourceOptions.parse(options))
-    reader = source._batch_reader().reader
+    reader = source._on_demand_reader().reader
     read_chunk = reader.read_chunk
 
     def read_then_delete(plan: Any, index: int) -> Any:

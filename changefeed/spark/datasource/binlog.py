@@ -632,7 +632,8 @@ class BinlogInput(Input):
 
     OPTIONS = frozenset(
         {"startposition", "eventsperpartition", "url", "password"}
-        | {"snapshot", "snapshotchunksize", "snapshotparallelism", "snapshotdir", "snapshotdirshared"}
+        | {"snapshot", "snapshotchunksize", "snapshotondemandchunksize", "snapshotparallelism", "snapshotdir"}
+        | {"snapshotdirshared"}
         | {"signaltable", "changefeedid", "partialimages"}
     )
     OUTPUTS: ClassVar[Mapping[str, str]] = {RANGES: RANGES_SCHEMA}
@@ -676,6 +677,7 @@ class BinlogInput(Input):
             raise ConfigError("option signalTable needs a live source (url): a snapshot reads the tables")
         self.signals = (parse_signal_table(signal), opts.extra.get("changefeedid", "")) if signal else None
         self._chunks: BatchReader | None = None
+        self._on_demand_chunks: BatchReader | None = None
         self._purge_checked = False
         self._first: BinlogPosition | None = None
         # Planning state (this process only; rebuilt after a restart, see `catalog_at`): the DDL
@@ -750,16 +752,23 @@ class BinlogInput(Input):
     # ------------------------------------------------------------------ snapshot (docs/snapshot.md)
 
     def _batch_reader(self) -> BatchReader:
+        """The initial snapshot's chunks (several a micro-batch, the next batch's read ahead)."""
         if self._chunks is None:
-            assert isinstance(self.source, BinlogServer)
-            reader = SnapshotReader(
-                _connector(self.source),
-                replica_window(self.source.address, self.tz),
-                tz=self.tz,
-                chunk_size=self.snapshot.chunk_size,
-            )
+            reader = self._reader(self.snapshot.chunk_size)
             self._chunks = BatchReader(reader, self.snapshot.parallelism, read_ahead=True)
         return self._chunks
+
+    def _on_demand_reader(self) -> BatchReader:
+        """The chunks of snapshots on demand: one a micro-batch, of their own size (`SnapshotOptions`)."""
+        if self._on_demand_chunks is None:
+            self._on_demand_chunks = BatchReader(self._reader(self.snapshot.on_demand_chunk_size))
+        return self._on_demand_chunks
+
+    def _reader(self, chunk_size: int) -> SnapshotReader:
+        assert isinstance(self.source, BinlogServer)
+        return SnapshotReader(
+            _connector(self.source), replica_window(self.source.address, self.tz), tz=self.tz, chunk_size=chunk_size
+        )
 
     def _snapshot_offset(self, start: dict[str, Any], max_events: int | None) -> dict[str, Any]:
         """The next chunks after ``start`` (a snapshot offset, or a purged binlog one), read and spilled now."""
@@ -1023,7 +1032,7 @@ class BinlogInput(Input):
         high watermark as usual, then the chunk's rows as INSERTs at the next commit ts. Every
         change at or before the high watermark comes before them, every later one after.
         """
-        reader = self._batch_reader()
+        reader = self._on_demand_reader()
         jobs = reader.next_chunks(progress, 1)
         if not jobs:  # every table left was dropped meanwhile
             progress.table = len(progress.tables)
