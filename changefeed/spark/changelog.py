@@ -137,10 +137,11 @@ def _key_texts(table: TableSchema, arrays: Sequence[pa.Array], n: int) -> pa.Arr
 
 
 def _key_texts_by_row(table: TableSchema, arrays: Sequence[pa.Array]) -> pa.Array:
-    columns = [(table.columns[i], arrays[i].to_pylist()) for i in table.handle_key]
+    columns = [table.columns[i] for i in table.handle_key]
+    values = [arrays[i].to_pylist() for i in table.handle_key]
     texts = [
-        orjson.dumps({c.name: _value_to_json(c, v) for c, v in zip((c for c, _ in columns), key, strict=True)})
-        for key in zip(*(values for _, values in columns), strict=True)
+        orjson.dumps({c.name: _value_to_json(c, v) for c, v in zip(columns, key, strict=True)})
+        for key in zip(*values, strict=True)
     ]
     return pa.array(texts, type=pa.binary()).cast(pa.string())
 
