@@ -16,6 +16,11 @@ from changefeed.spark.changelog import ChangelogRows
 BINLOG = Path(__file__).resolve().parents[1] / "fixtures/binlog/full"
 
 
+def changelog_tuples(batches: Any) -> list[tuple[Any, ...]]:
+    """A changelog output's record batches as its rows' tuples (typed images as dicts)."""
+    return [tuple(row.values()) for batch in batches for row in batch.to_pylist()]
+
+
 @cache
 def captured() -> tuple[Event, ...]:
     return tuple(file_capture(BINLOG).events())

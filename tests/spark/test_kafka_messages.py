@@ -36,7 +36,7 @@ from changefeed.spark.envelope import ENVELOPE_SCHEMA
 from changefeed.spark.merge import MergeStage
 from changefeed.testing import Broker
 
-from .helpers import captured
+from .helpers import captured, changelog_tuples
 
 PROTOCOLS = {
     "open-protocol": CodecOptions(protocol="open-protocol"),
@@ -209,7 +209,7 @@ def _lines(events: list[Event]) -> list[bytes]:
 def _old_path(broker: Broker, topic: str, partition: int, end: int, codec: CodecOptions, rules: list[str]) -> list:
     """The executor-side path the apply job used before: changelog rows with the JSONL ``event`` column."""
     changelog = ChangelogRows(rules, with_event=True)
-    rows = KafkaRange(broker.bootstrap_servers, topic, partition, 0, end, codec, changelog).rows()
+    rows = changelog_tuples(KafkaRange(broker.bootstrap_servers, topic, partition, 0, end, codec, changelog).rows())
     reader = EventReader()
     return [dumps_event(reader.parse(row[-1])) for row in rows]
 

@@ -26,7 +26,7 @@ from changefeed.spark.datasource import kafka as kafka_input
 from changefeed.spark.datasource.kafka import KafkaRange
 from changefeed.testing import Broker
 
-from .helpers import apply, capture, captured, read_snapshot, reference_snapshot
+from .helpers import apply, capture, captured, changelog_tuples, read_snapshot, reference_snapshot
 
 SIMPLE = CodecOptions(protocol="simple")
 
@@ -37,7 +37,7 @@ def _source(broker: Broker, topic: str, **extra: str) -> dict[str, str]:
 
 def _range_rows(broker: Broker, topic: str, start: int, end: int, codec: CodecOptions = SIMPLE) -> list[tuple]:
     """Partition 0's [start, end) decoded in this process, as an executor would."""
-    return list(KafkaRange(broker.bootstrap_servers, topic, 0, start, end, codec, ChangelogRows()).rows())
+    return changelog_tuples(KafkaRange(broker.bootstrap_servers, topic, 0, start, end, codec, ChangelogRows()).rows())
 
 
 def _offset(row: tuple) -> int:

@@ -18,6 +18,8 @@ from changefeed.spark.datasource import BinlogInput, SourceOptions, register
 from changefeed.testing import MariaDBServer
 from tests.capture.workload import run_workload
 
+from .helpers import changelog_tuples
+
 if TYPE_CHECKING:
     from tests.conftest import ReplicaUser
 
@@ -51,7 +53,7 @@ def _expected(server: MariaDBServer, start: BinlogPosition, schema: str) -> list
 def _planned_read(source: BinlogInput, start: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[Any, ...]]]:
     """One micro-batch as Spark plans and reads it (driver scan, then each partition's own connection)."""
     end = source.latest_offset(start, None, None)
-    return end, [row for p in source.partitions(start, end, ChangelogRows()) for row in p.rows()]
+    return end, [row for p in source.partitions(start, end, ChangelogRows()) for row in changelog_tuples(p.rows())]
 
 
 def test_live_offsets_start_at_latest_or_after_a_gtid(mariadb: MariaDBServer) -> None:

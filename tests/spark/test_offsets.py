@@ -17,13 +17,13 @@ from changefeed.spark.changelog import ChangelogRows
 from changefeed.spark.datasource import BinlogInput, ChangefeedDataSource, SourceOptions, StorageInput
 from changefeed.spark.datasource.kafka import KafkaInput, fair_shares
 
-from .helpers import BINLOG, captured, expected_changes
+from .helpers import BINLOG, captured, changelog_tuples, expected_changes
 
 CODEC = CodecOptions(protocol="canal-json", enable_tidb_extension=True)
 
 
 def _read(source: Any, start: dict[str, Any], end: dict[str, Any]) -> list[tuple[Any, ...]]:
-    return [row for p in source.partitions(start, end, ChangelogRows()) for row in p.rows()]
+    return [row for p in source.partitions(start, end, ChangelogRows()) for row in changelog_tuples(p.rows())]
 
 
 def test_binlog_ranges_cover_the_capture_exactly_once() -> None:

@@ -453,7 +453,7 @@ class BinlogRange(InputPartition):
     def __post_init__(self) -> None:
         InputPartition.__init__(self, None)
 
-    def rows(self) -> Iterator[tuple[Any, ...] | pa.RecordBatch]:
+    def rows(self) -> Iterator[pa.RecordBatch]:
         files: list[str | None] = [*self.chunk_files] if self.chunk_files else [self.chunk_file]
         if self.output == RANGES:
             n = len(files)
@@ -475,10 +475,7 @@ class BinlogRange(InputPartition):
             events = range_events(
                 self.source, self.start, self.end, self.time_zone, keys=self.keys, handover=self.handover
             )
-        for ev in events:
-            row = self.changelog.row(ev)
-            if row is not None:
-                yield row
+        yield from self.changelog.batches(self.changelog.rows(events))
 
 
 @dataclass(frozen=True)

@@ -97,7 +97,10 @@ class KafkaRange(InputPartition):
             return self._raw()
         return self._decoded() if self.output == DECODED else self._changelog()
 
-    def _changelog(self) -> Iterator[tuple[Any, ...]]:
+    def _changelog(self) -> Iterator[pa.RecordBatch]:
+        return self.changelog.batches(self._changelog_rows())
+
+    def _changelog_rows(self) -> Iterator[tuple[Any, ...]]:
         decoder = _PartitionDecoder(self.servers, self.topic, self.partition, self.codec, client=self.client_config)
         try:
             with RANGE_CONSUMERS.consumer(self.servers, self.client_config) as consumer:

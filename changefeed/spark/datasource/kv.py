@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import orjson
+import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from ...errors import CaptureError, ConfigError
@@ -51,8 +52,8 @@ class KVSplit(InputPartition):
     def __post_init__(self) -> None:
         InputPartition.__init__(self, None)
 
-    def rows(self) -> Iterator[tuple[Any, ...]]:
-        yield from self.changelog.rows(self.events())
+    def rows(self) -> Iterator[pa.RecordBatch]:
+        yield from self.changelog.batches(self.changelog.rows(self.events()))
 
     def events(self) -> Iterator[Event]:
         from ...capture.mounter import decode_batch  # noqa: PLC0415

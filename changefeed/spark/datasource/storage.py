@@ -65,7 +65,7 @@ class StorageRange(InputPartition):
     def rows(self) -> Iterator[Any]:
         if self.output == RANGES:
             return iter([pa.RecordBatch.from_pylist([{"range": self.describe()}], schema=RANGE_SCHEMA)])
-        return self.changelog.rows(self.events())
+        return self.changelog.batches(self.changelog.rows(self.events()))
 
     def describe(self) -> str:
         """The range as JSON, without what the reading side has itself (root, codec, filter rules)."""
