@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import ConfigError
-from ..model import ABSENT, DDLEvent, Event, Op, Resolved, RowChange, TableSchema
+from ..model import ABSENT, Column, DDLEvent, Event, Op, Resolved, RowChange, TableSchema
 from ..model.arrow import arrow_type
 from ..model.jsonl import _value_to_json, dumps_event
 from ..model.rowblock import RowBlock
@@ -120,8 +120,12 @@ def _key_json(row: RowChange) -> str | None:
     if not ts.handle_key:
         return None
     image = row.image
-    obj = {ts.columns[i].name: _value_to_json(ts.columns[i], image[i]) for i in ts.handle_key}
-    return orjson.dumps(obj).decode()
+    return _key_text([ts.columns[i] for i in ts.handle_key], [image[i] for i in ts.handle_key])
+
+
+def _key_text(columns: Sequence[Column], values: Sequence[Any]) -> str:
+    """The handle key's JSON object: its ``columns`` with their ``values``."""
+    return orjson.dumps({c.name: _value_to_json(c, v) for c, v in zip(columns, values, strict=True)}).decode()
 
 
 def _key_texts(table: TableSchema, arrays: Sequence[pa.Array], n: int) -> pa.Array:
@@ -135,17 +139,9 @@ def _key_texts(table: TableSchema, arrays: Sequence[pa.Array], n: int) -> pa.Arr
             name = orjson.dumps(table.columns[i].name).decode()
             parts += [("{" if k == 0 else ",") + name + ":", pc.fill_null(arrays[i].cast(pa.string()), "null")]
         return pc.binary_join_element_wise(*parts, "}", "")
-    return _key_texts_by_row(table, arrays)
-
-
-def _key_texts_by_row(table: TableSchema, arrays: Sequence[pa.Array]) -> pa.Array:
     columns = [table.columns[i] for i in table.handle_key]
     values = [arrays[i].to_pylist() for i in table.handle_key]
-    texts = [
-        orjson.dumps({c.name: _value_to_json(c, v) for c, v in zip(columns, key, strict=True)})
-        for key in zip(*values, strict=True)
-    ]
-    return pa.array(texts, type=pa.binary()).cast(pa.string())
+    return pa.array([_key_text(columns, key) for key in zip(*values, strict=True)], type=pa.string())
 
 
 def _position(pos: Any) -> str | None:
@@ -237,7 +233,7 @@ class ChangelogRows:
         table is filtered out or the ``event`` column is on (its JSON is made per event).
 
         The typed images are cast a column at a time; the JSON texts (key, untyped images) are made
-        per row by the same `_value_to_json` as `row`'s, from the columns' values.
+        per row by `row`'s own functions, from the columns' values.
         """
         if self.with_event or not self.keeps(table.schema, table.table):
             return None
@@ -253,12 +249,7 @@ class ChangelogRows:
             images: pa.Array = pa.StructArray.from_arrays(children, fields=list(after))
         else:
             values = [a.to_pylist() for a in arrays]
-            names = [c.name for c in table.columns]
-            texts = [
-                orjson.dumps({k: _value_to_json(c, v) for k, c, v in zip(names, table.columns, row, strict=True)})
-                for row in zip(*values, strict=True)
-            ]
-            images = pa.array(texts, type=pa.binary()).cast(pa.string())
+            images = pa.array([_json_image(table, image) for image in zip(*values, strict=True)], type=pa.string())
         columns = {
             "kind": pa.repeat("row", n),
             "op": pa.repeat(Op.INSERT.value, n),

@@ -29,6 +29,8 @@ from changefeed.spark.datasource.binlog import BinlogInput, RangeDecoder
 from changefeed.spark.datasource.snapshot import DEFAULT_ON_DEMAND_CHUNK_SIZE, SnapshotOptions, is_snapshot
 from changefeed.testing import MariaDBServer
 
+from .workload import keyed_table
+
 pytestmark = pytest.mark.mariadb
 
 
@@ -135,11 +137,9 @@ def test_snapshot_offsets_partitions_and_restart(mariadb_factory: Callable[..., 
     schema = "snapoff"
     rng = random.Random(5)
     with server.connect() as conn, conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE {schema}")
-        cur.execute(f"CREATE TABLE {schema}.k (id INT PRIMARY KEY, v VARCHAR(8))")
+        keyed_table(cur, schema, 60)
         cur.execute(f"CREATE TABLE {schema}.t (s VARCHAR(8) COLLATE utf8mb4_general_ci NOT NULL PRIMARY KEY, n INT)")
         cur.execute(f"CREATE TABLE {schema}.nokey (a INT, b INT)")
-        cur.executemany(f"INSERT INTO {schema}.k VALUES (%s, %s)", [(i, f"v{i}") for i in range(60)])
         cur.executemany(f"INSERT INTO {schema}.t VALUES (%s, %s)", [(f"s{i:03d}", i) for i in range(25)])
         cur.executemany(f"INSERT INTO {schema}.nokey VALUES (%s, %s)", [(i % 3, i) for i in range(9)])
         conn.commit()
@@ -328,9 +328,7 @@ def test_when_needed_snapshots_only_when_the_position_is_gone(
     server = mariadb_factory()
     schema = "snapneed"
     with server.connect() as conn, conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE {schema}")
-        cur.execute(f"CREATE TABLE {schema}.k (id INT PRIMARY KEY, v VARCHAR(8))")
-        cur.executemany(f"INSERT INTO {schema}.k VALUES (%s, %s)", [(i, f"v{i}") for i in range(30)])
+        keyed_table(cur, schema, 30)
         conn.commit()
         cur.execute("SHOW MASTER STATUS")
         file, pos = cur.fetchone()[:2]

@@ -27,6 +27,8 @@ from changefeed.spark.datasource import SourceOptions
 from changefeed.spark.datasource.binlog import INCREMENTAL, BinlogInput, RangeDecoder
 from changefeed.testing import MariaDBServer
 
+from .workload import keyed_table
+
 SIGNALS = TableSchema(
     "changefeed",
     "changefeed_signal",
@@ -128,11 +130,9 @@ def test_a_signal_snapshots_tables_into_the_running_stream(
     schema = "sig"
     rng = random.Random(11)
     with server.connect() as conn, conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE {schema}")
-        cur.execute(f"CREATE TABLE {schema}.k (id INT PRIMARY KEY, v VARCHAR(8))")
+        keyed_table(cur, schema, 60)
         cur.execute(f"CREATE TABLE {schema}.c (s VARCHAR(8) COLLATE utf8mb4_general_ci NOT NULL PRIMARY KEY, n INT)")
         cur.execute(f"CREATE TABLE {schema}.other (id INT PRIMARY KEY, v INT)")
-        cur.executemany(f"INSERT INTO {schema}.k VALUES (%s, %s)", [(i, f"v{i}") for i in range(60)])
         cur.executemany(f"INSERT INTO {schema}.c VALUES (%s, %s)", [(f"s{i:03d}", i) for i in range(25)])
         cur.executemany(f"INSERT INTO {schema}.other VALUES (%s, %s)", [(i, i) for i in range(30)])
         cur.execute("CREATE DATABASE changefeed")
@@ -209,9 +209,7 @@ def test_a_chunk_read_while_nothing_changed_comes_before_the_next_change(
     server = mariadb_factory()
     schema = "quiet"
     with server.connect() as conn, conn.cursor() as cur:
-        cur.execute(f"CREATE DATABASE {schema}")
-        cur.execute(f"CREATE TABLE {schema}.k (id INT PRIMARY KEY, v VARCHAR(8))")
-        cur.executemany(f"INSERT INTO {schema}.k VALUES (%s, %s)", [(i, f"v{i}") for i in range(28)])
+        keyed_table(cur, schema, 28)
         cur.execute("CREATE DATABASE changefeed")
         cur.execute(f"CREATE TABLE changefeed.changefeed_signal ({SIGNAL_COLUMNS})")
         conn.commit()

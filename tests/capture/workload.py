@@ -237,6 +237,14 @@ EXPECTED: list[Expected] = [
 ]
 
 
+def keyed_table(cur: Any, schema: str, rows: int) -> None:
+    """Database ``schema`` and its table ``k (id INT PRIMARY KEY, v VARCHAR(8))`` holding ids 0..rows-1
+    (value ``v<id>``): the snapshot tests' table of keys to cut into chunks."""
+    cur.execute(f"CREATE DATABASE {schema}")
+    cur.execute(f"CREATE TABLE {schema}.k (id INT PRIMARY KEY, v VARCHAR(8))")
+    cur.executemany(f"INSERT INTO {schema}.k VALUES (%s, %s)", [(i, f"v{i}") for i in range(rows)])
+
+
 def run_workload(conn: Any, schema: str = SCHEMA) -> None:
     """Run `STEPS` on a PyMySQL connection (autocommit on), with ``cf`` replaced by ``schema``."""
     with conn.cursor() as cur:

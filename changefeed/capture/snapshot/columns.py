@@ -204,7 +204,6 @@ def parse_joined(table: TableSchema, joined: bytes | None, count: int, tz: tzinf
     if joined is None:
         raise CaptureError(f"{table.qualified_name}: no snapshot lines for {count} rows ({where})")
     data = joined + b"\n"  # a last empty line is a row too
-    lines = count
     names = [f"c{i}" for i in range(len(kinds))]
     try:
         parsed = pcsv.read_csv(
@@ -220,8 +219,8 @@ def parse_joined(table: TableSchema, joined: bytes | None, count: int, tz: tzinf
         )
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
         raise CaptureError(f"{table.qualified_name}: a snapshot line does not parse ({where}): {exc}") from None
-    if parsed.num_rows != lines:
-        raise CaptureError(f"{table.qualified_name}: {lines} snapshot lines gave {parsed.num_rows} rows ({where})")
+    if parsed.num_rows != count:
+        raise CaptureError(f"{table.qualified_name}: {count} snapshot lines gave {parsed.num_rows} rows ({where})")
     arrays = []
     for column, kind, chunked in zip(table.columns, kinds, parsed.columns, strict=True):
         array = chunked.combine_chunks()

@@ -343,7 +343,7 @@ class BatchReader:
         bytes of their JSONL (`ReadChunk.jsonl`), whichever comes first (at least one round of chunks).
 
         Advances ``progress`` (next chunk, highs, clock) in place; chunks come back in plan order.
-        With ``read_ahead``, the chunks after them are read in the background next (`read_ahead_from`),
+        With ``read_ahead``, the chunks after them are read in the background next (`_read_ahead`),
         and a later call takes those it asks for from there.
         """
         out: list[ReadChunk] = []
@@ -390,10 +390,10 @@ class BatchReader:
         progress.clock = clock.last
         if self.read_ahead and out:
             rounds_ahead = -(-chunks_within(out, max_rows, max_bytes) // self.parallelism)
-            self.read_ahead_from(progress, rounds_ahead * self.parallelism)
+            self._read_ahead(progress, rounds_ahead * self.parallelism)
         return out
 
-    def read_ahead_from(self, progress: SnapshotProgress, count: int) -> None:
+    def _read_ahead(self, progress: SnapshotProgress, count: int) -> None:
         """Start reading the ``count`` chunks after ``progress`` in the background, as far as its
         tables are planned in this process (planning stays in `read`)."""
         jobs: list[tuple[TablePlan, int]] = []

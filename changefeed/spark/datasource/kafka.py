@@ -98,17 +98,14 @@ class KafkaRange(InputPartition):
         return self._decoded() if self.output == DECODED else self._changelog()
 
     def _changelog(self) -> Iterator[pa.RecordBatch]:
-        return self.changelog.batches(self._changelog_rows())
+        return self.changelog.batches(self.changelog.rows(self._events()))
 
-    def _changelog_rows(self) -> Iterator[tuple[Any, ...]]:
+    def _events(self) -> Iterator[Event]:
         decoder = _PartitionDecoder(self.servers, self.topic, self.partition, self.codec, client=self.client_config)
         try:
             with RANGE_CONSUMERS.consumer(self.servers, self.client_config) as consumer:
                 for msg in read_range(consumer, self.topic, self.partition, self.start, self.end):
-                    for ev in decoder.decode(msg.offset(), msg.key(), msg.value()):
-                        row = self.changelog.row(ev)
-                        if row is not None:
-                            yield row
+                    yield from decoder.decode(msg.offset(), msg.key(), msg.value())
             decoder.finish(self.end)
         finally:
             decoder.close()

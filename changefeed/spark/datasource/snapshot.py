@@ -250,16 +250,14 @@ class SnapshotChunks(InputPartition):
 
     def _batches(self, chunk: ReadChunk) -> Iterator[pa.RecordBatch]:
         changelog = self.changelog
-        inserts = None
         if isinstance(chunk.selected, ChunkColumns):
             inserts = changelog.inserts_batch(chunk.schema, chunk.commit_ts, chunk.selected.model_arrays())
-        events = [*chunk.head, chunk.resolved] if inserts is not None else chunk.events
-        rows = [row for row in map(changelog.row, events) if row is not None]
-        if inserts is not None:
-            head = changelog.batch(rows[:-1])  # the DDL before the rows, the Resolved after them
-            yield from (b for b in (head, inserts, changelog.batch(rows[-1:])) if b.num_rows)
-        elif rows:
-            yield changelog.batch(rows)
+            if inserts is not None:  # the DDL before the rows, the Resolved after them
+                yield from changelog.batches(changelog.rows(chunk.head))
+                yield inserts
+                yield from changelog.batches(changelog.rows([chunk.resolved]))
+                return
+        yield from changelog.batches(changelog.rows(chunk.events))
 
 
 def snapshot_partitions(
