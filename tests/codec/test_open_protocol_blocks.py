@@ -70,8 +70,11 @@ def by_blocks(messages: list[Message], options: CodecOptions) -> tuple[list[Even
     for i, events in enumerate(decoded):
         for ev in events:
             if isinstance(ev, RowBlock):
+                # A block of a run of messages sits at the run's first; each segment at its own message.
                 columnar += ev.num_rows
-                assert all(s.position == _position(i) for s in ev.segments)
+                offsets = [s.position["offset"] for s in ev.segments]
+                assert offsets[0] == i and offsets == sorted(offsets)
+                assert all(s.position == _position(o) for s, o in zip(ev.segments, offsets, strict=True))
             else:
                 assert ev.position == _position(i)
         out.extend(expand_blocks(events))
@@ -382,15 +385,29 @@ def test_odd_keys_in_a_run_take_the_row_decoders_meaning(case: str) -> None:
 
 
 def test_a_run_of_one_table_takes_the_one_table_path() -> None:
-    """Messages of one table's rows, some commit ts shared: one block per message, a segment per ts."""
+    """Messages of one table's rows, some commit ts shared: one block for the run, at its first
+    message, with a segment per commit ts of each message at that message's position."""
     rows = [(f'{{"ts":{ts},"scm":"s","tbl":"t","t":1}}', ORDINARY) for ts in (1, 1, 2, 3, 3, 3)]
     messages = [frame(*rows[:4]), frame(), frame(*rows[4:]), frame(rows[0])]
     decoder = OpenProtocolBlockDecoder(OpenProtocolDecoder(opts()))
     decoded = decoder.decode(messages, [_where(i) for i in range(4)], [_position(i) for i in range(4)])
-    assert [[type(e).__name__ for e in events] for events in decoded] == [["RowBlock"], [], ["RowBlock"], ["RowBlock"]]
-    shapes = [[(s.table, s.rows, s.commit_ts) for s in events[0].segments] for events in decoded if events]
-    assert shapes == [[(0, 2, 1), (0, 1, 2), (0, 1, 3)], [(0, 2, 3)], [(0, 1, 1)]]
+    assert [[type(e).__name__ for e in events] for events in decoded] == [["RowBlock"], [], [], []]
+    ((block,),) = decoded[0:1]
+    assert [t.num_rows for t in block.tables] == [7]
+    shapes = [(s.table, s.rows, s.commit_ts, s.position["offset"]) for s in block.segments]
+    assert shapes == [(0, 2, 1, 0), (0, 1, 2, 0), (0, 1, 3, 0), (0, 2, 3, 2), (0, 1, 1, 3)]
     assert assert_same(messages) == 7
+
+
+def test_a_run_of_one_table_starting_with_an_empty_message() -> None:
+    """The run's block goes to its first message that holds rows; the empty one before it keeps none."""
+    rows = [(f'{{"ts":{ts},"scm":"s","tbl":"t","t":1}}', ORDINARY) for ts in (1, 2)]
+    messages = [frame(), frame(rows[0]), frame(), frame(rows[1])]
+    decoder = OpenProtocolBlockDecoder(OpenProtocolDecoder(opts()))
+    decoded = decoder.decode(messages, [_where(i) for i in range(4)], [_position(i) for i in range(4)])
+    assert [[type(e).__name__ for e in events] for events in decoded] == [[], ["RowBlock"], [], []]
+    assert [s.position["offset"] for s in decoded[1][0].segments] == [1, 3]
+    assert assert_same(messages) == 2
 
 
 def test_one_table_segments_are_the_dataclass() -> None:
@@ -412,8 +429,8 @@ def test_a_ddl_in_a_run_of_one_table() -> None:
 
 
 def test_a_run_of_one_table_with_resolved_events() -> None:
-    """Resolved events between one table's rows (as TiCDC sends them to every partition): messages of
-    rows only still come as one block each, the others event by event in their order."""
+    """Resolved events between one table's rows (as TiCDC sends them to every partition): each run of
+    messages of rows only still comes as one block, the others event by event in their order."""
 
     def row(ts: int, value: str = ORDINARY) -> tuple[str, str]:
         return (f'{{"ts":{ts},"scm":"s","tbl":"t","t":1}}', value)
@@ -427,9 +444,11 @@ def test_a_run_of_one_table_with_resolved_events() -> None:
         frame(),
         frame(row(5)),
         frame(resolved, row(6)),
+        frame(row(7)),
+        frame(row(7), row(8)),
     ]
     decoder = OpenProtocolBlockDecoder(OpenProtocolDecoder(opts()))
-    decoded = decoder.decode(messages, [_where(i) for i in range(6)], [_position(i) for i in range(6)])
+    decoded = decoder.decode(messages, [_where(i) for i in range(8)], [_position(i) for i in range(8)])
     kinds = [[type(e).__name__ for e in events] for events in decoded]
     assert kinds == [
         ["Resolved"],
@@ -438,9 +457,12 @@ def test_a_run_of_one_table_with_resolved_events() -> None:
         [],
         ["RowBlock"],
         ["Resolved", "RowBlock"],
+        ["RowBlock"],
+        [],
     ]
     assert [s.commit_ts for s in decoded[2][3].segments] == [3, 4]
-    assert assert_same(messages) == 8
+    assert [(s.commit_ts, s.position["offset"]) for s in decoded[6][0].segments] == [(7, 6), (7, 7), (8, 7)]
+    assert assert_same(messages) == 11
     negative = '{"u":{"a":{"t":5,"f":65,"v":-0}}}'  # the row decoder's alone: the group goes its way
     assert assert_same([frame(row(1, negative), resolved, row(2, negative)), frame(resolved, row(3, negative))]) == 0
     bad = '{"u":{"a":{"t":3,"f":65,"v":"x"}}}'

@@ -181,7 +181,9 @@ class OpenProtocolBlockDecoder:
     def decode(
         self, messages: Sequence[Message], wheres: Sequence[str], positions: Sequence[Mapping[str, Any]]
     ) -> list[list[Event | RowBlock]]:
-        """Each message's events (`RowBlock`s for the rows the fast path took), in order.
+        """Each message's events (`RowBlock`s for the rows the fast path took), in order; a run of
+        messages of one table's rows comes as one block in the run's first message's list, each of
+        its segments at its own message's position (`_blocks`).
 
         ``wheres`` name each message in errors; ``positions`` are given to its events (the row
         decoder's caller sets the same on each of its events).
@@ -306,12 +308,12 @@ class OpenProtocolBlockDecoder:
                 # Messages of rows only as blocks; those holding a resolved event one by one.
                 at = [0, *(np.cumsum(np.asarray(t) == _ROW).tolist())]
                 row_starts = [at[s] for s in starts]
-                _blocks(group.rows, row_starts, first, out, positions)
                 mixed = [
                     first + k
                     for k in range(end - first)
                     if row_starts[k + 1] - row_starts[k] != starts[k + 1] - starts[k]
                 ]
+                _blocks(group.rows, row_starts, first, out, positions, breaks=mixed)
         if tables is None:
             tables = list(zip(scm, tbl, strict=True))
         for i in mixed:
@@ -558,14 +560,19 @@ def _blocks(
     first: int,
     out: list[list[Event | RowBlock]],
     positions: Sequence[Mapping[str, Any]],
+    breaks: Sequence[int] = (),
 ) -> None:
     """The events of messages holding only rows of one table the fast path took (``rows``; message
-    ``first + k`` holds rows [starts[k], starts[k + 1])): one `RowBlock` per message holding its
-    slice of them, a `Segment` per run of one commit ts. (The caller replaces the lists of messages
-    that hold other events too.)
+    ``first + k`` holds rows [starts[k], starts[k + 1])): one `RowBlock` per run of consecutive
+    messages, in the run's first message's list (the others' stay empty), holding the run's rows
+    and a `Segment` per run of one commit ts of each message, at that message's position (how the
+    merger takes a block of several messages, `PartitionMerger.feed`). Messages ``breaks`` (absolute
+    indices) end runs and are left to the caller (they hold other events too).
 
-    The runs are found for the whole chunk at once (numpy); each segment is built empty and its
-    slots assigned (its generated ``__init__`` cost as much again).
+    Why one block per run, not per message: a `TableRows` slice and a block per message cost ~0.5
+    µs a row of the apply driver (bench/RESULTS.md). The runs are found for the whole chunk at once
+    (numpy); each segment is built empty and its slots assigned (its generated ``__init__`` cost as
+    much again).
     """
     n = rows.num_rows
     commits = rows.commit_ts  # the batch's own column, not copied
@@ -579,21 +586,25 @@ def _blocks(
     at = np.searchsorted(heads, bounds).tolist()  # message k's segments are [at[k], at[k + 1])
     commit_list = commits[heads].tolist()
     make = object.__new__
-    for k in range(len(starts) - 1):
-        a, b = starts[k], starts[k + 1]
-        if a == b:
-            continue
-        position = positions[first + k]
-        segments = []
-        for s in range(at[k], at[k + 1]):
-            segment = make(Segment)
-            segment.table = 0
-            segment.rows = counts[s]
-            segment.commit_ts = commit_list[s]
-            segment.position = position
-            segment.skip = None
-            segments.append(segment)
-        out[first + k] = [RowBlock([rows.slice(a, b - a)], segments)]
+    stops = sorted({b - first for b in breaks})
+    begin = 0
+    for stop in [*stops, len(starts) - 1]:  # the run of messages [begin, stop)
+        a, b = starts[begin], starts[stop]
+        if a < b:
+            segments = []
+            for k in range(begin, stop):
+                position = positions[first + k]
+                for s in range(at[k], at[k + 1]):
+                    segment = make(Segment)
+                    segment.table = 0
+                    segment.rows = counts[s]
+                    segment.commit_ts = commit_list[s]
+                    segment.position = position
+                    segment.skip = None
+                    segments.append(segment)
+            head = bisect_right(starts, a, begin, stop) - 1  # the run's first message with rows
+            out[first + head] = [RowBlock([rows if b - a == n else rows.slice(a, b - a)], segments)]
+        begin = stop + 1
 
 
 def _events(
