@@ -567,7 +567,7 @@ def _blocks(
     messages, in the run's first message's list (the others' stay empty), holding the run's rows
     and a `Segment` per run of one commit ts of each message, at that message's position (how the
     merger takes a block of several messages, `PartitionMerger.feed`). Messages ``breaks`` (absolute
-    indices) end runs and are left to the caller (they hold other events too).
+    indices, ascending) end runs and are left to the caller (they hold other events too).
 
     Why one block per run, not per message: a `TableRows` slice and a block per message cost ~0.5
     µs a row of the apply driver (bench/RESULTS.md). The runs are found for the whole chunk at once
@@ -586,7 +586,7 @@ def _blocks(
     at = np.searchsorted(heads, bounds).tolist()  # message k's segments are [at[k], at[k + 1])
     commit_list = commits[heads].tolist()
     make = object.__new__
-    stops = sorted({b - first for b in breaks})
+    stops = [b - first for b in breaks]
     begin = 0
     for stop in [*stops, len(starts) - 1]:  # the run of messages [begin, stop)
         a, b = starts[begin], starts[stop]
