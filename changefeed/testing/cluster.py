@@ -280,6 +280,26 @@ class StandaloneCluster:
         except OSError:
             return 0  # the master's page is not answering yet
 
+    def wait_idle(self, timeout: float = 60.0) -> None:
+        """Wait until every worker is alive with none of its cores in use.
+
+        Why: an application that ended frees its workers' cores only once each executor has exited;
+        the master hands a new application's cores to the workers free at that moment, so an
+        application started right after another may get every core on one worker.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                workers = self.master.state().get("workers", [])
+            except OSError:
+                workers = []
+            alive = [w for w in workers if w.get("state") == "ALIVE"]
+            if len(alive) >= len(self.workers) and all(w.get("coresused", 0) == 0 for w in alive):
+                return
+            if time.monotonic() > deadline:
+                raise ServiceError(f"{self.url}: workers still busy after {timeout:.0f} s: {workers}")
+            time.sleep(0.2)
+
     def stop(self) -> None:
         """Stop the workers (their executors with them), then the master; remove the directory unless kept."""
         try:

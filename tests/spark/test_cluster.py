@@ -150,6 +150,7 @@ def test_capture_and_apply_run_on_both_workers_without_the_project_installed(
         assert f"changefeed {cid}: " in out, out
         capture_app = _new_app(cluster, before)
 
+        cluster.wait_idle()  # else the apply may get both cores on the worker the capture freed first
         before = cluster.applications()
         target = f"{mariadb_downstream.url}/?worker-count=1"
         apply_argv = ["apply", "--from", kafka, "--to", target, "--changefeed-id", cid]
