@@ -7,9 +7,13 @@ skip on a developer machine and fail under CI (``CI=true``): see ``require_servi
 from __future__ import annotations
 
 import logging
+import os
+import shutil
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import pytest
@@ -39,11 +43,37 @@ _MARKER_HELP = {
 }
 
 
+#: The run's scratch directory for Spark (see ``_spark_scratch``), removed when the run ends.
+_SPARK_SCRATCH = pytest.StashKey[Path]()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     declared = {line.split(":", 1)[0].strip() for line in config.getini("markers")}
     for name, help_text in _MARKER_HELP.items():
         if name not in declared:
             config.addinivalue_line("markers", f"{name}: {help_text}")
+    _spark_scratch(config)
+
+
+def _spark_scratch(config: pytest.Config) -> None:
+    """Every Spark JVM the run starts keeps its ``spark-*`` scratch under one directory, removed at the end.
+
+    A JVM the tests SIGKILL (the kill tests' jobs) never runs its shutdown hook, so its scratch stayed
+    in /tmp: hundreds of directories a run, 600 MB each where a shipped environment was unpacked.
+    Spark takes ``SPARK_LOCAL_DIRS`` over ``spark.local.dir`` in every mode; the children inherit it.
+    """
+    if os.environ.get("SPARK_LOCAL_DIRS"):
+        return  # the caller chose a place
+    scratch = Path(tempfile.mkdtemp(prefix="changefeed-tests-spark-"))
+    os.environ["SPARK_LOCAL_DIRS"] = str(scratch)
+    config.stash[_SPARK_SCRATCH] = scratch
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    scratch = config.stash.get(_SPARK_SCRATCH, None)
+    if scratch is not None:
+        os.environ.pop("SPARK_LOCAL_DIRS", None)
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

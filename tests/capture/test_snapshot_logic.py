@@ -181,7 +181,7 @@ def scenarios(draw: st.DrawFn) -> tuple[bool, list[Any], int, list[list[Any]], l
     return text, initial, size, writes, []
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios(), st.data())
 def test_snapshot_plus_binlog_after_handover_is_the_final_table(scenario: Any, data: st.DataObject) -> None:
     text, initial, size, writes, _ = scenario

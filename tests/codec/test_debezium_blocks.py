@@ -191,7 +191,7 @@ def test_given_tables_win_over_the_messages_schema() -> None:
     assert assert_same(messages, options, tables) > 0
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(table_changes(), st.sampled_from(list(OPTION_SETS)), st.integers(1, 5), st.booleans())
 def test_generated_rows_of_every_type(data: Any, option_set: str, run: int, given_table: bool) -> None:
     ts, changes = data
@@ -473,7 +473,7 @@ def test_mutated_messages_are_the_row_decoders() -> None:
     rnd = random.Random(19)
     good = _good()
     alphabet = b'{}[]",:0123456789-.eEtrufalsn \\x\xff'
-    for _ in range(300):
+    for _ in range(120):
         messages = list(good)
         for _ in range(rnd.randint(1, 3)):
             i = rnd.randrange(len(messages))

@@ -218,7 +218,7 @@ def table_changes(draw: st.DrawFn) -> tuple[TableSchema, list[tuple[Op, tuple[An
     return ts, changes
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(
     table_changes(),
     st.sampled_from(list(OPTION_SETS.values())),

@@ -948,7 +948,7 @@ def test_bad_claim_check_files(tmp_path: Path) -> None:
 
 
 @given(st.binary(max_size=200))
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 def test_random_bytes_never_crash(data: bytes) -> None:
     dec = OpenProtocolDecoder(opts())
     for msg in (Message(data, data), Message(V1 + data, data), frame((GOOD_KEY, data)), frame((data, GOOD_VALUE))):
@@ -979,7 +979,7 @@ _FUZZ_BASE = _fuzz_base()
 
 
 @given(st.data())
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 def test_mutated_messages_decode_or_raise_codec_error(data: st.DataObject) -> None:
     """One byte of a valid message changed: a (possibly different) valid decode, or CodecError."""
     dec = OpenProtocolDecoder(opts())
@@ -1088,7 +1088,7 @@ _go_texts = st.one_of(
 
 
 @given(_go_texts.filter(lambda t: t is not None))
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 def test_go_unquote_shortcuts_match_the_token_walk(text: str) -> None:
     """go_unquote's escape_decode shortcuts (byte escapes, runes rewritten as bytes) are the rule."""
     try:
@@ -1108,13 +1108,13 @@ def test_go_quote_examples() -> None:
 
 
 @given(st.floats(allow_nan=False, allow_infinity=False))
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 def test_fast_float64_matches_reference(v: float) -> None:
     assert json_float64(v) == format_json(v)
 
 
 @given(st.floats(width=32, allow_nan=False, allow_infinity=False))
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 def test_fast_float32_matches_reference(v: float) -> None:
     assert json_float32(v) == format_json(v, True)
 

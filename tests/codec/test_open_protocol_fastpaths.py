@@ -27,7 +27,7 @@ from changefeed.model import Column, Op, TypeCode
 from tests.codec.helpers import BIN, UTF8
 from tests.codec.test_open_protocol_columns import _check_generated, _rows, _table, assert_identical, encode_both, opts
 
-_SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+_SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # Bytes that stress each branch: printable ASCII (the shortcut), the bytes Go or JSON escape,
 # invalid and valid UTF-8 (printable and not), and anything at all.

@@ -121,7 +121,7 @@ def key(event: RowChange | DDLEvent) -> tuple:
     return ("row", event.table, event.commit_ts, event.new)
 
 
-@settings(max_examples=250, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(scenario())
 def test_merge_emits_deduplicated_stream_in_commit_order_only_when_resolved(data) -> None:
     n_parts, partitions, order = data

@@ -280,7 +280,7 @@ def message(d: Delivery, offset: int) -> list[Any]:
     return out
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(streams())
 def test_blocks_merge_exactly_like_their_rows(data) -> None:
     n_parts, deliveries, firsts, lost = data

@@ -333,7 +333,9 @@ class _Chaos:
 
     def __init__(self, jobs: list[Job], rng: random.Random, progress: Callable[[str], None]) -> None:
         self.jobs, self.rng, self.progress = jobs, rng, progress
-        self.plan: dict[str, tuple[bool, float]] = {}
+        self.wanted: dict[str, int] = {}  # batches the run must log before its kill clock starts (0: at start)
+        self.delay: dict[str, float] = {}  # then seconds to the kill
+        self.kill_at: dict[str, float | None] = {}
         self.first_batch: dict[str, float | None] = {}
         self.startup: dict[str, float] = {}  # the last measured time to a first batch, per job
         self.kills: list[Kill] = []
@@ -343,8 +345,14 @@ class _Chaos:
         # Before the first batch: at a fraction of the last measured start-up. Until one run of the
         # job got that far (start-up time depends on the machine's load), every kill waits for it.
         early = job.name in self.startup and self.rng.random() < EARLY_KILLS
-        delay = self.rng.uniform(0.1, 0.9) * self.startup[job.name] if early else self.rng.uniform(0.3, 2.5)
-        self.plan[job.name], self.first_batch[job.name] = (not early, delay), None
+        # Else after its 1st-3rd batch, counted in batches: on a loaded machine the first batch can come a
+        # minute after the start and find nothing new yet; a kill some seconds after it would find no rows.
+        if early:
+            self.wanted[job.name], self.delay[job.name] = 0, self.rng.uniform(0.1, 0.9) * self.startup[job.name]
+        else:
+            self.wanted[job.name], self.delay[job.name] = self.rng.randint(1, 3), self.rng.uniform(0.0, 1.5)
+        self.kill_at[job.name] = job.started + self.delay[job.name] if self.wanted[job.name] == 0 else None
+        self.first_batch[job.name] = None
 
     def run(self, kills: int, on_kill: Callable[[Kill], str]) -> None:
         for job in self.jobs:
@@ -354,12 +362,14 @@ class _Chaos:
             now = time.monotonic()
             for job in self.jobs:
                 job.check_alive()
-                if self.first_batch[job.name] is None and job.batches():
+                batches = job.batches()
+                if self.first_batch[job.name] is None and batches:
                     self.first_batch[job.name] = now
                     self.startup[job.name] = now - job.started
-                after_batch, delay = self.plan[job.name]
-                since = self.first_batch[job.name] if after_batch else job.started
-                if (since is not None and now >= since + delay) or now >= job.started + IDLE_KILL:
+                if self.kill_at[job.name] is None and batches >= self.wanted[job.name]:
+                    self.kill_at[job.name] = now + self.delay[job.name]
+                kill_at = self.kill_at[job.name]
+                if (kill_at is not None and now >= kill_at) or now >= job.started + IDLE_KILL:
                     kill = job.kill()
                     self.kills.append(kill)
                     self.progress(

@@ -15,7 +15,7 @@ import pytest
 from changefeed.testing import Broker, MariaDBServer
 from tests.e2e.exactly_once import Outcome, Scenario, describe, run_scenario
 
-pytestmark = [pytest.mark.mariadb, pytest.mark.spark, pytest.mark.timeout(290)]
+pytestmark = [pytest.mark.mariadb, pytest.mark.spark, pytest.mark.timeout(540)]
 
 SEED = int(os.environ.get("CHANGEFEED_EO_SEED", "20261122"))
 #: The issue's floor: at least 10 kills per CI run for each variant.
