@@ -43,8 +43,8 @@ _MARKER_HELP = {
 }
 
 
-#: The run's scratch directory for Spark (see ``_spark_scratch``), removed when the run ends.
-_SPARK_SCRATCH = pytest.StashKey[Path]()
+#: The run's scratch directory for JVMs (see ``_spark_scratch``) and the variables it replaced, restored at the end.
+_SPARK_SCRATCH = pytest.StashKey[tuple[Path, dict[str, str | None]]]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -56,23 +56,35 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _spark_scratch(config: pytest.Config) -> None:
-    """Every Spark JVM the run starts keeps its ``spark-*`` scratch under one directory, removed at the end.
+    """Every JVM the run starts keeps its scratch under one directory, removed at the end.
 
     A JVM the tests SIGKILL (the kill tests' jobs) never runs its shutdown hook, so its scratch stayed
-    in /tmp: hundreds of directories a run, 600 MB each where a shipped environment was unpacked.
-    Spark takes ``SPARK_LOCAL_DIRS`` over ``spark.local.dir`` in every mode; the children inherit it.
+    in /tmp: hundreds of directories a run, 600 MB each where a shipped environment was unpacked or
+    copied. Spark takes ``SPARK_LOCAL_DIRS`` over ``spark.local.dir`` in every mode; what a JVM puts
+    in ``java.io.tmpdir`` (spark-submit's copies, native libraries, artifacts) follows
+    ``JDK_JAVA_OPTIONS``, which the JDK's launcher reads. The children inherit both.
     """
     if os.environ.get("SPARK_LOCAL_DIRS"):
         return  # the caller chose a place
     scratch = Path(tempfile.mkdtemp(prefix="changefeed-tests-spark-"))
-    os.environ["SPARK_LOCAL_DIRS"] = str(scratch)
-    config.stash[_SPARK_SCRATCH] = scratch
+    (scratch / "java").mkdir()
+    (scratch / "spark").mkdir()
+    saved = {key: os.environ.get(key) for key in ("SPARK_LOCAL_DIRS", "JDK_JAVA_OPTIONS")}
+    os.environ["SPARK_LOCAL_DIRS"] = str(scratch / "spark")
+    java = f"-Djava.io.tmpdir={scratch / 'java'}"
+    os.environ["JDK_JAVA_OPTIONS"] = f"{saved['JDK_JAVA_OPTIONS']} {java}" if saved["JDK_JAVA_OPTIONS"] else java
+    config.stash[_SPARK_SCRATCH] = (scratch, saved)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    scratch = config.stash.get(_SPARK_SCRATCH, None)
-    if scratch is not None:
-        os.environ.pop("SPARK_LOCAL_DIRS", None)
+    stashed = config.stash.get(_SPARK_SCRATCH, None)
+    if stashed is not None:
+        scratch, saved = stashed
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
         shutil.rmtree(scratch, ignore_errors=True)
 
 
