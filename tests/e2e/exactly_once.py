@@ -362,12 +362,13 @@ class _Chaos:
             now = time.monotonic()
             for job in self.jobs:
                 job.check_alive()
-                batches = job.batches()
-                if self.first_batch[job.name] is None and batches:
-                    self.first_batch[job.name] = now
-                    self.startup[job.name] = now - job.started
-                if self.kill_at[job.name] is None and batches >= self.wanted[job.name]:
-                    self.kill_at[job.name] = now + self.delay[job.name]
+                if self.first_batch[job.name] is None or self.kill_at[job.name] is None:
+                    batches = job.batches()  # reads the run's whole log: only while something waits for it
+                    if self.first_batch[job.name] is None and batches:
+                        self.first_batch[job.name] = now
+                        self.startup[job.name] = now - job.started
+                    if self.kill_at[job.name] is None and batches >= self.wanted[job.name]:
+                        self.kill_at[job.name] = now + self.delay[job.name]
                 kill_at = self.kill_at[job.name]
                 if (kill_at is not None and now >= kill_at) or now >= job.started + IDLE_KILL:
                     kill = job.kill()
