@@ -109,7 +109,9 @@ class JobMonitor:
         self.status: JobStatusWriter | None = None
         self.server: Any = None
         self.position: Any = None
-        self._collected: tuple[int, Any] | None = None  # (batch id, tally) of the batch in progress
+        # batch id -> tally of a batch collected and not yet reported: the one in progress, and the one
+        # before it while it becomes durable (jobs.py, `durable_later`)
+        self._collected: dict[int, Any] = {}
         self._status_broken = False
 
     @property
@@ -145,7 +147,7 @@ class JobMonitor:
                 metrics.observe_batch(self.job, time.monotonic() - started, ok=False)
                 text = f"{type(exc).__name__}: {exc}"
                 log.error("batch failed", extra={"error": mask_secrets(text)})
-                tables = _tables(self._take(batch_id, ())) if self._collected else None
+                tables = _tables(self._take(batch_id, ())) if batch_id in self._collected else None
                 if self.status is not None:
                     status = self.status
                     shard_ddl = metrics.take_shard_ddl()  # a conflict is what stopped the batch
@@ -154,11 +156,13 @@ class JobMonitor:
 
     def collected(self, batch_id: int, events: Sequence[Any]) -> None:
         """The batch's events are known: tally them now, so a batch failing later still counts its rows once."""
-        self._collected = (batch_id, metrics.tally_events(events))
+        for old in [b for b in self._collected if b < batch_id - 1]:  # failed batches' tallies
+            del self._collected[old]
+        self._collected[batch_id] = metrics.tally_events(events)
 
     def _take(self, batch_id: int, events: Sequence[Any]) -> Any:
-        collected, self._collected = self._collected, None
-        return collected[1] if collected is not None and collected[0] == batch_id else metrics.tally_events(events)
+        tally = self._collected.pop(batch_id, None)
+        return tally if tally is not None else metrics.tally_events(events)
 
     def batch_done(
         self, batch_id: int, events: Sequence[Any], checkpoint_ts: int, position: Any, resolved_ts: int, seconds: float

@@ -29,6 +29,7 @@ from typing import Any
 from ..clients.mysql import MySQLError, MySQLParams, ProgrammingError, parse_mysql_url
 from ..errors import ChangefeedError, ascii_digits
 from ..files.layout import DATA_FILE_RE, SCHEMA_FILE_RE, read_checkpoint
+from ..files.offsetlog import read_offsets
 from ..files.store import StateStore, open_store
 from ..model.tso import tso_physical_ms
 from ..secrets import mask_secrets
@@ -198,27 +199,14 @@ def _batch_ids(log: StateStore) -> list[int]:
 
 
 def _read_offsets(log: StateStore, batch: int) -> tuple[dict[str, Any], list[Any]]:
-    """``offsets/<id>``: a version line, the batch metadata JSON, then one line per source (``-``: none)."""
-    path = f"{log.where}/{batch}"
+    """``offsets/<id>`` (`read_offsets`); gone or damaged: a `StatusError` naming it."""
     try:
-        raw = log.read(str(batch))
-        if raw is None:
-            raise ValueError("the file is gone")
-        lines = raw.decode("utf-8").splitlines()
-        if len(lines) < 2 or not lines[0].startswith("v"):
-            raise ValueError("expected a version line and a metadata line")
-        meta = json.loads(lines[1])
-        offsets = [None if line.strip() == "-" else _json_or_text(line) for line in lines[2:]]
-    except (ChangefeedError, ValueError) as exc:
-        raise StatusError(f"unreadable Spark offset log: {exc}", where=path) from None
-    return meta, offsets
-
-
-def _json_or_text(line: str) -> Any:
-    try:
-        return json.loads(line)
-    except ValueError:
-        return line
+        found = read_offsets(log, batch)
+    except ChangefeedError as exc:
+        raise StatusError(exc.message, where=exc.where) from None
+    if found is None:
+        raise StatusError("unreadable Spark offset log: the file is gone", where=f"{log.where}/{batch}")
+    return found
 
 
 def spark_status(directory: str | Path) -> SparkCheckpointStatus:

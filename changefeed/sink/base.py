@@ -11,6 +11,10 @@ at the end, also after a failure. The contract that makes a job exactly once wit
   skipped, or written idempotently, so a replayed batch changes nothing twice.
 * ``flush() -> int``: make everything written durable and return the checkpoint ts that is now
   durable. A job commits its source offsets only after this returns.
+* ``flush_async() -> Pending`` (`PipelinedSink`, sinks whose server applies in the background):
+  hand everything written over as ``flush`` does without waiting; its ``wait()`` returns the
+  checkpoint ts once it is durable. A job whose source can resume from its own saved position (the Kafka merge
+  state) overlaps a batch's last statements with the next batch this way.
 * ``close()``: release connections and buffers. It never flushes: what was written and not
   flushed belongs to a batch that failed, and is not made durable (a Kafka producer drops its
   queue). A clean ``with`` block flushes before it closes.
@@ -47,6 +51,27 @@ class Sink(Protocol):
     def flush(self) -> int: ...
 
     def close(self) -> None: ...
+
+
+class Pending(Protocol):
+    """What `PipelinedSink.flush_async` handed over, on its way to being durable."""
+
+    def done(self) -> bool:
+        """Whether it ended (durable, or failed): `wait` returns or raises at once."""
+        ...
+
+    def wait(self) -> int:
+        """Until it is durable; the checkpoint ts it reached (raises what failed)."""
+        ...
+
+
+@runtime_checkable
+class PipelinedSink(Sink, Protocol):
+    """A sink that makes a batch durable in the background (`MySQLSink`'s applier thread)."""
+
+    def flush_async(self) -> Pending:
+        """`flush` without waiting for it."""
+        ...
 
 
 @runtime_checkable

@@ -24,15 +24,20 @@ or the new file.
 Exactly once: Spark re-runs a failed batch with the same id and offsets. `MergeStage.merge` starts
 from the state saved by the newest batch before it, so the replay releases exactly what the first
 try released; the sink skips commit ts at or below its own checkpoint (and applies idempotently).
-The state of batch N is saved after the sink's flush and before foreachBatch returns, so Spark
-never commits batch N's offsets without the rows it left pending being saved.
+The state of batch N is saved only once the sink made batch N durable. Where the driver reads its
+ranges (``output=ranges``) that may come after foreachBatch returned, while batch N+1 runs
+(`MergeStage.durable_later`: the server's last statements of N overlap N+1's start), so Spark's
+offset log may hold batches past the newest state. The state then names where it ends in each
+partition (header ``ends``, version 4), and a batch starting later than that re-reads the messages
+between (`MergeStage.read`): the job resumes from its own state, not from Spark's offsets. Every
+other output saves the state before foreachBatch returns.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -41,6 +46,7 @@ import pyarrow as pa
 
 from ..consume import PartitionMerger
 from ..errors import ChangefeedError, ascii_digits
+from ..files.offsetlog import read_offsets
 from ..files.store import StateStore, open_store
 from ..model import Event, Resolved, RowChange, TableSchema
 from ..model.jsonl import EventReader, dumps_events
@@ -61,9 +67,10 @@ log = logging.getLogger(__name__)
 
 _KEEP = 3  # state files kept (the newest is what the next batch needs; older ones help debugging)
 # Version 2 adds undecided replays (``replays`` per partition, changefeed/consume/merge.py), version
-# 3 ``inserts`` lines; this changefeed reads versions 1 and 2 too. An older reader refuses a newer one.
-_FORMAT, _VERSION = "changefeed-merge-state", 3
-_READS = (1, 2, 3)
+# 3 ``inserts`` lines, version 4 the header's ``ends``; this changefeed reads versions 1 to 3 too. An
+# older reader refuses a newer one.
+_FORMAT, _VERSION = "changefeed-merge-state", 4
+_READS = (1, 2, 3, 4)
 _PREFIX, _SUFFIX = "merge-", ".jsonl"
 
 Decoded = Iterable[tuple[int, int, Sequence[Event | RowBlock]] | tuple[int, int, Sequence[Event | RowBlock], int]]
@@ -206,11 +213,23 @@ class OrderedStage:
         """Nothing held."""
 
 
-def state_bytes(merger: PartitionMerger, *, batch_id: int, topic: str, partitions: Sequence[int]) -> bytes:
+Ends = dict[int, int]
+"""Kafka partition -> the offset a merge state's batch read up to (its ranges' end), every partition."""
+
+
+def state_bytes(
+    merger: PartitionMerger,
+    *,
+    batch_id: int,
+    topic: str,
+    partitions: Sequence[int],
+    ends: Mapping[int, int] | None = None,
+) -> bytes:
     """``merger``'s state file: the header line, then its unreleased events (written by `MergeStage.commit`
-    with `StateStore.write`: atomically and durably)."""
+    with `StateStore.write`: atomically and durably). ``ends``: where the batch's ranges ended (known
+    where the driver read them)."""
     state, events = merger.snapshot()
-    header = {
+    header: dict[str, Any] = {
         "format": _FORMAT,
         "version": _VERSION,
         "batch": batch_id,
@@ -218,6 +237,8 @@ def state_bytes(merger: PartitionMerger, *, batch_id: int, topic: str, partition
         "partitions": list(partitions),
         "merger": state,
     }
+    if ends is not None:
+        header["ends"] = {str(p): o for p, o in sorted(ends.items())}
     parts = [orjson.dumps(header, option=orjson.OPT_APPEND_NEWLINE)]
     parts.append(dumps_events(events))
     return b"".join(parts)
@@ -225,6 +246,14 @@ def state_bytes(merger: PartitionMerger, *, batch_id: int, topic: str, partition
 
 def load_state(store: StateStore, name: str, topic: str, partitions: Sequence[int]) -> PartitionMerger:
     """The merger saved as ``name``; any damage is a ChangefeedError naming the file (the file may be hostile)."""
+    return load_saved(store, name, topic, partitions)[0]
+
+
+def load_saved(
+    store: StateStore, name: str, topic: str, partitions: Sequence[int]
+) -> tuple[PartitionMerger, Ends | None]:
+    """`load_state`, and the state's ``ends`` (None: a state that names none, of version 3 or older or
+    of a batch whose ranges were not read on the driver)."""
     path = f"{store.where}/{name}"
     try:
         raw = store.read(name)
@@ -248,6 +277,7 @@ def load_state(store: StateStore, name: str, topic: str, partitions: Sequence[in
         merger = PartitionMerger.restore(header["merger"], events)
         if sorted(merger.partitions) != header["partitions"]:  # type: ignore[type-var]
             raise ValueError(f"the header names partitions {header['partitions']}, the state {merger.partitions}")
+        ends = _ends(header.get("ends"), header["partitions"])
     except ChangefeedError as exc:  # an event line: EventFormatError names the line
         raise ChangefeedError(f"kafka merge state is corrupt: {exc.message}", where=exc.where or str(path)) from None
     except (orjson.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -260,7 +290,31 @@ def load_state(store: StateStore, name: str, topic: str, partitions: Sequence[in
             "repartitioned, or the checkpoint belongs to another job; start a new checkpoint",
             where=str(path),
         )
-    return merger
+    return merger, ends
+
+
+def _ends(value: Any, partitions: Sequence[int]) -> Ends | None:
+    """A header's ``ends``: offsets (non-negative integers) of the header's partitions only."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise TypeError("ends must be an object")
+    known = {str(p): p for p in partitions}
+    ends: Ends = {}
+    for key, offset in value.items():
+        if key not in known:
+            raise ValueError(f"ends names partition {key!r}, not one of the header's partitions")
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise ValueError(f"ends of partition {key} must be an offset (a non-negative integer), got {offset!r}")
+        ends[known[key]] = offset
+    return ends
+
+
+def _ranges_table(rows: Sequence[tuple[int, int, int]]) -> pa.Table:
+    """(partition, start, end) rows as the kafka input's ``output=ranges`` table."""
+    columns = list(zip(*rows, strict=True)) if rows else [(), (), ()]
+    types = (pa.int32(), pa.int64(), pa.int64())
+    return pa.table([pa.array(c, t) for c, t in zip(columns, types, strict=True)], names=["partition", "start", "end"])
 
 
 class MergeStage:
@@ -272,20 +326,23 @@ class MergeStage:
         topic: str,
         partitions: Sequence[int],
         decoder: MessageDecoder | DecodedReader | None = None,
+        offset_log: StateStore | None = None,
     ) -> None:
         # The kafka input's raw messages, or messages its tasks decoded (changefeed/spark/datasource/).
         self.output = decoder.output if decoder is not None else "messages"
         self.store = open_store(state)
+        self.offset_log = offset_log  # the query's Spark offset log, where `read` takes its ranges
         self.topic = topic
         self.partitions = sorted(partitions)
         self.decoder = decoder
         # At least 16 of the largest messages the producer may send (TiCDC's max-message-bytes).
         largest = decoder.codec.max_message_bytes if decoder is not None else 0
         self.max_pending_bytes = max(MIN_PENDING_BYTES, 16 * largest)
-        self._merger: PartitionMerger | None = None  # batch in flight, saved by `commit`
-        self._prepared: tuple[int, PartitionMerger, bytes] | None = None  # its state file, made ahead
+        # The last batch merged in this process, committed or not: (batch id, merger, its ends).
+        self._last: tuple[int, PartitionMerger, Ends | None] | None = None
+        self._unsaved: dict[int, bytes] = {}  # batch id -> its state file, made as its merge ended
+        self._later: int | None = None  # the batch whose state may be saved after the next one ran
         self.last_messages: int | None = None  # messages of the last batch merged (None: none yet)
-        self._saved: tuple[int, PartitionMerger] | None = None  # the newest state saved by this process
         self.intern = SchemaInterner()
 
     @staticmethod
@@ -300,10 +357,16 @@ class MergeStage:
                 ids.append(int(number))
         return sorted(ids)
 
-    def _restore(self, batch_id: int) -> PartitionMerger:
-        """The state saved by the newest batch before ``batch_id`` (a fresh merger before the first)."""
+    def _restore(self, batch_id: int) -> tuple[PartitionMerger, Ends | None]:
+        """The state after the newest batch before ``batch_id`` and where its ranges ended (None: not
+        known): the one this process merged last, saved or not yet (`durable_later`), else the newest
+        saved; a fresh merger before the first."""
         older = [i for i in self._saved_ids() if i < batch_id]
-        saved, self._saved = self._saved, None  # merge() changes it in place: reusable only once committed
+        last, self._last = self._last, None  # merge() changes it in place: a failed batch leaves none
+        for replayed in [i for i in self._unsaved if i >= batch_id]:
+            del self._unsaved[replayed]
+        if last is not None and last[0] < batch_id and (not older or last[0] >= older[-1]):
+            return last[1], last[2]  # the state its file holds (or will), without reading it back
         if not older:
             if any(n.startswith("merger-") and n.endswith(".pkl") for n in self.store.names()):
                 raise ChangefeedError(
@@ -312,10 +375,18 @@ class MergeStage:
                     "(the MySQL sink skips what it already applied)",
                     where=self.store.where,
                 )
-            return PartitionMerger(self.partitions)
-        if saved is not None and saved[0] == older[-1]:
-            return saved[1]  # the same state the file holds, without reading it back
-        return load_state(self.store, self._file(older[-1]), self.topic, self.partitions)
+            return PartitionMerger(self.partitions), None
+        merger, ends = load_saved(self.store, self._file(older[-1]), self.topic, self.partitions)
+        if ends is not None and older[-1] < batch_id - 1 and self.output != RANGES:
+            # Batches after it may have been handed to the sink without their state: only ranges
+            # read on the driver can re-read their messages (`read`).
+            raise ChangefeedError(
+                f"the kafka merge state of batch {older[-1]} was saved by a job that read its ranges on the "
+                f"driver, and batch {batch_id} starts later: run it again with spark.changefeed.apply.decode=driver "
+                "until it is past this batch",
+                where=self.store.where,
+            )
+        return merger, ends
 
     def run(self, messages: pa.Table, batch_id: int) -> list[Event | RowBlock]:
         """A batch of the input's rows: decoded (or unpacked) once, then merged (see `merge`)."""
@@ -342,22 +413,111 @@ class MergeStage:
         `bench/e2e.py --modes steady` at 10k rows/s, p50 0.68 -> 0.86 s (bench/RESULTS.md).
         """
         if self.output == RANGES:
-            return self.read(batch.toArrow(), batch_id)  # tasks only named the ranges: nothing to stream
+            return self.read(batch.toArrow, batch_id)  # tasks only name the ranges: nothing to stream
         if self.last_messages is None or self.last_messages >= STREAM_MESSAGES:
             return self.stream(batch, batch_id)
         return self.chunks(batch.toArrow(), batch_id)
 
-    def read(self, ranges: pa.Table, batch_id: int) -> Iterator[list[Event | RowBlock]]:
+    def read(self, ranges: pa.Table | Callable[[], pa.Table], batch_id: int) -> Iterator[list[Event | RowBlock]]:
         """`chunks` of a batch whose Kafka ranges (``output=ranges``) are read here, on the driver,
-        while what came is decoded and merged (`DriverReads`; the turns of `merge_arrivals`)."""
+        while what came is decoded and merged (`DriverReads`; the turns of `merge_arrivals`).
+        ``ranges``: the table, or how to collect it from Spark's tasks where the offset log cannot
+        give it (`_logged`)."""
         decoder = self._decoder()
         if not isinstance(decoder, MessageDecoder):
             raise ChangefeedError("kafka ranges need the driver's message decoder", where=self.topic)
+        merger, ends = self._restore(batch_id)
+        if not isinstance(ranges, pa.Table):
+            logged = self._logged(batch_id) if ends is not None else None
+            ranges = logged if logged is not None else ranges()
+        ranges, after = self._from_state(ranges, ends, batch_id)
+        # A state naming where every partition ended: a restart can re-read what came after it.
+        self._later = batch_id if ends is not None and ends.keys() >= set(self.partitions) else None
         reads = DriverReads(decoder.servers, self.topic, ranges, decoder.client_config)
         try:
-            yield from self.merge_arrivals(reads, batch_id)
+            yield from self.merge_arrivals(reads, batch_id, (merger, after))
         finally:
             reads.close()
+
+    def _logged(self, batch_id: int) -> pa.Table | None:
+        """The batch's ranges as its tasks would name them (`KafkaInput.partitions`: every partition,
+        from the previous batch's offsets to this one's), from Spark's offset log, which Spark wrote
+        before the batch ran: no Spark job of range tasks (~0.08 s a batch, bench/RESULTS.md). None
+        where the log cannot tell (the first batch, a log purged or of another form)."""
+        if self.offset_log is None or batch_id < 1:
+            return None
+        stops = self._logged_offsets(batch_id)
+        begins = self._logged_offsets(batch_id - 1) if stops is not None else None
+        if stops is None or begins is None:
+            return None
+        rows = [(p, begins[p], stops[p]) for p in self.partitions]
+        if any(start > end for _, start, end in rows):
+            raise ChangefeedError(
+                f"kafka topic {self.topic!r}: Spark's offset log goes back from batch {batch_id - 1} to {batch_id}",
+                where=self.offset_log.where,
+            )
+        return _ranges_table(rows)
+
+    def _logged_offsets(self, batch_id: int) -> dict[int, int] | None:
+        """Batch ``batch_id``'s end offsets in the offset log: this input's form (``{"topic", "offsets"}``,
+        every partition), else None."""
+        assert self.offset_log is not None
+        found = read_offsets(self.offset_log, batch_id)
+        sources = found[1] if found is not None else None
+        if not sources or len(sources) != 1 or not isinstance(sources[0], dict):
+            return None
+        offset = sources[0]
+        logged = offset.get("offsets")
+        if offset.get("topic") != self.topic or not isinstance(logged, dict):
+            return None
+        out: dict[int, int] = {}
+        for p in self.partitions:
+            value = logged.get(str(p))
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                return None
+            out[p] = value
+        return out
+
+    def _from_state(self, ranges: pa.Table, ends: Ends | None, batch_id: int) -> tuple[pa.Table, Ends]:
+        """The batch's ranges, each partition's first one starting where the restored state ended, and
+        where they end. A later start is a batch that a stopped run handed to the sink and whose state
+        it never saved (`durable_later`): its messages are read again, and the sink skips what it holds."""
+        rows = sorted(zip(*(ranges.column(n).to_pylist() for n in ("partition", "start", "end")), strict=True))
+        after: Ends = dict(ends or {})
+        seen: set[int] = set()
+        out = []
+        for partition, start, end in rows:
+            begin = start
+            if ends is not None and partition in ends and partition not in seen:
+                were = ends[partition]
+                if were > start:
+                    raise ChangefeedError(
+                        f"kafka topic {self.topic!r} partition {partition}: batch {batch_id} starts at offset "
+                        f"{start}, before offset {were} where the saved merge state ends: the checkpoint "
+                        "was altered or belongs to another job",
+                        where=self.store.where,
+                    )
+                if were < start:
+                    log.info(
+                        "kafka merge: batch %d reads partition %d from offset %d, not %d (the rows between "
+                        "were not durable when the job stopped)",
+                        batch_id,
+                        partition,
+                        were,
+                        start,
+                    )
+                    begin = were
+            seen.add(partition)
+            after[partition] = max(end, after.get(partition, end))
+            out.append((partition, begin, end))
+        return _ranges_table(out), after
+
+    def durable_later(self, batch_id: int) -> bool:
+        """Whether batch ``batch_id``'s state may be saved after the next batch ran (`jobs` then overlaps
+        the sink's last statements of this batch with the next one's start): its ranges were read here
+        from a state that names where every partition ended, so a restart re-reads what Spark's
+        offsets passed and no state covers (`read`)."""
+        return self._later == batch_id
 
     def stream(self, batch: DataFrame, batch_id: int) -> Iterator[list[Event | RowBlock]]:
         """`chunks` of a batch DataFrame whose Spark partitions are handed over one at a time as
@@ -368,14 +528,17 @@ class MergeStage:
         finally:
             arrivals.close()
 
-    def merge_arrivals(self, arrivals: Arriving, batch_id: int) -> Iterator[list[Event | RowBlock]]:
+    def merge_arrivals(
+        self, arrivals: Arriving, batch_id: int, restored: tuple[PartitionMerger, Ends | None] | None = None
+    ) -> Iterator[list[Event | RowBlock]]:
         """`chunks` of a batch whose Spark partitions (a range of one Kafka partition's messages each,
         a partition's ranges in offset order) come one at a time: those already here are decoded
         while later ones are still read, a few messages at a time, the Kafka partition that holds
         the global resolved ts back first (a turn of one far ahead only adds to what waits; ties
         take turns). Unreleased rows wait in the merger for the partitions not yet here; past half
         of `max_pending_bytes` the driver waits for them instead of decoding further, so it never
-        holds more than when the batch came whole."""
+        holds more than when the batch came whole. ``restored``: the merger to start from and the ends
+        this batch reaches (`read`), else `_restore`'s."""
         decoder = self._decoder()
         bound = self.max_pending_bytes // 2
 
@@ -408,7 +571,7 @@ class MergeStage:
                 last[key] = next(clock)
                 yield piece
 
-        return self._merged(pieces, batch_id)
+        return self._merged(pieces, batch_id, restored)
 
     def _decoder(self) -> MessageDecoder | DecodedReader:
         if self.decoder is None:
@@ -420,11 +583,15 @@ class MergeStage:
         return [event for chunk in self._merged(lambda _: (messages,), batch_id) for event in chunk]
 
     def _merged(
-        self, pieces_of: Callable[[PartitionMerger], Iterable[Decoded]], batch_id: int
+        self,
+        pieces_of: Callable[[PartitionMerger], Iterable[Decoded]],
+        batch_id: int,
+        restored: tuple[PartitionMerger, Ends | None] | None = None,
     ) -> Iterator[list[Event | RowBlock]]:
-        """What each piece of decoded messages releases; the merger is kept for `commit` once all are fed.
-        ``pieces_of`` gives the pieces; it may look at how much the merger holds."""
-        merger = self._restore(batch_id)
+        """What each piece of decoded messages releases; the state file is made once all are fed, for
+        `commit`. ``pieces_of`` gives the pieces; it may look at how much the merger holds. ``restored``:
+        the merger to start from and the ends the batch reaches (None: `_restore`'s, ends unknown)."""
+        merger, ends = restored if restored is not None else (self._restore(batch_id)[0], None)
         known = set(self.partitions)
         merger.max_pending_bytes = self.max_pending_bytes
         released = messages = 0
@@ -443,11 +610,12 @@ class MergeStage:
             released += len(out)
             if out:
                 yield out
-        self._merger = merger
         self.last_messages = messages
         # The state written once the sink flushed, made now: while the sink applies the last piece
-        # (the driver would wait for it) rather than after (~0.2 s a 160k-row backlog batch).
-        self._prepared = (batch_id, merger, self._state(batch_id, merger))
+        # (the driver would wait for it) rather than after (~0.2 s a 160k-row backlog batch), and
+        # before the next batch changes the merger (`durable_later`).
+        self._unsaved[batch_id] = self._state(batch_id, merger, ends)
+        self._last = (batch_id, merger, ends)
         log.debug(
             "kafka merge batch=%d released=%d buffered=%d global_resolved=%d",
             batch_id,
@@ -458,20 +626,17 @@ class MergeStage:
 
     def commit(self, batch_id: int) -> None:
         """Save the state after ``batch_id``, once the sink made the batch durable."""
-        if self._merger is None:
-            return
-        prepared, self._prepared = self._prepared, None
-        if prepared is not None and prepared[0] == batch_id and prepared[1] is self._merger:
-            data = prepared[2]
-        else:
-            data = self._state(batch_id, self._merger)
+        data = self._unsaved.pop(batch_id, None)
+        if data is None:
+            return  # not merged in this process
         self.store.write(self._file(batch_id), data)
-        self._saved, self._merger = (batch_id, self._merger), None
+        for older in [i for i in self._unsaved if i < batch_id]:
+            del self._unsaved[older]
         for old in self._saved_ids()[:-_KEEP]:
             self.store.delete(self._file(old))
 
-    def _state(self, batch_id: int, merger: PartitionMerger) -> bytes:
-        return state_bytes(merger, batch_id=batch_id, topic=self.topic, partitions=self.partitions)
+    def _state(self, batch_id: int, merger: PartitionMerger, ends: Ends | None) -> bytes:
+        return state_bytes(merger, batch_id=batch_id, topic=self.topic, partitions=self.partitions, ends=ends)
 
     def close(self) -> None:
         if self.decoder is not None:

@@ -12,6 +12,7 @@ import time
 import uuid
 from pathlib import Path
 
+import orjson
 import pyarrow as pa
 import pytest
 from pyspark.sql import SparkSession
@@ -56,6 +57,11 @@ def test_ranges_output_names_each_partitions_range_unsplit(spark: SparkSession, 
     df = spark.read.format("changefeed").options(**_source(broker, topic, output=RANGES, eventsPerPartition="4")).load()
     assert df.schema.simpleString() == "struct<partition:int,start:bigint,end:bigint>"
     assert sorted(map(tuple, df.collect())) == [(0, 0, 30), (1, 0, 30)]  # a task per partition: nothing to split
+    # A partition with nothing new is named too: the merge state keeps where every partition ended.
+    starting = orjson.dumps({topic: {"0": 10, "1": 30}}).decode()
+    source = _source(broker, topic, output=RANGES, startingOffsets=starting)
+    df = spark.read.format("changefeed").options(**source).load()
+    assert sorted(map(tuple, df.collect())) == [(0, 10, 30), (1, 30, 30)]
 
 
 def test_driver_reads_hand_over_exactly_the_ranges_messages(broker: Broker) -> None:
@@ -151,3 +157,53 @@ def test_a_reader_stops_its_read_ahead_bound_ahead_of_the_merge(broker: Broker) 
     assert len(got) == 15
     offsets = [o for _, t in got for o in t.column("offset").to_pylist()]
     assert offsets == list(range(30)) and len(sent[0]) == 30
+
+
+def test_a_batch_past_the_saved_state_reads_the_messages_between_again(broker: Broker, tmp_path: Path) -> None:
+    """A batch handed to the sink while the next one ran (`MergeStage.durable_later`) whose state was
+    never saved: after a restart Spark's offsets start past the newest saved state, whose ``ends``
+    say where to read from; what the restart releases is what the batch released."""
+    codec = PROTOCOLS["open-protocol"]
+    topic = _captured_topic(broker, codec, "gap", partitions=3)
+    ends = _ends(broker, topic)
+    mid = {p: end // 2 for p, end in ends.items()}
+    kafka = KafkaInput(SourceOptions.parse(_source(broker, topic)))
+    ids = kafka.partition_ids()
+    kafka.close()
+
+    def stage() -> MergeStage:
+        return MergeStage(tmp_path, topic, ids, MessageDecoder(broker.bootstrap_servers, topic, codec, ChangelogRows()))
+
+    def release(on: MergeStage, rows: list[tuple[int, int, int]], batch_id: int) -> list[bytes]:
+        return _lines([e for piece in on.chunks(_ranges(rows), batch_id) for e in piece])
+
+    run = stage()
+    assert release(run, [(p, 0, m) for p, m in mid.items()], 0)
+    assert not run.durable_later(0)  # a fresh state names no ends: batch 0 is saved before it returns
+    run.commit(0)
+    second = release(run, [(p, mid[p], end) for p, end in ends.items()], 1)
+    assert run.durable_later(1) and len(second) > 10
+    run.close()  # stopped before batch 1 was durable: its state is not saved, Spark's offsets are
+
+    again = stage()
+    third = release(again, [(p, end, end) for p, end in ends.items()], 2)
+
+    # The same rows in the same order and the same last watermark (resolved events between come as
+    # the partitions' reads arrive; a DDL's position is that of the copy the merge met first).
+    def rows(lines: list[bytes]) -> list[dict]:
+        objs = [orjson.loads(line) for line in lines]
+        return [
+            {k: v for k, v in o.items() if k != "position" or o["kind"] != "ddl"}
+            for o in objs
+            if o["kind"] != "resolved"
+        ]
+
+    assert rows(third) == rows(second)
+    assert third[-1] == second[-1] and b'"resolved"' in third[-1]
+    assert again.durable_later(2)
+    again.commit(2)
+    saved = (tmp_path / MergeStage._file(2)).read_bytes().partition(b"\n")[0]
+    assert orjson.loads(saved)["ends"] == {str(p): end for p, end in ends.items()}
+    with pytest.raises(ChangefeedError, match=r"before offset \d+ where the saved merge state ends"):
+        release(again, [(p, mid[p], end) for p, end in ends.items()], 3)  # a checkpoint of another run
+    again.close()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import threading
 import uuid
 from pathlib import Path
 
@@ -18,7 +20,7 @@ from changefeed.sink.kafka import KafkaSink, KafkaSinkConfig
 from changefeed.sink.mysql import MySQLSink, MySQLSinkConfig
 from changefeed.sink.parquet import ParquetSnapshotSink
 from changefeed.sink.storage.writer import StorageWriter
-from changefeed.spark.datasource import register
+from changefeed.spark.datasource import KafkaInput, SourceOptions, register
 from changefeed.spark.jobs import DECODE_CONF, decode_in_tasks
 from changefeed.testing import Broker, MariaDBServer
 
@@ -120,4 +122,57 @@ def test_capture_to_kafka_then_apply_equals_direct_application(
         spark.conf.unset(DECODE_CONF)
     assert applied.batches > 3
     assert applied.rows == rows
+    assert dump(server) == direct
+
+
+def test_a_batch_failing_after_its_foreachbatch_returned_is_read_again(
+    spark: SparkSession,
+    broker: Broker,
+    downstream: tuple[MariaDBServer, str],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Over ranges the driver reads, the apply job hands batch N to the MySQL sink and returns before
+    it is durable; its merge state is saved while N+1 runs. Here a batch's statements fail only once
+    the next batch was written: Spark has committed the failed batch's offsets, its state was never
+    saved, and the restart reads its messages again from where the newest saved state ends."""
+    server, ck_schema = downstream
+    direct = direct_dump(server, ck_schema)
+    topic = f"cf-late-{uuid.uuid4().hex[:8]}"
+    sink = KafkaSink(KafkaSinkConfig(broker.bootstrap_servers, topic, CODEC, partition_num=2))
+    capture(spark, sink, tmp_path / "ck", available_now=True)
+    kafka = KafkaInput(SourceOptions.parse(_source(broker, topic)))
+    messages = sum(high for _, high in kafka.watermarks().values())
+    kafka.close()
+    source = {**_source(broker, topic), "maxEventsPerTrigger": str(max(2, messages // 4))}
+
+    current = {"batch": -1}
+    written: dict[int, threading.Event] = {}
+    crashed: list[int] = []
+
+    def note(batch_id: int, stage: str) -> None:
+        if stage == "written":
+            current["batch"] = batch_id
+            written.setdefault(batch_id, threading.Event()).set()
+
+    def fail_late(point: str, info: object) -> None:
+        # The first transaction committing once batch 1 or a later one was written holds until the
+        # next batch was written (so the batch's foreachBatch has returned), then fails. A DDL's
+        # flush in that next batch waits for it: then it fails sooner, in that batch.
+        batch = current["batch"]
+        if point == "commit" and batch >= 1 and not crashed:
+            crashed.append(batch)
+            written.setdefault(batch + 1, threading.Event()).wait(20)
+            raise RuntimeError("injected: a batch failed after its foreachBatch returned")
+
+    config = MySQLSinkConfig(changefeed_id="late", checkpoint_schema=ck_schema, fault_hook=fail_late)
+    ck = tmp_path / "ck-mysql"
+    with pytest.raises(StreamingQueryException, match="injected"):
+        apply(spark, source, MySQLSink(server.url, config), ck, available_now=True, hook=note)
+    config = MySQLSinkConfig(changefeed_id="late", checkpoint_schema=ck_schema)
+    with caplog.at_level(logging.INFO, logger="changefeed.spark.merge"):
+        stats = apply(spark, source, MySQLSink(server.url, config), ck, available_now=True)
+    first = stats.batch_ids[0]
+    assert crashed == [first - 1]  # Spark had committed the batch that failed
+    assert f"kafka merge: batch {first} reads partition" in caplog.text  # from the saved state's ends
     assert dump(server) == direct

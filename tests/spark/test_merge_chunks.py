@@ -260,21 +260,25 @@ def test_batches_go_as_they_arrive_while_they_are_large(tmp_path: Path, monkeypa
 
 def test_the_state_file_is_made_when_the_merge_ends_and_written_at_commit(tmp_path: Path) -> None:
     """The state is serialized as the batch's last piece goes to the sink (overlapping its apply) and
-    only written at commit: the same bytes as made at commit; a commit of another batch makes its own."""
+    only written at commit: the same bytes as made at commit, also after the next batch changed the
+    merger (a batch committed while the next one runs); a replay makes its own."""
     table = messages(6, 5, 2)
     decoder = MessageDecoder("unused:1", TOPIC, CODEC, ChangelogRows())
     stage = _stage(tmp_path / "a")
     stage.merge(decoder.decode(table.slice(0, table.num_rows - 3)), 1)  # rows left waiting for a watermark
-    assert stage._prepared is not None and stage._prepared[0] == 1
-    made = stage._prepared[2]
-    assert made == state_bytes(stage._merger, batch_id=1, topic=TOPIC, partitions=range(PARTITIONS))  # type: ignore[arg-type]
+    assert stage._last is not None and stage._last[0] == 1
+    made = stage._unsaved[1]
+    assert made == state_bytes(stage._last[1], batch_id=1, topic=TOPIC, partitions=range(PARTITIONS))
     assert b'"kind":"inserts"' in made
+    stage.merge(decoder.decode(table.slice(table.num_rows - 3)), 2)  # batch 2 starts from batch 1's merger
+    assert not (tmp_path / "a" / MergeStage._file(1)).exists()
     stage.commit(1)
-    assert (tmp_path / "a" / MergeStage._file(1)).read_bytes() == made and stage._prepared is None
-    # Prepared for another batch (a replay after a failed flush): commit makes the file anew.
+    assert (tmp_path / "a" / MergeStage._file(1)).read_bytes() == made and 1 not in stage._unsaved
+    # Batch 2 replayed (its first try failed before commit): made anew from batch 1's saved state.
+    first = stage._unsaved[2]
     stage.merge(decoder.decode(table.slice(table.num_rows - 3)), 2)
-    assert stage._prepared is not None
-    stage._prepared = (7, *stage._prepared[1:])
-    expected = state_bytes(stage._merger, batch_id=2, topic=TOPIC, partitions=range(PARTITIONS))  # type: ignore[arg-type]
+    assert stage._last is not None
+    expected = state_bytes(stage._last[1], batch_id=2, topic=TOPIC, partitions=range(PARTITIONS))
+    assert stage._unsaved[2] == expected == first
     stage.commit(2)
-    assert (tmp_path / "a" / MergeStage._file(2)).read_bytes() == expected
+    assert (tmp_path / "a" / MergeStage._file(2)).read_bytes() == expected and not stage._unsaved

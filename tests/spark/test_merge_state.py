@@ -16,7 +16,7 @@ from changefeed.errors import ChangefeedError
 from changefeed.files.store import LocalStore
 from changefeed.model import Column, DDLEvent, Event, Index, Op, Resolved, RowChange, TableSchema, TypeCode
 from changefeed.model.jsonl import dumps_event
-from changefeed.spark.merge import MergeStage, load_state
+from changefeed.spark.merge import MergeStage, load_saved, load_state, state_bytes
 
 PACKAGE = Path(__file__).resolve().parents[2] / "changefeed"
 TOPIC = "cf-state"
@@ -129,7 +129,7 @@ def _saved(tmp_path: Path) -> Path:
         (lambda text: b"", "not a changefeed merge state"),
         (lambda text: text[: len(text) // 3], "corrupt"),
         (lambda text: b"\x80\x81garbage\n" + text, "corrupt"),
-        (lambda text: text.replace(b'"version":3', b'"version":99'), "version 99"),
+        (lambda text: text.replace(b'"version":4', b'"version":99'), "version 99"),
         (lambda text: text.replace(b'"seq":', b'"seq":-5,"x":'), "seq must be an integer"),
         (lambda text: text.replace(b'"kind":"row"', b'"kind":"nope"'), "unknown event kind"),
         (lambda text: text.replace(b'"commit_ts":150', b'"commit_ts":"150"'), "commit_ts"),
@@ -152,7 +152,7 @@ def test_state_of_version_1_is_read(tmp_path: Path) -> None:
     path = _saved(tmp_path)
     header, _, rest = path.read_bytes().partition(b"\n")
     doc = orjson.loads(header)
-    assert doc["version"] == 3
+    assert doc["version"] == 4
     doc["version"] = 1
     for part in doc["merger"]["partitions"]:
         assert part.pop("replays") == []
@@ -185,7 +185,7 @@ def test_runs_of_inserts_are_saved_as_inserts_lines_and_read_back_the_same(tmp_p
     assert kinds == [("inserts", 6, 100), ("inserts", 6, 200), ("row", 1, 200)]
     assert [p["offset"] for p in orjson.loads(lines[0])["positions"]] == [0, 0, 0, 1, 1, 1]
     restored = load_state(LocalStore(tmp_path / "merge"), "merge-000000000000.jsonl", TOPIC, [0, 1])
-    assert _lines(restored.snapshot()[1]) == _lines(stage._saved[1].snapshot()[1])  # type: ignore[index]
+    assert _lines(restored.snapshot()[1]) == _lines(stage._last[1].snapshot()[1])  # type: ignore[index]
 
     # A new process releases what the one that saved it would have.
     def watermarks() -> list[tuple[int, int, list[Event]]]:
@@ -206,7 +206,7 @@ def test_a_version_2_state_of_row_lines_is_read(tmp_path: Path) -> None:
     header, _, _ = path.read_bytes().partition(b"\n")
     doc = orjson.loads(header)
     doc["version"] = 2
-    rows = _lines(stage._saved[1].snapshot()[1])  # type: ignore[index]
+    rows = _lines(stage._last[1].snapshot()[1])  # type: ignore[index]
     path.write_bytes(orjson.dumps(doc) + b"\n" + b"".join(rows))
     got = load_state(LocalStore(path.parent), path.name, TOPIC, [0, 1])
     assert _lines(got.snapshot()[1]) == rows
@@ -271,4 +271,93 @@ def test_message_bytes_are_bounded_across_batches(tmp_path: Path) -> None:
     # The replayed batch with a smaller message fits (rows are released after the whole batch is fed).
     released = stage.merge([(*_msg(1, 0, Resolved(250)), 50), (*_msg(0, 2, _row(300, 3)), 100)], 2)
     assert [e.new[0] for e in released if isinstance(e, RowChange)] == [1]  # the global resolved ts is 100
-    assert stage._merger is not None and stage._merger.held_bytes == 500  # offsets 1 and 2 still wait
+    assert stage._last is not None and stage._last[1].held_bytes == 500  # offsets 1 and 2 still wait
+
+
+def _with_ends(tmp_path: Path, ends: object, batch: int = 0) -> Path:
+    """Batch ``batch``'s state as a job reading its ranges on the driver saves it, with ``ends``."""
+    stage = _stage(tmp_path)
+    stage.merge(_batches()[0], batch)
+    assert stage._last is not None
+    data = state_bytes(stage._last[1], batch_id=batch, topic=TOPIC, partitions=[0, 1], ends={0: 2, 1: 1})
+    path = tmp_path / "merge" / MergeStage._file(batch)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data.replace(b'"ends":{"0":2,"1":1}', b'"ends":' + orjson.dumps(ends)))
+    return path
+
+
+def test_ends_round_trip_and_a_state_without_them_names_none(tmp_path: Path) -> None:
+    path = _with_ends(tmp_path, {"0": 2, "1": 1})
+    merger, ends = load_saved(LocalStore(path.parent), path.name, TOPIC, [0, 1])
+    assert ends == {0: 2, 1: 1} and sorted(merger.partitions) == [0, 1]
+    plain = _saved(tmp_path / "plain")
+    assert load_saved(LocalStore(plain.parent), plain.name, TOPIC, [0, 1])[1] is None
+
+
+@pytest.mark.parametrize(
+    ("ends", "message"),
+    [
+        ([2, 1], "ends must be an object"),
+        ({"0": 2, "7": 1}, "ends names partition '7'"),
+        ({"0": -1}, "ends of partition 0 must be an offset"),
+        ({"0": "2"}, "ends of partition 0 must be an offset"),
+        ({"0": True}, "ends of partition 0 must be an offset"),
+    ],
+)
+def test_damaged_ends_are_a_clear_error_naming_the_file(tmp_path: Path, ends: object, message: str) -> None:
+    path = _with_ends(tmp_path, ends)
+    with pytest.raises(ChangefeedError, match=message) as caught:
+        _stage(tmp_path).merge(_batches()[1], 1)
+    assert str(path) in str(caught.value)
+
+
+def test_a_gap_after_a_driver_read_state_is_refused_where_it_cannot_be_read_again(tmp_path: Path) -> None:
+    """Batches after a state with ``ends`` may have been handed to the sink without their state saved
+    (`MergeStage.durable_later`); only the driver's ranges can read them again."""
+    _with_ends(tmp_path, {"0": 2, "1": 1})
+    assert _stage(tmp_path).merge(_batches()[1], 1) is not None  # the next batch: nothing in between
+    with pytest.raises(ChangefeedError, match=r"spark\.changefeed\.apply\.decode=driver") as caught:
+        _stage(tmp_path).merge(_batches()[2], 2)
+    assert caught.value.where == str(tmp_path / "merge")
+
+
+def _offset_log(tmp_path: Path, *batches: object) -> LocalStore:
+    """A Spark offset log: batch i's file as Spark writes it, the source's offset the input's form."""
+    log = LocalStore(tmp_path / "offsets")
+    for batch, offset in enumerate(batches):
+        text = offset if isinstance(offset, str) else orjson.dumps(offset).decode()
+        log.write(str(batch), f'v1\n{{"batchWatermarkMs":0,"batchTimestampMs":1}}\n{text}'.encode())
+    return log
+
+
+def test_a_batchs_ranges_are_taken_from_sparks_offset_log(tmp_path: Path) -> None:
+    """What `KafkaInput.partitions` names for ``output=ranges`` (every partition, from the last batch's
+    offsets to this one's), without a Spark job; None where the log does not tell."""
+    log = _offset_log(
+        tmp_path,
+        {"topic": TOPIC, "offsets": {"0": 5, "1": 0}},
+        {"topic": TOPIC, "offsets": {"0": 9, "1": 0}},
+        {"topic": "other", "offsets": {"0": 9, "1": 3}},
+        {"topic": TOPIC, "offsets": {"0": 9}},
+        {"topic": TOPIC, "offsets": {"0": -1, "1": 3}},
+        "-",
+        {"topic": TOPIC, "offsets": {"0": 9, "1": 4}},
+        {"topic": TOPIC, "offsets": {"0": 8, "1": 4}},
+    )
+    stage = MergeStage(tmp_path / "merge", TOPIC, [1, 0], offset_log=log)
+    ranges = stage._logged(1)
+    assert ranges is not None and ranges.to_pylist() == [
+        {"partition": 0, "start": 5, "end": 9},
+        {"partition": 1, "start": 0, "end": 0},
+    ]
+    assert ranges.schema.names == ["partition", "start", "end"]
+    assert stage._logged(0) is None  # the first batch's start is the source's initial offset: not logged
+    for batch in (2, 3, 4, 5, 6):  # another topic, a partition missing, a negative offset, no source offset
+        assert stage._logged(batch) is None
+    assert stage._logged(9) is None  # not planned (yet)
+    with pytest.raises(ChangefeedError, match="offset log goes back from batch 6 to 7"):
+        stage._logged(7)
+    log.write("8", b"\xff garbage")
+    with pytest.raises(ChangefeedError, match="unreadable Spark offset log") as caught:
+        stage._logged(8)
+    assert caught.value.where == f"{log.where}/8"

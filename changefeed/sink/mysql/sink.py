@@ -373,6 +373,9 @@ class _Applier:
         self._thread: threading.Thread | None = None
         self._done = threading.Condition()
         self._pending = 0
+        self.submitted = 0  # transactions handed over so far (`wait`'s tickets)
+        self._ended = 0  # of them, those that ended (run, failed or skipped)
+        self._applied = 0  # of them, those that committed
         self._failure: BaseException | None = None
         self._stopping = False
 
@@ -382,6 +385,7 @@ class _Applier:
             self._thread.start()
         with self._done:
             self._pending += 1
+            self.submitted += 1
         self._queue.put(transaction)
 
     def _run(self) -> None:
@@ -389,18 +393,28 @@ class _Applier:
             if self._failure is None and not self._stopping:
                 try:
                     transaction()
+                    self._applied += 1
                 except BaseException as exc:  # the caller raises it; nothing after it runs
                     self._failure = exc
             with self._done:
                 self._pending -= 1
+                self._ended += 1
                 self._done.notify_all()
 
-    def wait(self) -> None:
-        """Until every transaction handed over has ended; raises the first failure."""
+    def ended(self, upto: int) -> bool:
+        """Whether the first ``upto`` transactions handed over have ended (`wait` would not wait)."""
         with self._done:
-            self._done.wait_for(lambda: self._pending == 0)
+            return self._ended >= upto
+
+    def wait(self, upto: int | None = None) -> None:
+        """Until every transaction handed over (or the first ``upto`` of them) has ended; raises the
+        first failure (a skipped transaction was never applied)."""
+        with self._done:
+            self._done.wait_for(lambda: self._pending == 0 if upto is None else self._ended >= upto)
         if self._failure is not None:
             raise self._failure
+        if upto is not None and self._applied < upto:
+            raise SinkError("the sink was closed before its transactions were applied")
 
     def close(self) -> None:
         """Skip what has not started, let a running transaction end (its session is never closed
@@ -410,6 +424,28 @@ class _Applier:
             self._queue.put(None)
             self._thread.join()
             self._thread = None
+
+
+@dataclass(frozen=True)
+class _InFlight:
+    """The transactions `MySQLSink.flush_async` handed over, up to the applier's ``ticket``-th."""
+
+    sink: MySQLSink
+    applier: _Applier | None  # None: nothing in flight
+    ticket: int
+    reached: int  # the checkpoint ts they reach
+
+    def done(self) -> bool:
+        return self.applier is None or self.applier.ended(self.ticket)
+
+    def wait(self) -> int:
+        if self.applier is not None:
+            try:
+                self.applier.wait(self.ticket)
+            except BaseException as exc:
+                self.sink._fail(exc)
+                raise
+        return self.reached
 
 
 class MySQLSink(SinkContext):
@@ -658,6 +694,15 @@ class MySQLSink(SinkContext):
         self._transaction()
         self._drain()
         return self._checkpoint_ts
+
+    def flush_async(self) -> _InFlight:
+        """`flush`'s transaction handed to the applier without waiting for it (`PipelinedSink`): done
+        once it and every one before it committed (`wait` raises the first failure). A later `flush`
+        or DDL waits for it too."""
+        self._transaction()
+        if self._applier is None or self._claimed is None:  # several workers applied it in `_transaction`
+            return _InFlight(self, None, 0, self._checkpoint_ts)
+        return _InFlight(self, self._applier, self._applier.submitted, self._checkpoint_ts)
 
     def _transaction(self) -> None:
         """The buffered rows (whole upstream transactions) and the checkpoint they reach, as one

@@ -606,6 +606,11 @@ class KafkaInput(Input):
             for p, end_offset in end["offsets"].items()
             for n, (low, high) in enumerate(_offset_pieces(int(begin.get(p, 0)), int(end_offset), every))
         ]
+        if output == RANGES:  # every partition named, empty ones too: the merge state keeps where each ended
+            named = {p for _, p, _, _ in pieces}
+            pieces += [
+                (0, int(p), int(begin.get(p, 0)), int(begin.get(p, 0))) for p in end["offsets"] if int(p) not in named
+            ]
         # Each partition's first piece, then each one's second...: the apply job merges partitions as
         # their pieces arrive in this order, and rows wait until every partition's watermark has come.
         return [

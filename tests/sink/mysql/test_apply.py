@@ -397,3 +397,87 @@ def test_lost_commit_answer_is_not_applied_twice(
     assert lost["n"] == 2 and sink.stats["retries"] == 2
     with mariadb_downstream.connect() as conn:
         assert fetch(conn, f"SELECT COUNT(*) FROM {quote_table(db, 'bag')}") == [(30,)]
+
+
+def _halves(events: list) -> tuple[list, list]:
+    """The stream cut at the transaction boundary nearest its middle."""
+    cut = len(events) // 2
+    while events[cut].commit_ts == events[cut - 1].commit_ts:
+        cut += 1
+    return events[:cut], events[cut:]
+
+
+def test_flush_async_hands_over_and_its_wait_reports_durability(
+    mariadb_downstream: MariaDBServer, db: str, make_sink: SinkFactory
+) -> None:
+    """`flush_async` returns while the server still applies (the apply job's next batch starts); its
+    call waits for that batch and every one before it, and returns the checkpoint they reach."""
+    setup_kv((mariadb_downstream,), db)
+    table = kv_table(db)
+    stream = kv_stream(table, seed=11, txns=80)
+    first, second = _halves(stream.events)
+    gate = threading.Event()
+
+    def hook(name: str, info: Mapping[str, Any]) -> None:
+        if name == "commit":
+            assert gate.wait(30)  # every transaction holds at its COMMIT until the gate opens
+
+    with make_sink(mariadb_downstream, batch_rows=40, fault_hook=hook) as sink:
+        sink.write(first)
+        first_batch = sink.flush_async()
+        sink.write(second)  # the next batch is taken while the first is still in flight
+        second_batch = sink.flush_async()
+        assert sink.checkpoint is None and not first_batch.done()  # nothing durable yet
+        with mariadb_downstream.connect() as conn:
+            assert fetch(conn, f"SELECT COUNT(*) FROM {quote_table(db, 'kv')}") == [(0,)]
+        gate.set()
+        assert first_batch.wait() == first[-1].commit_ts and first_batch.done()
+        assert sink.checkpoint is not None and sink.checkpoint.commit_ts >= first[-1].commit_ts
+        assert second_batch.wait() == second[-1].commit_ts
+        assert sink.checkpoint.commit_ts == second[-1].commit_ts
+        nothing = sink.flush_async()
+        assert nothing.done() and nothing.wait() == second[-1].commit_ts  # nothing new: durable already
+    assert read_kv(mariadb_downstream, table) == stream.final
+
+
+def test_flush_async_wait_raises_what_failed_and_refuses_what_a_close_skipped(
+    mariadb_downstream: MariaDBServer, db: str, make_sink: SinkFactory
+) -> None:
+    setup_kv((mariadb_downstream,), db)
+    table = kv_table(db)
+    stream = kv_stream(table, seed=12, txns=80)
+    first, second = _halves(stream.events)
+    commits: list[int] = []
+
+    def fail_second(name: str, info: Mapping[str, Any]) -> None:
+        if name == "commit":
+            commits.append(1)
+            if len(commits) == 2:
+                raise CrashError("the second transaction fails at its COMMIT")
+
+    sink = make_sink(mariadb_downstream, batch_rows=20, safe_mode_duration=0, fault_hook=fail_second)
+    sink.write(first)
+    batch = sink.flush_async()  # returns: the failure is in the applier thread
+    with pytest.raises(CrashError):
+        batch.wait()
+    assert batch.done()
+    with pytest.raises(SinkError, match="failed earlier"):
+        sink.write(second)  # a failed sink takes nothing until closed
+    sink.close()
+
+    # Closed while transactions wait: the skipped ones are not reported durable.
+    gate = threading.Event()
+
+    def hold(name: str, info: Mapping[str, Any]) -> None:
+        if name == "commit":
+            assert gate.wait(30)
+
+    sink = make_sink(mariadb_downstream, batch_rows=20, safe_mode_duration=0, fault_hook=hold)
+    sink.write(first)  # from its checkpoint on: the first transaction committed
+    batch = sink.flush_async()
+    threading.Timer(0.5, gate.set).start()
+    sink.close()  # lets the running transaction end, skips the queued ones
+    with pytest.raises(SinkError, match="closed before its transactions were applied"):
+        batch.wait()
+    resume(make_sink, mariadb_downstream, stream.events, batch_rows=20)
+    assert read_kv(mariadb_downstream, table) == stream.final
