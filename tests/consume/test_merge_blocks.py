@@ -516,12 +516,12 @@ def test_merge_stage_saves_pending_blocks_between_batches(tmp_path: Path) -> Non
     for batch_id, batch in enumerate(batches):
         got = stage.merge(batch, batch_id)
         stage.commit(batch_id)
-        stage._saved = None  # read the file back, as a restarted job does
+        stage._last = None  # read the file back, as a restarted job does
         for p, offset, events in batch:
             ref.feed(p, as_rows(events), offset)
         want = ref.ready()
         assert [e for e in expand_blocks(got) if isinstance(e, RowChange)] == want[:-1]
-    assert stage._merger is None
+    assert not stage._unsaved  # every batch committed
 
 
 # ---------------------------------------------------------------- a block of a run of messages
