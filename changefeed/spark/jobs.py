@@ -82,6 +82,9 @@ log = logging.getLogger(__name__)
 progress = logging.getLogger("changefeed.progress")
 spark_log = logging.getLogger("changefeed.progress.spark")
 
+#: How long the end of a stopped query waits for a micro-batch still running (`_BatchRunner.finish`).
+FINISH_WAIT_S = 60.0
+
 BatchHook = Callable[[int, str], None]
 """Called as ``hook(batch_id, stage)`` with stage ``written`` (before the sink's flush) and
 ``flushed`` (once the batch is durable: during the next batch where it became durable later,
@@ -214,12 +217,20 @@ class _BatchRunner:
         finally:
             self._busy.release()
 
-    def finish(self) -> None:
-        """The query ended: the batch still becoming durable is waited for, committed and reported."""
-        written, self.later = self.later, None
-        if written is not None:
-            with self.monitor.batch(written.batch_id):
-                self._done(written)
+    def finish(self, timeout: float = FINISH_WAIT_S) -> None:
+        """The query ended: the batch still becoming durable is waited for, committed and reported.
+
+        A stopped query's last foreachBatch may still be running on Spark's callback thread: it is
+        waited for up to ``timeout`` seconds, else nothing is committed (a restart re-reads it)."""
+        if not self._busy.acquire(timeout=timeout):
+            raise ChangefeedError(f"the last micro-batch did not end within {timeout:.0f} s of the query's stop")
+        try:
+            written, self.later = self.later, None
+            if written is not None:
+                with self.monitor.batch(written.batch_id):
+                    self._done(written)
+        finally:
+            self._busy.release()
 
     def _done(self, written: _Written) -> None:
         """Wait until ``written`` is durable, commit the stage's state of it, report it."""

@@ -5,10 +5,12 @@ No Spark: the runner takes any DataFrame-like object; a sink and a stage that re
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
 
+from changefeed.errors import ChangefeedError
 from changefeed.model import Resolved
 from changefeed.spark.jobs import Plan, _BatchRunner
 
@@ -117,3 +119,19 @@ def test_a_failure_found_between_batches_is_raised_and_nothing_is_committed() ->
     with pytest.raises(RuntimeError, match="refused batch 1"):
         runner.idle()
     assert stage.committed == [0] and runner.stats.batches == 1
+
+
+def test_the_end_waits_for_a_batch_still_running_and_gives_up_after_its_timeout() -> None:
+    """A stopped query's last foreachBatch may still run on Spark's callback thread: `finish` never
+    commits beside it."""
+    runner, sink, stage = _runner(later={1})
+    runner(None, 0)  # type: ignore[arg-type]
+    runner(None, 1)  # type: ignore[arg-type]
+    sink.handed[0].ready = True
+    runner._busy.acquire()  # a batch in progress elsewhere
+    with pytest.raises(ChangefeedError, match="did not end within 0 s"):
+        runner.finish(timeout=0.05)
+    assert stage.committed == [0]
+    threading.Timer(0.2, runner._busy.release).start()
+    runner.finish(timeout=5)  # the batch ended: the one handed over is committed
+    assert stage.committed == [0, 1]
