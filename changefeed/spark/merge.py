@@ -39,7 +39,7 @@ import itertools
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeGuard
 
 import orjson
 import pyarrow as pa
@@ -304,10 +304,15 @@ def _ends(value: Any, partitions: Sequence[int]) -> Ends | None:
     for key, offset in value.items():
         if key not in known:
             raise ValueError(f"ends names partition {key!r}, not one of the header's partitions")
-        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        if not _is_offset(offset):
             raise ValueError(f"ends of partition {key} must be an offset (a non-negative integer), got {offset!r}")
         ends[known[key]] = offset
     return ends
+
+
+def _is_offset(value: object) -> TypeGuard[int]:
+    """A Kafka offset as JSON holds it: a non-negative integer (not a bool)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _ranges_table(rows: Sequence[tuple[int, int, int]]) -> pa.Table:
@@ -473,7 +478,7 @@ class MergeStage:
         out: dict[int, int] = {}
         for p in self.partitions:
             value = logged.get(str(p))
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            if not _is_offset(value):
                 return None
             out[p] = value
         return out

@@ -24,17 +24,10 @@ from changefeed.spark.datasource import KafkaInput, SourceOptions, register
 from changefeed.spark.datasource.driverreads import DriverReads
 from changefeed.spark.datasource.kafka import MESSAGE_SCHEMA, RANGES, MessageDecoder
 from changefeed.spark.merge import MergeStage
+from changefeed.spark.merge import _ranges_table as _ranges
 from changefeed.testing import Broker
 
 from .test_kafka_messages import PROTOCOLS, _captured_topic, _ends, _lines, _produce, _source, assert_same_release
-
-
-def _ranges(rows: list[tuple[int, int, int]]) -> pa.Table:
-    columns = list(zip(*rows, strict=True)) if rows else [[], [], []]
-    return pa.table(
-        [pa.array(columns[0], pa.int32()), pa.array(columns[1], pa.int64()), pa.array(columns[2], pa.int64())],
-        names=["partition", "start", "end"],
-    )
 
 
 def _drain(reads: DriverReads, poll_first: bool = False) -> list[tuple[int, pa.Table]]:

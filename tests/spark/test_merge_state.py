@@ -111,7 +111,7 @@ def test_in_process_batches_reuse_the_saved_state(tmp_path: Path, monkeypatch: p
     stage = _stage(tmp_path)
     stage.merge(_batches()[0], 0)
     stage.commit(0)
-    monkeypatch.setattr("changefeed.spark.merge.load_state", None)  # batch 1 must not read the file back
+    monkeypatch.setattr("changefeed.spark.merge.load_saved", None)  # batch 1 must not read the file back
     released = stage.merge(_batches()[1], 1)
     assert [e.commit_ts for e in released] == [100, 150, 180]
 

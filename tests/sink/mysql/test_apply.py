@@ -407,6 +407,16 @@ def _halves(events: list) -> tuple[list, list]:
     return events[:cut], events[cut:]
 
 
+def _held_at_commit(gate: threading.Event) -> Callable[[str, Mapping[str, Any]], None]:
+    """A fault hook holding every transaction at its COMMIT until ``gate`` opens."""
+
+    def hook(name: str, info: Mapping[str, Any]) -> None:
+        if name == "commit":
+            assert gate.wait(30)
+
+    return hook
+
+
 def test_flush_async_hands_over_and_its_wait_reports_durability(
     mariadb_downstream: MariaDBServer, db: str, make_sink: SinkFactory
 ) -> None:
@@ -417,12 +427,7 @@ def test_flush_async_hands_over_and_its_wait_reports_durability(
     stream = kv_stream(table, seed=11, txns=80)
     first, second = _halves(stream.events)
     gate = threading.Event()
-
-    def hook(name: str, info: Mapping[str, Any]) -> None:
-        if name == "commit":
-            assert gate.wait(30)  # every transaction holds at its COMMIT until the gate opens
-
-    with make_sink(mariadb_downstream, batch_rows=40, fault_hook=hook) as sink:
+    with make_sink(mariadb_downstream, batch_rows=40, fault_hook=_held_at_commit(gate)) as sink:
         sink.write(first)
         first_batch = sink.flush_async()
         sink.write(second)  # the next batch is taken while the first is still in flight
@@ -467,12 +472,7 @@ def test_flush_async_wait_raises_what_failed_and_refuses_what_a_close_skipped(
 
     # Closed while transactions wait: the skipped ones are not reported durable.
     gate = threading.Event()
-
-    def hold(name: str, info: Mapping[str, Any]) -> None:
-        if name == "commit":
-            assert gate.wait(30)
-
-    sink = make_sink(mariadb_downstream, batch_rows=20, safe_mode_duration=0, fault_hook=hold)
+    sink = make_sink(mariadb_downstream, batch_rows=20, safe_mode_duration=0, fault_hook=_held_at_commit(gate))
     sink.write(first)  # from its checkpoint on: the first transaction committed
     batch = sink.flush_async()
     threading.Timer(0.5, gate.set).start()
