@@ -196,6 +196,32 @@ def assert_same_release(pieces: list[bytes], whole: list[bytes]) -> None:
     assert pieces[-1] == whole[-1]  # the same last watermark, with the same offsets
 
 
+def test_the_offsets_consumer_answers_again_at_once_after_reading_the_last_messages(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`watermarks` (every initialOffset and latestOffset) fetches each partition's last message; the
+    broker then holds the consumer's next fetch at the log's end for ``fetch.wait.max.ms``, and the
+    next metadata request waited behind it (500 ms by default: a query's first latestOffset). The
+    consumer is tuned as a range consumer, whose reads end the same way."""
+    made: list[dict[str, object]] = []
+    real = kafka_input.new_consumer
+
+    def recording(servers: str, config: dict[str, object]) -> object:
+        made.append(dict(config))
+        return real(servers, config)
+
+    monkeypatch.setattr(kafka_input, "new_consumer", recording)
+    topic = f"cf-marks-{uuid.uuid4().hex[:8]}"
+    _produce(broker, topic)
+    kafka = KafkaInput(SourceOptions.parse(_source(broker, topic)))
+    try:
+        assert kafka.watermarks() == kafka.watermarks() == {0: (0, 30), 1: (0, 30)}
+        assert kafka.latest_offset({"offsets": {"0": 0, "1": 0}}, 40, None)["offsets"] == {"0": 20, "1": 20}
+    finally:
+        kafka.close()
+    assert len(made) == 1 and made[0].items() >= kafka_input.RANGE_SETTINGS.items()
+
+
 def test_messages_output_is_kafka_only() -> None:
     with pytest.raises(ConfigError, match="option output of input storage must be one of changelog"):
         SourceOptions.parse({"input": "storage", "path": "/x", "output": "messages"})

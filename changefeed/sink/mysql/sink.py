@@ -9,8 +9,9 @@ Flow (docs/mysql-sink.md has the whole story):
   columnar in the buffer: whole-image inserts are rendered from the Arrow columns (columns.py),
   other rows become `RowChange`s at flush;
 * one worker: the batch and the checkpoint upsert commit in ONE transaction (exactly once),
-  run by an applier thread while the caller goes on decoding and buffering the next rows (one
-  transaction in flight at most, in order; `flush` waits for it); several workers: rows are
+  run by an applier thread while the caller goes on decoding and buffering the next rows (in
+  order; at most `APPLIER_QUEUE` handed over and not yet running, so a caller faster than the
+  server waits instead of holding ever more rendered rows; `flush` waits for all); several workers: rows are
   routed by causality (causality.py), each worker commits its share, and the checkpoint is
   written only after every worker committed (at least once; safe mode makes the replay converge);
 * runs of whole-row inserts (block rows or row images) are sent as ``LOAD DATA LOCAL INFILE`` of
@@ -356,6 +357,9 @@ class _Session:
 
 #: The name a LOAD DATA statement gives its rows; the server asks for it and gets them from memory.
 LOAD_NAME = "changefeed-rows.tsv"
+#: Transactions the applier holds before `_Applier.submit` waits: ~32k rows of `batch_rows`, a fraction
+#: of a second of the server's work, enough to cover the caller's pause between two micro-batches.
+APPLIER_QUEUE = 8
 
 
 class _Applier:
@@ -369,7 +373,7 @@ class _Applier:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self._queue: Queue[Callable[[], None] | None] = Queue()
+        self._queue: Queue[Callable[[], None] | None] = Queue(APPLIER_QUEUE)  # `submit` waits when full
         self._thread: threading.Thread | None = None
         self._done = threading.Condition()
         self._pending = 0

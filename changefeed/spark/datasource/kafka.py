@@ -487,7 +487,11 @@ class KafkaInput(Input):
 
     def _consumer(self) -> Any:
         if self._client is None:
-            self._client = new_consumer(self.servers, self.client_config)
+            # Tuned as a range consumer: `watermarks` fetches each partition's last message, and the
+            # broker then holds the fetch at the log's end for fetch.wait.max.ms (500 ms by default),
+            # which a metadata request behind it on the same connection waited out: a query's first
+            # latestOffset took 0.5 s (bench/RESULTS.md).
+            self._client = new_consumer(self.servers, {**RANGE_SETTINGS, **self.client_config})
         return self._client
 
     def _partitions(self) -> list[int]:

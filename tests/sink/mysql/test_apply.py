@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 from changefeed.errors import SinkError
 from changefeed.model import Column, Op, Resolved, RowChange, TableSchema, TypeCode
 from changefeed.sink.mysql import MySQLSink
+from changefeed.sink.mysql.sink import APPLIER_QUEUE
 from changefeed.sink.mysql.sql import quote_table
 from changefeed.testing import MariaDBServer
 
@@ -161,6 +163,43 @@ def test_one_worker_applies_while_the_caller_buffers(
         assert sink.checkpoint is not None and sink.checkpoint.commit_ts == stream.events[-1].commit_ts
     assert threads and all(name.startswith("mysql-sink-apply") for name in threads)
     assert read_kv(mariadb_downstream, table) == stream.final
+
+
+def test_a_caller_faster_than_the_server_waits_for_the_applier(
+    mariadb_downstream: MariaDBServer, db: str, make_sink: SinkFactory
+) -> None:
+    """The applier holds at most `APPLIER_QUEUE` transactions besides the one running: a caller that
+    renders faster than the server applies then waits in `write` instead of holding ever more rows."""
+    setup_kv((mariadb_downstream,), db)
+    table = kv_table(db)
+    stream = kv_stream(table, seed=6, txns=200)
+    gate = threading.Event()
+    commits: list[str] = []
+
+    def hook(name: str, info: Mapping[str, Any]) -> None:
+        if name == "commit":
+            commits.append(name)
+            if len(commits) == 1:
+                assert gate.wait(30)  # the first transaction holds at its COMMIT
+
+    sink = make_sink(mariadb_downstream, batch_rows=5, fault_hook=hook)
+    with sink:
+        writer = threading.Thread(target=sink.write, args=(stream.events,))
+        writer.start()
+        try:
+            full = APPLIER_QUEUE + 2  # the running one, a full queue, and the one waiting to be queued
+            deadline = time.monotonic() + 30
+            while (sink._applier is None or sink._applier.submitted < full) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            writer.join(0.5)
+            assert writer.is_alive() and sink._applier is not None and sink._applier.submitted == full
+            assert len(commits) == 1
+        finally:
+            gate.set()
+            writer.join(30)
+        assert not writer.is_alive()
+        assert sink.flush() == stream.events[-1].commit_ts
+    assert len(commits) > full and read_kv(mariadb_downstream, table) == stream.final
 
 
 def test_no_transaction_runs_after_one_failed(
