@@ -130,6 +130,22 @@ def test_crash_then_resume_from_checkpoint(
     assert report.equal, report
 
 
+def _held_at_commit(
+    gate: threading.Event, threads: list[str] | None = None, *, first_only: bool = False
+) -> Callable[[str, Mapping[str, Any]], None]:
+    """A fault hook holding every transaction (or only the first) at its COMMIT until ``gate`` opens;
+    ``threads`` collects the name of each committing thread."""
+    commits: list[str] = [] if threads is None else threads
+
+    def hook(name: str, info: Mapping[str, Any]) -> None:
+        if name == "commit":
+            commits.append(threading.current_thread().name)
+            if not first_only or len(commits) == 1:
+                assert gate.wait(30)
+
+    return hook
+
+
 def test_one_worker_applies_while_the_caller_buffers(
     mariadb_downstream: MariaDBServer, db: str, make_sink: SinkFactory
 ) -> None:
@@ -140,14 +156,7 @@ def test_one_worker_applies_while_the_caller_buffers(
     stream = kv_stream(table, seed=5, txns=120)
     gate = threading.Event()
     threads: list[str] = []
-
-    def hook(name: str, info: Mapping[str, Any]) -> None:
-        if name == "commit":
-            threads.append(threading.current_thread().name)
-            if len(threads) == 1:
-                assert gate.wait(30)  # the first transaction holds at its COMMIT
-
-    sink = make_sink(mariadb_downstream, batch_rows=40, fault_hook=hook)
+    sink = make_sink(mariadb_downstream, batch_rows=40, fault_hook=_held_at_commit(gate, threads, first_only=True))
     with sink:
         events = iter(stream.events)
         while sink._claimed is None:  # up to the first transaction handed to the applier
@@ -175,14 +184,7 @@ def test_a_caller_faster_than_the_server_waits_for_the_applier(
     stream = kv_stream(table, seed=6, txns=200)
     gate = threading.Event()
     commits: list[str] = []
-
-    def hook(name: str, info: Mapping[str, Any]) -> None:
-        if name == "commit":
-            commits.append(name)
-            if len(commits) == 1:
-                assert gate.wait(30)  # the first transaction holds at its COMMIT
-
-    sink = make_sink(mariadb_downstream, batch_rows=5, fault_hook=hook)
+    sink = make_sink(mariadb_downstream, batch_rows=5, fault_hook=_held_at_commit(gate, commits, first_only=True))
     with sink:
         writer = threading.Thread(target=sink.write, args=(stream.events,))
         writer.start()
@@ -444,16 +446,6 @@ def _halves(events: list) -> tuple[list, list]:
     while events[cut].commit_ts == events[cut - 1].commit_ts:
         cut += 1
     return events[:cut], events[cut:]
-
-
-def _held_at_commit(gate: threading.Event) -> Callable[[str, Mapping[str, Any]], None]:
-    """A fault hook holding every transaction at its COMMIT until ``gate`` opens."""
-
-    def hook(name: str, info: Mapping[str, Any]) -> None:
-        if name == "commit":
-            assert gate.wait(30)
-
-    return hook
 
 
 def test_flush_async_hands_over_and_its_wait_reports_durability(
