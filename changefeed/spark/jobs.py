@@ -209,11 +209,7 @@ class _BatchRunner:
         if self.later is None or not self._busy.acquire(blocking=False):
             return
         try:
-            written = self.later
-            if written is not None and written.pending is not None and written.pending.done():
-                self.later = None
-                with self.monitor.batch(written.batch_id):
-                    self._done(written)
+            self._settle(only_if_done=True)
         finally:
             self._busy.release()
 
@@ -225,12 +221,19 @@ class _BatchRunner:
         if not self._busy.acquire(timeout=timeout):
             raise ChangefeedError(f"the last micro-batch did not end within {timeout:.0f} s of the query's stop")
         try:
-            written, self.later = self.later, None
-            if written is not None:
-                with self.monitor.batch(written.batch_id):
-                    self._done(written)
+            self._settle(only_if_done=False)
         finally:
             self._busy.release()
+
+    def _settle(self, *, only_if_done: bool) -> None:
+        """The batch handed over (if any, and if durable already where ``only_if_done``) committed and
+        reported as a batch of its own; the caller holds `_busy`."""
+        written = self.later
+        if written is None or (only_if_done and written.pending is not None and not written.pending.done()):
+            return
+        self.later = None
+        with self.monitor.batch(written.batch_id):
+            self._done(written)
 
     def _done(self, written: _Written) -> None:
         """Wait until ``written`` is durable, commit the stage's state of it, report it."""

@@ -376,7 +376,6 @@ class _Applier:
         self._queue: Queue[Callable[[], None] | None] = Queue(APPLIER_QUEUE)  # `submit` waits when full
         self._thread: threading.Thread | None = None
         self._done = threading.Condition()
-        self._pending = 0
         self.submitted = 0  # transactions handed over so far (`wait`'s tickets)
         self._ended = 0  # of them, those that ended (run, failed or skipped)
         self._applied = 0  # of them, those that committed
@@ -388,7 +387,6 @@ class _Applier:
             self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
             self._thread.start()
         with self._done:
-            self._pending += 1
             self.submitted += 1
         self._queue.put(transaction)
 
@@ -401,7 +399,6 @@ class _Applier:
                 except BaseException as exc:  # the caller raises it; nothing after it runs
                     self._failure = exc
             with self._done:
-                self._pending -= 1
                 self._ended += 1
                 self._done.notify_all()
 
@@ -414,7 +411,7 @@ class _Applier:
         """Until every transaction handed over (or the first ``upto`` of them) has ended; raises the
         first failure (a skipped transaction was never applied)."""
         with self._done:
-            self._done.wait_for(lambda: self._pending == 0 if upto is None else self._ended >= upto)
+            self._done.wait_for(lambda: self._ended >= (self.submitted if upto is None else upto))
         if self._failure is not None:
             raise self._failure
         if upto is not None and self._applied < upto:
