@@ -11,7 +11,7 @@ shipped its environment (`changefeed.spark.ship`). :meth:`SparkWorker.hides` che
 through ``/proc/PID/root``, the worker's own view of the file system.
 
 Each worker has 1 core by default; executor logs land in ``WORKDIR/app-*/<executor>/stderr``,
-which :meth:`StandaloneCluster.finished_tasks` reads to tell which worker ran how many tasks.
+which :meth:`StandaloneCluster.tasks_per_worker` reads to tell which worker ran how many tasks.
 """
 
 from __future__ import annotations
@@ -37,7 +37,8 @@ __all__ = ["SparkMaster", "SparkWorker", "StandaloneCluster", "spark_home"]
 
 #: Small daemons: C1 JIT and the serial GC start fastest on 2 cores; they only schedule.
 _DAEMON_JAVA_OPTS = "-XX:+UseSerialGC -XX:TieredStopAtLevel=1"
-_FINISHED = re.compile(r"Finished task \S+ in stage \S+ \(TID \d+\)")
+#: An executor's log line of a task it started (``Running``) or finished (``Finished``).
+_TASK_LINE = r"{state} task \S+ in stage \S+ \(TID \d+\)"
 
 
 def spark_home() -> Path:
@@ -320,13 +321,15 @@ class StandaloneCluster:
         """Ids of every application the workers ran an executor for (their ``work/app-*`` directories)."""
         return sorted({p.name for w in self.workers if w.work_dir.is_dir() for p in w.work_dir.glob("app-*")})
 
-    def finished_tasks(self, app_id: str | None = None) -> dict[str, int]:
-        """Worker name -> how many tasks its executors finished (``Finished task`` lines of their stderr)."""
+    def tasks_per_worker(self, app_id: str | None = None, state: str = "Finished") -> dict[str, int]:
+        """Worker name -> how many tasks its executors finished (or, ``state="Running"``, started): the
+        ``<state> task`` lines of their stderr."""
+        line = re.compile(_TASK_LINE.format(state=re.escape(state)))
         counts: dict[str, int] = {}
         for worker in self.workers:
             pattern = f"{app_id or 'app-*'}/*/stderr"
             logs = list(worker.work_dir.glob(pattern)) if worker.work_dir.is_dir() else []
-            counts[worker.name] = sum(len(_FINISHED.findall(p.read_text(errors="replace"))) for p in logs)
+            counts[worker.name] = sum(len(line.findall(p.read_text(errors="replace"))) for p in logs)
         return counts
 
     def executor_dirs(self, app_id: str) -> list[Path]:
